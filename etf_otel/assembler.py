@@ -1,0 +1,145 @@
+"""The reference assembler for streamed Chat Completions.
+
+It is the Chat Completions adapter over the protocol-neutral :class:`ResponseSlots`:
+it reads ``choices[k].delta.tool_calls[]`` and ``finish_reason`` from each chunk and
+turns them into slot events. Chunks may be plain dicts (parsed JSON) or ``openai`` SDK
+objects; the SDK is never imported. For SDK objects the difference between a missing
+key and ``null`` (which the identity rules depend on) is read from pydantic's set of
+fields that were present in the payload.
+
+Odd field types are not errors here: the assembler never raises on JSON-shaped input,
+it records a diagnostic and lets final validation reject the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from .identity import ABSENT, CompatibilityRule, IdentityRules
+from .slots import DEFAULT_MAX_ARGUMENT_CHARS, AssemblyResult, ResponseSlots
+
+__all__ = ["DONE", "ReferenceAssembler", "assemble", "field"]
+
+DONE: Final = "[DONE]"
+"""The Chat Completions end sentinel, as the SSE ``data:`` payload carries it."""
+
+
+def field(obj: object, name: str) -> object:
+    """``obj[name]`` for dicts, the attribute for SDK objects, :data:`ABSENT` when missing.
+
+    pydantic models answer every declared attribute (``None`` when the payload lacked
+    it), so presence is read from ``__pydantic_fields_set__`` and the model's extras.
+    """
+    if type(obj) is dict:
+        return obj.get(name, ABSENT)
+    fields_set = getattr(obj, "__pydantic_fields_set__", None)
+    if fields_set is not None:
+        if name in fields_set:
+            return getattr(obj, name, ABSENT)
+        extra = getattr(obj, "__pydantic_extra__", None)
+        if extra and name in extra:
+            return extra[name]
+        return ABSENT
+    if isinstance(obj, dict):
+        return obj.get(name, ABSENT)
+    return getattr(obj, name, ABSENT)
+
+
+class ReferenceAssembler:
+    """Assembles one streamed Chat Completions response by the rules of SPEC sections 2-3.
+
+    Feed every chunk with :meth:`feed` (``"[DONE]"`` too, or call :meth:`feed_done`),
+    then call :meth:`finish`. One instance per response: slots never outlive it.
+    """
+
+    __slots__ = ("_slots",)
+
+    def __init__(
+        self,
+        allow: Iterable[CompatibilityRule | str] = (),
+        *,
+        rules: IdentityRules | None = None,
+        clock: Callable[[], int] | None = None,
+        max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
+    ) -> None:
+        if rules is None:
+            rules = IdentityRules(allow)
+        self._slots = ResponseSlots(rules, clock=clock, max_argument_chars=max_argument_chars)
+
+    @property
+    def slots(self) -> ResponseSlots:
+        return self._slots
+
+    @property
+    def finished(self) -> bool:
+        return self._slots.finished
+
+    def feed(self, chunk: object) -> None:
+        """Apply one chunk. ``"[DONE]"`` marks the end sentinel; anything odd is tolerated."""
+        slots = self._slots
+        if type(chunk) is dict:
+            choices = chunk.get("choices")
+        elif chunk == DONE or chunk == b"[DONE]":
+            slots.end_of_stream()
+            return
+        else:
+            choices = field(chunk, "choices")
+        if type(choices) is not list:
+            return
+        for position, choice in enumerate(choices):
+            choice_index = field(choice, "index")
+            if type(choice_index) is not int or choice_index < 0:
+                choice_index = position
+            delta = field(choice, "delta")
+            if delta is not ABSENT and delta is not None:
+                tool_calls = field(delta, "tool_calls")
+                if type(tool_calls) is list:
+                    for fragment in tool_calls:
+                        self._fragment(choice_index, fragment)
+            finish_reason = field(choice, "finish_reason")
+            if type(finish_reason) is str and finish_reason:
+                slots.terminal(choice_index, finish_reason)
+
+    def _fragment(self, choice: int, fragment: object) -> None:
+        if type(fragment) is dict:
+            index = fragment.get("index", ABSENT)
+            id_ = fragment.get("id", ABSENT)
+            function = fragment.get("function", ABSENT)
+        elif fragment is None or isinstance(fragment, (str, int, float, list)):
+            self._slots.unindexed(choice)
+            return
+        else:
+            index = field(fragment, "index")
+            id_ = field(fragment, "id")
+            function = field(fragment, "function")
+        if type(function) is dict:
+            name = function.get("name", ABSENT)
+            arguments = function.get("arguments", ABSENT)
+        elif function is ABSENT or function is None:
+            name = arguments = ABSENT
+        elif isinstance(function, (str, int, float, list)):
+            # Not an object: no usable name, and arguments that are not a string.
+            name, arguments = ABSENT, function
+        else:
+            name = field(function, "name")
+            arguments = field(function, "arguments")
+        if type(index) is int and index >= 0:
+            self._slots.fragment(choice, index, id_, name, arguments)
+        else:
+            self._slots.unindexed(choice, id_, name, arguments)
+
+    def feed_done(self) -> None:
+        self._slots.end_of_stream()
+
+    def finish(self) -> AssemblyResult:
+        """Finalize the response (idempotent). Call it when the stream ends, however it ends."""
+        return self._slots.finish()
+
+
+def assemble(chunks: Iterable[object], allow: Iterable[CompatibilityRule | str] = ()) -> AssemblyResult:
+    """Assemble a complete recorded response in one call."""
+    assembler = ReferenceAssembler(allow)
+    for chunk in chunks:
+        assembler.feed(chunk)
+    return assembler.finish()

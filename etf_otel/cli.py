@@ -1,0 +1,83 @@
+"""The ``etf-otel`` command line.
+
+Exit codes for every subcommand (SPEC section 8): 0 success and nothing found, 1
+integrity problems found, 2 bad usage or unreadable input (one-line reason on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from . import __version__
+from .assembler import ReferenceAssembler
+from .identity import CompatibilityRule
+from .recording import RecordingError, read_chunks
+from .replay import build_report, render_report
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_FOUND = 1
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits 2 with one line, as every other bad input does."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="etf-otel", description="Observe and check streamed LLM tool calls.")
+    parser.add_argument("--version", action="version", version=f"etf-otel {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    replay = commands.add_parser("replay", help="assemble one recorded response (JSON lines or SSE)")
+    replay.add_argument("file", help="recorded response: JSON lines, one chunk per line, or raw SSE text")
+    replay.add_argument("--json", action="store_true", help="print one JSON document (SPEC section 8)")
+    replay.add_argument(
+        "--show-arguments", action="store_true", help="include the assembled arguments (raw model output)"
+    )
+    replay.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        choices=[rule.value for rule in CompatibilityRule],
+        metavar="RULE",
+        help="enable a compatibility rule: " + ", ".join(rule.value for rule in CompatibilityRule),
+    )
+    return parser
+
+
+def _replay(args: argparse.Namespace) -> int:
+    assembler = ReferenceAssembler(args.allow)
+    try:
+        for chunk in read_chunks(args.file):
+            assembler.feed(chunk)
+    except RecordingError as error:
+        print(f"etf-otel replay: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    result = assembler.finish()
+    report = build_report(result, show_arguments=args.show_arguments)
+    if args.json:
+        sys.stdout.write(report.to_json(show_arguments=args.show_arguments) + "\n")
+    else:
+        render_report(report, Console(), show_arguments=args.show_arguments)
+    return EXIT_FOUND if result.rejections else EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code instead of exiting."""
+    args = _parser().parse_args(argv)
+    if args.command == "replay":
+        return _replay(args)
+    raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover - argparse rejects it
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""The closed vocabularies of etf-otel: error categories, id kinds and transitions.
+
+Every value here may end up as a span attribute or a metric label, so every set is
+closed and small (SPEC sections 4 and 5). Nothing in this module can carry a raw id,
+name or argument text: that is the privacy guarantee of the bounded diagnostics.
+
+The enums subclass ``str`` so their members serialise to JSON and OpenTelemetry
+attributes as their plain value without conversion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = [
+    "ErrorCategory",
+    "FragmentDiagnostic",
+    "IdKind",
+    "Phase",
+    "StreamState",
+    "Transition",
+    "Verdict",
+]
+
+
+class Phase(str, Enum):
+    """Where in the life of a call a category is decided (SPEC section 4)."""
+
+    IDENTITY = "identity"
+    ASSEMBLY = "assembly"
+    STREAM = "stream"
+    LINKAGE = "linkage"
+
+
+class ErrorCategory(str, Enum):
+    """The closed list of SPEC section 4. Adding one is a contract change."""
+
+    INITIAL_NULL = "initial_null"
+    ID_CONFLICT = "id_conflict"
+    EMPTY_AFTER_ESTABLISHED = "empty_after_established"
+    UNSUPPORTED_ID_TYPE = "unsupported_id_type"
+    MISSING_INDEX = "missing_index"
+    NAME_CONFLICT = "name_conflict"
+    MISSING_ID = "missing_id"
+    MISSING_NAME = "missing_name"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    DUPLICATE_CALL_ID = "duplicate_call_id"
+    TRUNCATED_STREAM = "truncated_stream"
+    ORPHANED_RESULT = "orphaned_result"
+    UNANSWERED_CALL = "unanswered_call"
+    DUPLICATE_RESULT = "duplicate_result"
+    DIVERGENT_ASSEMBLY = "divergent_assembly"
+
+    @property
+    def phase(self) -> Phase:
+        return _PHASES[self]
+
+
+_PHASES = {
+    **dict.fromkeys(
+        (
+            ErrorCategory.INITIAL_NULL,
+            ErrorCategory.ID_CONFLICT,
+            ErrorCategory.EMPTY_AFTER_ESTABLISHED,
+            ErrorCategory.UNSUPPORTED_ID_TYPE,
+            ErrorCategory.MISSING_INDEX,
+            ErrorCategory.NAME_CONFLICT,
+        ),
+        Phase.IDENTITY,
+    ),
+    **dict.fromkeys(
+        (
+            ErrorCategory.MISSING_ID,
+            ErrorCategory.MISSING_NAME,
+            ErrorCategory.INVALID_ARGUMENTS,
+            ErrorCategory.DUPLICATE_CALL_ID,
+        ),
+        Phase.ASSEMBLY,
+    ),
+    ErrorCategory.TRUNCATED_STREAM: Phase.STREAM,
+    **dict.fromkeys(
+        (
+            ErrorCategory.ORPHANED_RESULT,
+            ErrorCategory.UNANSWERED_CALL,
+            ErrorCategory.DUPLICATE_RESULT,
+            ErrorCategory.DIVERGENT_ASSEMBLY,
+        ),
+        Phase.LINKAGE,
+    ),
+}
+
+
+class IdKind(str, Enum):
+    """The JSON kind of an incoming ``id`` value (``etf.id.kind``)."""
+
+    ABSENT = "absent"
+    NULL = "null"
+    STRING = "string"
+    NUMBER = "number"
+    BOOLEAN = "boolean"
+    ARRAY = "array"
+    OBJECT = "object"
+
+
+class Transition(str, Enum):
+    """What an identity decision did to the slot (``etf.id.transition``).
+
+    ``KEEP_EMPTY`` and ``INFER_INDEX`` belong to opt-in compatibility rules: they have
+    their own names so that telemetry shows every time a rule was needed.
+    """
+
+    AWAIT = "await"
+    ESTABLISH = "establish"
+    REPLACE_EMPTY = "replace_empty"
+    KEEP_OMITTED = "keep_omitted"
+    KEEP_NULL = "keep_null"
+    KEEP_IDENTICAL = "keep_identical"
+    KEEP_EMPTY = "keep_empty"
+    INFER_INDEX = "infer_index"
+    REJECT = "reject"
+
+
+class Verdict(str, Enum):
+    """Outcome of final validation for one call (``etf.tool_call.verdict``)."""
+
+    PROPOSED = "proposed"
+    REJECTED = "rejected"
+
+
+class StreamState(str, Enum):
+    """How a response's stream ended (``etf.stream.state``).
+
+    The pure assembler only ever decides ``completed`` or ``truncated``; ``abandoned``
+    and ``failed`` are observed by the stream wrapper, which sees the consumer and the
+    iterator.
+    """
+
+    COMPLETED = "completed"
+    TRUNCATED = "truncated"
+    ABANDONED = "abandoned"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class FragmentDiagnostic:
+    """The bounded description of one identity decision (SPEC section 5).
+
+    ``choice``/``index`` are ``None`` when the fragment had no usable index. The raw id,
+    name and arguments are deliberately not fields of this class.
+    """
+
+    choice: int | None
+    index: int | None
+    fragment: int
+    id_kind: IdKind
+    prior_id_present: bool
+    id_empty: bool
+    transition: Transition
+    category: ErrorCategory | None

@@ -1,0 +1,489 @@
+"""The protocol-neutral slot model: per-response assembly state and final validation.
+
+A protocol adapter (Chat Completions today; the Responses API and Anthropic Messages
+later) turns its wire events into four calls on :class:`ResponseSlots`:
+
+* :meth:`~ResponseSlots.fragment`: an update to the slot ``(choice, index)``, carrying
+  any of an id, a name and an argument delta (missing values are :data:`ABSENT`);
+* :meth:`~ResponseSlots.unindexed`: an update whose index was missing or unusable;
+* :meth:`~ResponseSlots.close`: the protocol says the slot is complete (optional);
+* :meth:`~ResponseSlots.terminal` / :meth:`~ResponseSlots.end_of_stream`: the response
+  ended properly (a finish reason, or the stream's end sentinel).
+
+:meth:`~ResponseSlots.finish` then validates every slot (SPEC section 3) and returns an
+immutable :class:`AssemblyResult`. Slots live only inside one ``ResponseSlots``: nothing
+is shared across responses, so no id can leak from one response into another.
+
+The per-fragment path is kept to a few dictionary operations; everything that can be
+computed once per call (joining arguments, parsing JSON, counting transitions) happens
+in :meth:`~ResponseSlots.finish`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from .diagnostics import ErrorCategory, FragmentDiagnostic, IdKind, StreamState, Transition, Verdict
+from .identity import ABSENT, CompatibilityRule, IdDecision, IdentityRules, IdState, Incoming, classify
+
+__all__ = [
+    "DEFAULT_MAX_ARGUMENT_CHARS",
+    "AssemblyResult",
+    "Rejection",
+    "RejectedFragment",
+    "ResponseSlots",
+    "ToolCall",
+]
+
+DEFAULT_MAX_ARGUMENT_CHARS: Final = 8 * 1024 * 1024
+"""Arguments longer than this (in characters) are ``invalid_arguments`` and stop growing.
+
+The cap keeps memory per response bounded when a stream is hostile or runaway.
+"""
+
+_STRICT_RULES: Final = IdentityRules()
+
+
+def _special_decision(transition: Transition, category: ErrorCategory | None, incoming: Incoming) -> IdDecision:
+    kind = IdKind.STRING if incoming in (Incoming.EMPTY, Incoming.NEW) else IdKind(incoming.value)
+    return IdDecision(
+        transition=transition,
+        category=category,
+        next_state=IdState.NONE,
+        adopts_id=False,
+        id_kind=kind,
+        prior_id_present=False,
+        id_empty=incoming is Incoming.EMPTY,
+    )
+
+
+_UNSLOTTED_CLASSES: Final = tuple(i for i in Incoming if i not in (Incoming.SAME, Incoming.DIFFERENT))
+_MISSING_INDEX: Final[dict[Incoming, IdDecision]] = {
+    incoming: _special_decision(Transition.REJECT, ErrorCategory.MISSING_INDEX, incoming)
+    for incoming in _UNSLOTTED_CLASSES
+}
+
+_COMPATIBILITY_TRANSITIONS: Final = frozenset({Transition.KEEP_NULL, Transition.KEEP_EMPTY, Transition.INFER_INDEX})
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedFragment:
+    """One fragment a slot rejected: enough for a bounded span event, nothing raw."""
+
+    fragment: int
+    category: ErrorCategory
+    id_kind: IdKind
+    prior_id_present: bool
+    id_empty: bool
+    transition: Transition
+    time_ns: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A category that blocked a call or, with ``index`` ``None``, the whole response."""
+
+    choice: int | None
+    index: int | None
+    category: ErrorCategory
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One finalized slot.
+
+    ``id`` is the preserved id: the one established on this slot, or ``None``. An id
+    that was rejected never appears here. ``arguments`` is raw model output: it may hold
+    user data and must not reach telemetry unless content capture is on.
+    """
+
+    choice: int
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+    verdict: Verdict
+    categories: tuple[ErrorCategory, ...]
+    fragments: int
+    rejected_fragments: tuple[RejectedFragment, ...]
+    transitions: tuple[tuple[Transition, int], ...]
+    opened_ns: int | None
+    closed_ns: int | None
+
+    @property
+    def proposed(self) -> bool:
+        return self.verdict is Verdict.PROPOSED
+
+    def transition_count(self, transition: Transition) -> int:
+        for name, count in self.transitions:
+            if name is transition:
+                return count
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class AssemblyResult:
+    """What one response assembled to, after final validation."""
+
+    state: StreamState
+    finish_reasons: tuple[str, ...]
+    calls: tuple[ToolCall, ...]
+    rejections: tuple[Rejection, ...]
+    fragments: int
+    dispatchable: bool
+    _diagnostics: tuple[tuple[int, int | None, int, IdDecision, ErrorCategory | None], ...]
+
+    @property
+    def proposals(self) -> tuple[ToolCall, ...]:
+        """The calls a host may execute: all of them, or none when the response is blocked."""
+        return self.calls if self.dispatchable else ()
+
+    @property
+    def categories(self) -> tuple[ErrorCategory, ...]:
+        """Every distinct category of this response, in first-seen order."""
+        return tuple(dict.fromkeys(rejection.category for rejection in self.rejections))
+
+    @property
+    def diagnostics(self) -> tuple[FragmentDiagnostic, ...]:
+        """One bounded diagnostic per identity decision, in arrival order."""
+        return tuple(
+            FragmentDiagnostic(
+                choice=choice,
+                index=index,
+                fragment=fragment,
+                id_kind=decision.id_kind,
+                prior_id_present=decision.prior_id_present,
+                id_empty=decision.id_empty,
+                transition=decision.transition,
+                category=category,
+            )
+            for choice, index, fragment, decision, category in self._diagnostics
+        )
+
+    def transition_counts(self) -> Counter[tuple[Transition, IdKind]]:
+        """How often each (transition, incoming id kind) pair occurred: the metric's input."""
+        return Counter((decision.transition, decision.id_kind) for _, _, _, decision, _ in self._diagnostics)
+
+    def identity_errors(self) -> Counter[tuple[ErrorCategory, IdKind, bool, bool]]:
+        """Rejected fragments by (category, id kind, prior id present, empty): the metric's input."""
+        return Counter(
+            (category, decision.id_kind, decision.prior_id_present, decision.id_empty)
+            for _, _, _, decision, category in self._diagnostics
+            if category is not None
+        )
+
+
+class _Slot:
+    __slots__ = (
+        "arguments",
+        "arguments_chars",
+        "arguments_invalid",
+        "categories",
+        "choice",
+        "closed_ns",
+        "fragments",
+        "id",
+        "id_state",
+        "index",
+        "name",
+        "opened_ns",
+        "rejected",
+    )
+
+    def __init__(self, choice: int, index: int, opened_ns: int | None) -> None:
+        self.choice = choice
+        self.index = index
+        self.id: str | None = None
+        self.id_state = IdState.NONE
+        self.name: str | None = None
+        self.arguments: list[str] = []
+        self.arguments_chars = 0
+        self.arguments_invalid = False
+        self.fragments = 0
+        self.categories: dict[ErrorCategory, None] = {}
+        self.rejected: list[RejectedFragment] = []
+        self.opened_ns = opened_ns
+        self.closed_ns: int | None = None
+
+
+class ResponseSlots:
+    """Assembly state of one response; not shared across responses.
+
+    Not thread-safe by itself: one response is one stream, consumed by one task. Feed it
+    from the adapter, then call :meth:`finish` once.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_diagnostics",
+        "_done",
+        "_finish_reasons",
+        "_fragment_count",
+        "_max_argument_chars",
+        "_response_rejections",
+        "_result",
+        "_rules",
+        "_slots",
+        "_table",
+    )
+
+    def __init__(
+        self,
+        rules: IdentityRules | None = None,
+        *,
+        clock: Callable[[], int] | None = None,
+        max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
+    ) -> None:
+        self._rules = rules if rules is not None else _STRICT_RULES
+        self._table = self._rules.table
+        self._clock = clock
+        self._max_argument_chars = max_argument_chars
+        self._slots: dict[tuple[int, int], _Slot] = {}
+        self._diagnostics: list[tuple[int, int | None, int, IdDecision, ErrorCategory | None]] = []
+        self._response_rejections: list[Rejection] = []
+        self._finish_reasons: dict[int, str] = {}
+        self._done = False
+        self._fragment_count = 0
+        self._result: AssemblyResult | None = None
+
+    @property
+    def rules(self) -> IdentityRules:
+        return self._rules
+
+    @property
+    def finished(self) -> bool:
+        return self._result is not None
+
+    def fragment(
+        self,
+        choice: int,
+        index: int,
+        id: object = ABSENT,  # noqa: A002 - the wire field is called id
+        name: object = ABSENT,
+        arguments: object = ABSENT,
+    ) -> None:
+        """Apply one fragment to slot ``(choice, index)``, creating the slot if new."""
+        self._fragment_count += 1
+        key = (choice, index)
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = _Slot(choice, index, self._clock() if self._clock else None)
+        self._apply(slot, id, name, arguments)
+
+    def unindexed(self, choice: int, id: object = ABSENT, name: object = ABSENT, arguments: object = ABSENT) -> None:  # noqa: A002
+        """A fragment without a usable index: ``missing_index``, unless it can be inferred.
+
+        With ``infer_missing_index`` enabled the fragment joins a slot only when exactly
+        one slot of this choice can be meant (see :meth:`_infer_index`); otherwise it is
+        rejected and merged nowhere, and it blocks the response.
+        """
+        self._fragment_count += 1
+        incoming = classify(IdState.NONE, None, id)
+        if self._rules.allows(CompatibilityRule.INFER_MISSING_INDEX):
+            index = self._infer_index(choice, id, incoming)
+            if index is not None:
+                key = (choice, index)
+                slot = self._slots.get(key)
+                if slot is None:
+                    slot = self._slots[key] = _Slot(choice, index, self._clock() if self._clock else None)
+                self._diagnostics.append((choice, index, self._fragment_count, _INFER_INDEX[incoming], None))
+                self._apply(slot, id, name, arguments)
+                return
+        decision = _MISSING_INDEX[incoming]
+        self._diagnostics.append((choice, None, self._fragment_count, decision, ErrorCategory.MISSING_INDEX))
+        self._response_rejections.append(Rejection(choice, None, ErrorCategory.MISSING_INDEX))
+
+    def _infer_index(self, choice: int, id: object, incoming: Incoming) -> int | None:  # noqa: A002
+        """The only index this fragment can belong to, or ``None`` when that is ambiguous.
+
+        * It carries a non-empty string id: the slot of this choice established with that
+          same id if there is one; a new slot (the next free index) if no slot of this
+          choice has that id and every existing slot has an established id.
+        * It carries no usable id (absent, null or ``""``): the single slot of this choice
+          if there is exactly one; index 0 if there is none yet.
+        * Anything else (several candidate slots, an unsupported id type): ambiguous.
+        """
+        own = [slot for slot in self._slots.values() if slot.choice == choice]
+        if incoming is Incoming.NEW:
+            matching = [slot.index for slot in own if slot.id == id]
+            if matching:
+                return matching[0]
+            if all(slot.id_state is IdState.ESTABLISHED for slot in own):
+                return max((slot.index for slot in own), default=-1) + 1
+            return None
+        if incoming in (Incoming.ABSENT, Incoming.NULL, Incoming.EMPTY):
+            if len(own) == 1:
+                return own[0].index
+            if not own:
+                return 0
+        return None
+
+    def _apply(
+        self,
+        slot: _Slot,
+        id: object,  # noqa: A002
+        name: object,
+        arguments: object,
+    ) -> None:
+        slot.fragments += 1
+        state = slot.id_state
+        decision = self._table[state, classify(state, slot.id, id)]
+        category = decision.category
+        if decision.adopts_id:
+            slot.id = id  # type: ignore[assignment]  # adopts_id implies a non-empty str
+        slot.id_state = decision.next_state
+
+        name_category: ErrorCategory | None = None
+        if name is not ABSENT and name is not None:
+            if type(name) is str:
+                if name and name != slot.name:
+                    if slot.name is None:
+                        slot.name = name
+                    else:
+                        name_category = ErrorCategory.NAME_CONFLICT
+            else:
+                name_category = ErrorCategory.MISSING_NAME
+        if name_category is not None:
+            if category is None:
+                category = name_category
+            else:  # both the id and the name were rejected: the slot keeps both categories
+                slot.categories[category] = None
+                slot.categories[name_category] = None
+
+        if type(arguments) is str:
+            if not slot.arguments_invalid:
+                slot.arguments_chars += len(arguments)
+                if slot.arguments_chars > self._max_argument_chars:
+                    slot.arguments_invalid = True
+                    slot.arguments.clear()
+                else:
+                    slot.arguments.append(arguments)
+        elif arguments is not ABSENT and arguments is not None:
+            slot.arguments_invalid = True
+
+        self._diagnostics.append((slot.choice, slot.index, self._fragment_count, decision, category))
+        if category is not None:
+            slot.categories[category] = None
+            slot.rejected.append(
+                RejectedFragment(
+                    fragment=self._fragment_count,
+                    category=category,
+                    id_kind=decision.id_kind,
+                    prior_id_present=decision.prior_id_present,
+                    id_empty=decision.id_empty,
+                    transition=decision.transition,
+                    time_ns=self._clock() if self._clock else None,
+                )
+            )
+
+    def close(self, choice: int, index: int) -> None:
+        """The protocol marked slot ``(choice, index)`` complete; it ends its span there."""
+        slot = self._slots.get((choice, index))
+        if slot is not None and slot.closed_ns is None and self._clock is not None:
+            slot.closed_ns = self._clock()
+
+    def terminal(self, choice: int, reason: str) -> None:
+        """A finish reason arrived for ``choice``. The last one wins; it may come early or twice."""
+        self._finish_reasons[choice] = reason
+
+    def end_of_stream(self) -> None:
+        """The protocol's end sentinel arrived (Chat Completions: ``[DONE]``)."""
+        self._done = True
+
+    @property
+    def ended_properly(self) -> bool:
+        """Whether a terminal event arrived for the response.
+
+        ``[DONE]`` ends every choice. Without it, every choice that has tool calls needs
+        its own finish reason, and at least one finish reason must have arrived.
+        """
+        if self._done:
+            return True
+        if not self._finish_reasons:
+            return False
+        return all(choice in self._finish_reasons for choice, _ in self._slots)
+
+    def finish(self) -> AssemblyResult:
+        """Validate every slot and return the result. Idempotent: later calls return it again."""
+        if self._result is not None:
+            return self._result
+        ended = self.ended_properly
+        slots = sorted(self._slots.values(), key=lambda slot: (slot.choice, slot.index))
+        id_counts = Counter(slot.id for slot in slots if slot.id is not None)
+        transitions: dict[tuple[int, int], Counter[Transition]] = {}
+        for choice, index, _, decision, _ in self._diagnostics:
+            if decision.transition in _COMPATIBILITY_TRANSITIONS and index is not None:
+                transitions.setdefault((choice, index), Counter())[decision.transition] += 1
+
+        calls: list[ToolCall] = []
+        rejections: list[Rejection] = list(self._response_rejections)
+        for slot in slots:
+            categories = dict(slot.categories)
+            arguments = "".join(slot.arguments)
+            if slot.id is None:
+                categories[ErrorCategory.MISSING_ID] = None
+            if slot.name is None:
+                categories[ErrorCategory.MISSING_NAME] = None
+            if slot.arguments_invalid or not _is_json_object(arguments):
+                categories[ErrorCategory.INVALID_ARGUMENTS] = None
+            if slot.id is not None and id_counts[slot.id] > 1:
+                categories[ErrorCategory.DUPLICATE_CALL_ID] = None
+            if not ended:
+                categories[ErrorCategory.TRUNCATED_STREAM] = None
+            rejections.extend(Rejection(slot.choice, slot.index, category) for category in categories)
+            counted = transitions.get((slot.choice, slot.index))
+            calls.append(
+                ToolCall(
+                    choice=slot.choice,
+                    index=slot.index,
+                    id=slot.id,
+                    name=slot.name,
+                    arguments=arguments,
+                    verdict=Verdict.REJECTED if categories else Verdict.PROPOSED,
+                    categories=tuple(categories),
+                    fragments=slot.fragments,
+                    rejected_fragments=tuple(slot.rejected),
+                    transitions=tuple(sorted(counted.items(), key=lambda item: item[0].value)) if counted else (),
+                    opened_ns=slot.opened_ns,
+                    closed_ns=slot.closed_ns,
+                )
+            )
+        if not ended and not slots:
+            rejections.append(Rejection(None, None, ErrorCategory.TRUNCATED_STREAM))
+
+        self._result = AssemblyResult(
+            state=StreamState.COMPLETED if ended else StreamState.TRUNCATED,
+            finish_reasons=tuple(self._finish_reasons[choice] for choice in sorted(self._finish_reasons)),
+            calls=tuple(calls),
+            rejections=tuple(rejections),
+            fragments=self._fragment_count,
+            dispatchable=ended and bool(calls) and not rejections,
+            _diagnostics=tuple(self._diagnostics),
+        )
+        # Release the per-fragment state: memory per response ends with the response.
+        self._slots = {}
+        self._diagnostics = []
+        return self._result
+
+
+_INFER_INDEX: Final[dict[Incoming, IdDecision]] = {
+    incoming: _special_decision(Transition.INFER_INDEX, None, incoming) for incoming in _UNSLOTTED_CLASSES
+}
+
+
+def _reject_constant(token: str) -> object:
+    raise ValueError(token)
+
+
+def _is_json_object(text: str) -> bool:
+    """True when ``text`` is exactly one JSON object (no NaN/Infinity, which JSON lacks)."""
+    if not text or text.lstrip()[:1] != "{":
+        return False
+    try:
+        return isinstance(json.loads(text, parse_constant=_reject_constant), dict)
+    except (ValueError, RecursionError):
+        return False

@@ -1,0 +1,145 @@
+"""Every row of SPEC section 2, each started from the slot state it names.
+
+A value alone never decides: the same ``null`` keeps an established id and rejects a
+slot without one. Each case therefore feeds a prefix that builds the state, then the
+incoming id, and checks the transition, the id the slot holds afterwards and the category.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from etf_otel import CompatibilityRule, ErrorCategory, IdKind, ReferenceAssembler, Transition
+from etf_otel.identity import STRICT_TABLE, IdentityRules, IdState, Incoming
+
+from .chunks import MISSING, chunk, fragment
+
+# state name -> fragments (index 0) that build it before the incoming one arrives
+STATES: dict[str, list[dict[str, Any]]] = {
+    "new slot": [],
+    "no id yet (absent so far)": [fragment(0, name="read_page")],
+    "only empty so far": [fragment(0, "", "read_page")],
+    "established": [fragment(0, "call-1", "read_page")],
+}
+NO_ID_STATES = ["new slot", "no id yet (absent so far)", "only empty so far"]
+
+ROWS: list[tuple[str, Any, Transition, str | None, ErrorCategory | None]] = [
+    *[(state, MISSING, Transition.AWAIT, None, None) for state in NO_ID_STATES],
+    *[(state, "", Transition.AWAIT, None, None) for state in NO_ID_STATES],
+    ("new slot", "call-9", Transition.ESTABLISH, "call-9", None),
+    ("no id yet (absent so far)", "call-9", Transition.ESTABLISH, "call-9", None),
+    ("only empty so far", "call-9", Transition.REPLACE_EMPTY, "call-9", None),
+    *[(state, None, Transition.REJECT, None, ErrorCategory.INITIAL_NULL) for state in NO_ID_STATES],
+    ("established", MISSING, Transition.KEEP_OMITTED, "call-1", None),
+    ("established", None, Transition.KEEP_NULL, "call-1", None),
+    ("established", "call-1", Transition.KEEP_IDENTICAL, "call-1", None),
+    ("established", "call-2", Transition.REJECT, "call-1", ErrorCategory.ID_CONFLICT),
+    ("established", "", Transition.REJECT, "call-1", ErrorCategory.EMPTY_AFTER_ESTABLISHED),
+    *[
+        (
+            state,
+            value,
+            Transition.REJECT,
+            "call-1" if state == "established" else None,
+            ErrorCategory.UNSUPPORTED_ID_TYPE,
+        )
+        for state in STATES
+        for value in (7, 1.5, True, False, ["call-1"], {"id": "call-1"})
+    ],
+]
+
+
+def _run(state: str, incoming: Any, allow: tuple[str, ...] = ()) -> tuple[Any, Any]:
+    assembler = ReferenceAssembler(allow)
+    for prior in STATES[state]:
+        assembler.feed(chunk(prior))
+    assembler.feed(chunk(fragment(0, incoming, arguments="{}")))
+    assembler.feed(chunk(finish_reason="tool_calls"))
+    result = assembler.finish()
+    return result, result.calls[0]
+
+
+@pytest.mark.parametrize(("state", "incoming", "transition", "kept_id", "category"), ROWS)
+def test_row(
+    state: str, incoming: Any, transition: Transition, kept_id: str | None, category: ErrorCategory | None
+) -> None:
+    result, call = _run(state, incoming)
+    last = result.diagnostics[-1]
+    assert last.transition is transition
+    assert last.category is category
+    assert last.prior_id_present is (state == "established")
+    assert last.id_empty is (incoming == "" and isinstance(incoming, str))
+    assert call.id == kept_id
+    if category is None:
+        assert category not in call.categories
+    else:
+        assert call.categories[0] is category
+        assert not result.dispatchable
+
+
+@pytest.mark.parametrize(
+    ("incoming", "kind"),
+    [
+        (MISSING, IdKind.ABSENT),
+        (None, IdKind.NULL),
+        ("", IdKind.STRING),
+        ("call-9", IdKind.STRING),
+        (3, IdKind.NUMBER),
+        (2.5, IdKind.NUMBER),
+        (True, IdKind.BOOLEAN),
+        ([], IdKind.ARRAY),
+        ({}, IdKind.OBJECT),
+    ],
+)
+def test_incoming_kind_is_reported(incoming: Any, kind: IdKind) -> None:
+    result, _ = _run("established", incoming)
+    assert result.diagnostics[-1].id_kind is kind
+
+
+def test_every_state_and_incoming_class_has_a_row() -> None:
+    reachable = {(s, i) for s in IdState for i in Incoming}
+    impossible = {(s, i) for s in (IdState.NONE, IdState.EMPTY) for i in (Incoming.SAME, Incoming.DIFFERENT)}
+    impossible |= {(IdState.ESTABLISHED, Incoming.NEW)}
+    assert set(STRICT_TABLE) == reachable - impossible
+
+
+def test_rejection_leaves_state_and_id_unchanged() -> None:
+    for decision in STRICT_TABLE.values():
+        if decision.rejected:
+            assert not decision.adopts_id
+    for (state, _), decision in STRICT_TABLE.items():
+        if decision.rejected:
+            assert decision.next_state is state
+
+
+def test_empty_continuation_keeps_established_id_with_its_own_transition() -> None:
+    result, call = _run("established", "", allow=("empty_continuation",))
+    assert result.diagnostics[-1].transition is Transition.KEEP_EMPTY
+    assert result.diagnostics[-1].category is None
+    assert call.id == "call-1"
+    assert call.transition_count(Transition.KEEP_EMPTY) == 1
+    assert result.dispatchable
+
+
+def test_empty_continuation_changes_no_other_row() -> None:
+    relaxed = IdentityRules([CompatibilityRule.EMPTY_CONTINUATION]).table
+    changed = {key for key in STRICT_TABLE if STRICT_TABLE[key] != relaxed[key]}
+    assert changed == {(IdState.ESTABLISHED, Incoming.EMPTY)}
+
+
+@pytest.mark.parametrize("state", NO_ID_STATES)
+def test_empty_continuation_does_not_authorize_null_without_established_id(state: str) -> None:
+    result, call = _run(state, None, allow=("empty_continuation",))
+    assert result.diagnostics[-1].category is ErrorCategory.INITIAL_NULL
+    assert call.id is None
+
+
+def test_unknown_rule_name_is_refused() -> None:
+    with pytest.raises(ValueError):
+        IdentityRules(["accept_everything"])
+
+
+def test_rules_repr_names_enabled_rules() -> None:
+    assert repr(IdentityRules(["infer_missing_index"])) == "IdentityRules([infer_missing_index])"
