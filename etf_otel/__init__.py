@@ -4,12 +4,11 @@ The pure core (identity rules, slot model, reference assembler) imports no
 OpenTelemetry; the instrumentation wraps any assembler and any host around it.
 """
 
+from ._version import __version__
 from .assembler import DONE, ReferenceAssembler, assemble
 from .diagnostics import ErrorCategory, FragmentDiagnostic, IdKind, StreamState, Transition, Verdict
 from .identity import ABSENT, CompatibilityRule, IdentityRules
 from .slots import AssemblyResult, Rejection, ResponseSlots, ToolCall
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ABSENT",

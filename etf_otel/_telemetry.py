@@ -1,0 +1,348 @@
+"""Turning assembly results and executions into spans, events and metrics (SPEC section 6).
+
+Spans and metric updates happen once per call and once per response, never per
+fragment: the observer records plain diagnostics while the stream flows, and this module
+emits everything when the response is finalized, with each ``assemble_tool_call`` span
+back-dated to its slot's first fragment. Only the OpenTelemetry API is used; providers
+are passed in or taken from the global defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from opentelemetry import metrics, trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from . import attributes as A
+from ._version import __version__
+from .completeness import Conversation, Finding
+from .diagnostics import ErrorCategory, StreamState, Transition, Verdict
+from .slots import AssemblyResult, ToolCall
+
+__all__ = ["ProposalRecord", "Telemetry", "capture_content_enabled"]
+
+DEFAULT_MAX_TOOL_NAMES = 64
+DEFAULT_MAX_REJECTED_EVENTS = 16
+DEFAULT_MAX_CONTENT_CHARS = 4096
+DEFAULT_MAX_PROPOSALS = 4096
+
+_COMPAT_SPAN_COUNTERS = (
+    (Transition.KEEP_NULL, A.ETF_ID_KEPT_NULL),
+    (Transition.KEEP_EMPTY, A.ETF_ID_KEPT_EMPTY),
+    (Transition.INFER_INDEX, A.ETF_ID_INFERRED_INDEX),
+)
+
+
+def capture_content_enabled() -> bool:
+    """Whether ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` opts in to content."""
+    value = os.environ.get(A.ENV_CAPTURE_CONTENT, "").strip().lower()
+    return value in ("true", "1", "yes", "span_only", "span_and_event")
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…[truncated]"
+
+
+@dataclass(frozen=True, slots=True)
+class ProposalRecord:
+    """What this process knows about one preserved call id, for links and guard mode."""
+
+    span_context: SpanContext | None
+    dispatchable: bool
+    verdict: Verdict
+    first_category: ErrorCategory | None
+    name: str | None
+    arguments_hash: int
+
+
+class _ProposalRegistry:
+    """Bounded map from preserved call id to its record (oldest forgotten first)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._records: OrderedDict[str, ProposalRecord] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, call_id: str, record: ProposalRecord) -> None:
+        with self._lock:
+            self._records[call_id] = record
+            self._records.move_to_end(call_id)
+            while len(self._records) > self._capacity:
+                self._records.popitem(last=False)
+
+    def get(self, call_id: str) -> ProposalRecord | None:
+        with self._lock:
+            return self._records.get(call_id)
+
+
+class _ToolNameCap:
+    """Bounds the distinct ``gen_ai.tool.name`` values on metrics; the rest become ``_OTHER``."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str | None) -> str:
+        if not name:
+            return A.TOOL_NAME_OTHER
+        if name in self._seen:
+            return name
+        with self._lock:
+            if len(self._seen) < self._limit:
+                self._seen.add(name)
+                return name
+        return A.TOOL_NAME_OTHER
+
+
+class Telemetry:
+    """Tracer, instruments and the bounded state shared by every wrapper of one setup."""
+
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        *,
+        provider_name: str | None = None,
+        capture_content: bool | None = None,
+        max_tool_names: int = DEFAULT_MAX_TOOL_NAMES,
+        max_rejected_events: int = DEFAULT_MAX_REJECTED_EVENTS,
+        max_content_chars: int = DEFAULT_MAX_CONTENT_CHARS,
+        max_proposals: int = DEFAULT_MAX_PROPOSALS,
+    ) -> None:
+        self.tracer = trace.get_tracer(
+            A.INSTRUMENTATION_NAME, __version__, tracer_provider, schema_url="https://opentelemetry.io/schemas/1.37.0"
+        )
+        meter = metrics.get_meter(A.INSTRUMENTATION_NAME, __version__, meter_provider)
+        self.provider_name = provider_name
+        self.capture_content = capture_content_enabled() if capture_content is None else capture_content
+        self.max_rejected_events = max_rejected_events
+        self.max_content_chars = max_content_chars
+        self.tool_name_label = _ToolNameCap(max_tool_names)
+        self.proposals = _ProposalRegistry(max_proposals)
+        self._base: dict[str, AttributeValue] = {A.GEN_AI_PROVIDER_NAME: provider_name} if provider_name else {}
+
+        self.fragments = meter.create_counter(
+            A.METRIC_FRAGMENTS, unit="{fragment}", description="Streamed tool-call fragments observed."
+        )
+        self.id_transitions = meter.create_counter(
+            A.METRIC_ID_TRANSITIONS, unit="{fragment}", description="Identity decisions by transition and id kind."
+        )
+        self.identity_errors = meter.create_counter(
+            A.METRIC_IDENTITY_ERRORS, unit="{fragment}", description="Fragments rejected by the identity rules."
+        )
+        self.integrity_violations = meter.create_counter(
+            A.METRIC_INTEGRITY_VIOLATIONS, unit="{violation}", description="Linkage and assembly integrity problems."
+        )
+        self.tool_calls = meter.create_counter(
+            A.METRIC_TOOL_CALLS, unit="{call}", description="Finalized tool calls by verdict."
+        )
+        self.streams = meter.create_counter(
+            A.METRIC_STREAMS, unit="{stream}", description="Streamed responses by end state."
+        )
+        self.execute_duration = meter.create_histogram(
+            A.METRIC_EXECUTE_TOOL_DURATION,
+            unit="s",
+            description="Duration of tool executions.",
+            explicit_bucket_boundaries_advisory=list(A.EXECUTE_TOOL_DURATION_BUCKETS),
+        )
+
+    # --- responses -------------------------------------------------------------------------
+
+    def record_response(
+        self,
+        result: AssemblyResult,
+        state: StreamState,
+        parent: Context | None,
+        started_ns: int,
+        conversation: Conversation | None,
+    ) -> None:
+        """Emit the spans and metrics of one finalized response."""
+        ended_ns = time.time_ns()
+        base = self._base
+        self.fragments.add(result.fragments, base)
+        for (transition, kind), count in result.transition_counts().items():
+            self.id_transitions.add(count, {A.ETF_ID_TRANSITION: transition.value, A.ETF_ID_KIND: kind.value, **base})
+        for (category, kind, prior, empty), count in result.identity_errors().items():
+            self.identity_errors.add(
+                count,
+                {
+                    A.ETF_ERROR_CATEGORY: category.value,
+                    A.ETF_ID_KIND: kind.value,
+                    A.ETF_ID_PRIOR_PRESENT: prior,
+                    A.ETF_ID_EMPTY: empty,
+                    **base,
+                },
+            )
+        self.streams.add(1, {A.ETF_STREAM_STATE: state.value, **base})
+
+        stream_attributes: dict[str, AttributeValue] = {
+            A.ETF_STREAM_STATE: state.value,
+            A.GEN_AI_RESPONSE_FINISH_REASONS: list(result.finish_reasons),
+            A.ETF_STREAM_SLOTS: len(result.calls),
+            A.ETF_STREAM_FRAGMENTS: result.fragments,
+            A.ETF_STREAM_DISPATCHABLE: result.dispatchable,
+            **base,
+        }
+        stream_span = self.tracer.start_span(
+            A.SPAN_ASSEMBLE_RESPONSE,
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes=stream_attributes,
+            start_time=started_ns,
+        )
+        if state is not StreamState.COMPLETED:
+            stream_span.set_status(Status(StatusCode.ERROR))
+            stream_span.set_attribute(A.ERROR_TYPE, ErrorCategory.TRUNCATED_STREAM.value)
+        for call in result.calls:
+            self._record_call(call, result.dispatchable, parent, started_ns, ended_ns)
+        stream_span.end(end_time=ended_ns)
+        if conversation is not None and result.dispatchable:
+            conversation.proposed(call.id for call in result.calls if call.id is not None)
+
+    def _record_call(
+        self, call: ToolCall, dispatchable: bool, parent: Context | None, started_ns: int, ended_ns: int
+    ) -> None:
+        base = self._base
+        self.tool_calls.add(
+            1,
+            {A.ETF_TOOL_CALL_VERDICT: call.verdict.value, A.GEN_AI_TOOL_NAME: self.tool_name_label(call.name), **base},
+        )
+        attributes: dict[str, AttributeValue] = {
+            A.ETF_CHOICE_INDEX: call.choice,
+            A.ETF_TOOL_CALL_INDEX: call.index,
+            A.ETF_TOOL_CALL_FRAGMENTS: call.fragments,
+            A.ETF_TOOL_CALL_VERDICT: call.verdict.value,
+            **base,
+        }
+        if call.name is not None:
+            attributes[A.GEN_AI_TOOL_NAME] = call.name
+        if call.id is not None:
+            attributes[A.GEN_AI_TOOL_CALL_ID] = call.id
+        span = self.tracer.start_span(
+            f"{A.SPAN_ASSEMBLE_TOOL_CALL} {call.name}" if call.name else A.SPAN_ASSEMBLE_TOOL_CALL,
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            start_time=call.opened_ns if call.opened_ns is not None else started_ns,
+        )
+        if span.is_recording():
+            for transition, name in _COMPAT_SPAN_COUNTERS:
+                count = call.transition_count(transition)
+                if count:
+                    span.set_attribute(name, count)
+            if call.categories:
+                span.set_attribute(A.ETF_TOOL_CALL_CATEGORIES, [category.value for category in call.categories])
+                span.set_attribute(A.ERROR_TYPE, call.categories[0].value)
+                span.set_status(Status(StatusCode.ERROR))
+            shown = call.rejected_fragments[: self.max_rejected_events]
+            for rejected in shown:
+                span.add_event(
+                    A.EVENT_IDENTITY_REJECTED,
+                    {
+                        A.ETF_ERROR_CATEGORY: rejected.category.value,
+                        A.ETF_ID_KIND: rejected.id_kind.value,
+                        A.ETF_ID_PRIOR_PRESENT: rejected.prior_id_present,
+                        A.ETF_ID_EMPTY: rejected.id_empty,
+                        A.ETF_ID_TRANSITION: rejected.transition.value,
+                        A.ETF_TOOL_CALL_INDEX: call.index,
+                        A.ETF_CHOICE_INDEX: call.choice,
+                    },
+                    timestamp=rejected.time_ns,
+                )
+            dropped = len(call.rejected_fragments) - len(shown)
+            if dropped:
+                span.set_attribute(A.ETF_IDENTITY_REJECTED_DROPPED, dropped)
+            if self.capture_content:
+                span.set_attribute(A.GEN_AI_TOOL_CALL_ARGUMENTS, _truncate(call.arguments, self.max_content_chars))
+        span.end(end_time=call.closed_ns if call.closed_ns is not None else ended_ns)
+        if call.id is not None:
+            self.proposals.add(
+                call.id,
+                ProposalRecord(
+                    span_context=span.get_span_context(),
+                    dispatchable=dispatchable and call.proposed,
+                    verdict=call.verdict,
+                    first_category=call.categories[0] if call.categories else None,
+                    name=call.name,
+                    arguments_hash=hash(call.arguments),
+                ),
+            )
+
+    # --- linkage ---------------------------------------------------------------------------
+
+    def record_findings(self, findings: Iterable[Finding], span: Span | None = None) -> None:
+        """Count linkage findings and add one ``etf.integrity.violation`` event each."""
+        target = span if span is not None else trace.get_current_span()
+        recording = target.is_recording()
+        for finding in findings:
+            self.integrity_violations.add(1, {A.ETF_ERROR_CATEGORY: finding.category.value, **self._base})
+            if recording:
+                event: dict[str, AttributeValue] = {A.ETF_ERROR_CATEGORY: finding.category.value}
+                if finding.call_id is not None:
+                    event[A.GEN_AI_TOOL_CALL_ID] = finding.call_id
+                target.add_event(A.EVENT_INTEGRITY_VIOLATION, event)
+
+    def record_divergence(self, kinds: Sequence[str], span: Span | None = None) -> None:
+        """Count a wrapped assembler's divergences from the rules (``divergent_assembly``)."""
+        target = span if span is not None else trace.get_current_span()
+        for kind in kinds:
+            self.integrity_violations.add(
+                1, {A.ETF_ERROR_CATEGORY: ErrorCategory.DIVERGENT_ASSEMBLY.value, **self._base}
+            )
+            if target.is_recording():
+                target.add_event(
+                    A.EVENT_INTEGRITY_VIOLATION,
+                    {A.ETF_ERROR_CATEGORY: ErrorCategory.DIVERGENT_ASSEMBLY.value, A.ETF_DIVERGENCE_KIND: kind},
+                )
+
+    # --- executions ------------------------------------------------------------------------
+
+    def start_execution(
+        self, call_id: str | None, name: str | None, record: ProposalRecord | None, record_unverified_id: bool
+    ) -> Span:
+        attributes: dict[str, AttributeValue] = {
+            A.GEN_AI_OPERATION_NAME: A.OPERATION_EXECUTE_TOOL,
+            A.GEN_AI_TOOL_TYPE: A.TOOL_TYPE_FUNCTION,
+            **self._base,
+        }
+        if name:
+            attributes[A.GEN_AI_TOOL_NAME] = name
+        if call_id and (record is not None or record_unverified_id):
+            attributes[A.GEN_AI_TOOL_CALL_ID] = call_id
+        links = [Link(record.span_context)] if record is not None and record.span_context is not None else None
+        return self.tracer.start_span(
+            f"{A.SPAN_EXECUTE_TOOL} {name}" if name else A.SPAN_EXECUTE_TOOL,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            links=links,
+        )
+
+    def end_execution(
+        self,
+        span: Span,
+        name: str | None,
+        started: float,
+        error: BaseException | None,
+        result: object = None,
+        error_type: str | None = None,
+    ) -> None:
+        duration = time.perf_counter() - started
+        metric_attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_NAME: self.tool_name_label(name)}
+        if error is not None or error_type is not None:
+            kind = error_type or type(error).__qualname__
+            metric_attributes[A.ERROR_TYPE] = kind
+            span.set_attribute(A.ERROR_TYPE, kind)
+            span.set_status(Status(StatusCode.ERROR))
+        elif self.capture_content and span.is_recording() and result is not None:
+            span.set_attribute(A.GEN_AI_TOOL_CALL_RESULT, _truncate(str(result), self.max_content_chars))
+        self.execute_duration.record(duration, metric_attributes)
+        span.end()

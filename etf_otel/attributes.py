@@ -1,0 +1,96 @@
+"""Every span, event, attribute and metric name etf-otel emits, in one place.
+
+``gen_ai.*`` and ``error.type`` mirror the OpenTelemetry semantic conventions
+(https://opentelemetry.io/docs/specs/semconv/gen-ai/ and .../general/recording-errors/);
+they are copied here rather than imported from ``opentelemetry.semconv._incubating``,
+which is private and moves between releases. ``etf.*`` names are this project's and are
+fixed by SPEC section 6: dashboards and alerts depend on them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+INSTRUMENTATION_NAME: Final = "etf_otel"
+"""Tracer and meter name (SPEC section 6)."""
+
+# --- spans --------------------------------------------------------------------------------
+SPAN_ASSEMBLE_TOOL_CALL: Final = "assemble_tool_call"
+SPAN_EXECUTE_TOOL: Final = "execute_tool"
+SPAN_ASSEMBLE_RESPONSE: Final = "assemble_response"
+
+# --- span events --------------------------------------------------------------------------
+EVENT_IDENTITY_REJECTED: Final = "etf.identity.rejected"
+EVENT_INTEGRITY_VIOLATION: Final = "etf.integrity.violation"
+
+# --- GenAI semantic conventions -------------------------------------------------------------
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+ERROR_TYPE: Final = "error.type"
+
+OPERATION_EXECUTE_TOOL: Final = "execute_tool"
+TOOL_TYPE_FUNCTION: Final = "function"
+
+# --- bounded diagnostics (SPEC section 5) ---------------------------------------------------
+ETF_ID_KIND: Final = "etf.id.kind"
+ETF_ID_PRIOR_PRESENT: Final = "etf.id.prior_present"
+ETF_ID_EMPTY: Final = "etf.id.empty"
+ETF_ID_TRANSITION: Final = "etf.id.transition"
+ETF_ERROR_CATEGORY: Final = "etf.error.category"
+ETF_TOOL_CALL_INDEX: Final = "etf.tool_call.index"
+ETF_CHOICE_INDEX: Final = "etf.choice.index"
+
+# --- tool call and stream attributes ---------------------------------------------------------
+ETF_TOOL_CALL_FRAGMENTS: Final = "etf.tool_call.fragments"
+ETF_TOOL_CALL_VERDICT: Final = "etf.tool_call.verdict"
+ETF_TOOL_CALL_CATEGORIES: Final = "etf.tool_call.categories"
+ETF_IDENTITY_REJECTED_DROPPED: Final = "etf.identity.rejected.dropped"
+ETF_ID_KEPT_NULL: Final = "etf.id.kept_null"
+ETF_ID_KEPT_EMPTY: Final = "etf.id.kept_empty"
+ETF_ID_INFERRED_INDEX: Final = "etf.id.inferred_index"
+ETF_STREAM_STATE: Final = "etf.stream.state"
+ETF_STREAM_SLOTS: Final = "etf.stream.slots"
+ETF_STREAM_FRAGMENTS: Final = "etf.stream.fragments"
+ETF_STREAM_DISPATCHABLE: Final = "etf.stream.dispatchable"
+ETF_GUARD_REFUSED: Final = "etf.guard.refused"
+ETF_DIVERGENCE_KIND: Final = "etf.divergence.kind"
+
+# --- metrics (SPEC section 6) ------------------------------------------------------------------
+METRIC_FRAGMENTS: Final = "etf.tool_call.fragments"
+METRIC_ID_TRANSITIONS: Final = "etf.tool_call.id_transitions"
+METRIC_IDENTITY_ERRORS: Final = "etf.tool_call.identity_errors"
+METRIC_INTEGRITY_VIOLATIONS: Final = "etf.integrity.violations"
+METRIC_TOOL_CALLS: Final = "etf.tool_calls"
+METRIC_STREAMS: Final = "etf.streams"
+METRIC_EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"
+
+EXECUTE_TOOL_DURATION_BUCKETS: Final = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+)
+"""Explicit seconds buckets: the SDK's defaults assume milliseconds."""
+
+TOOL_NAME_OTHER: Final = "_OTHER"
+"""The metric value for tool names past the cap of distinct names."""
+
+# --- configuration -------------------------------------------------------------------------
+ENV_CAPTURE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+ENV_DISABLED_INSTRUMENTATIONS: Final = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"

@@ -1,0 +1,103 @@
+"""Linkage and completeness checks across one conversation (SPEC section 4, linkage phase).
+
+A conversation alternates model responses and tool results. After a response, its
+dispatchable proposals await execution and a result; the next model request (or the end
+of the turn) is the deadline. This module keeps just enough state to decide:
+
+* ``orphaned_result``: a result or tool message whose id matches no proposal in scope;
+* ``duplicate_result``: more than one result for one call id;
+* ``unanswered_call``: a dispatched call with no result before the next request or the end.
+
+Pure and bounded: at most ``max_pending`` proposals are tracked (the oldest are dropped
+and counted), and nothing outlives the next request except the conversation itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .diagnostics import ErrorCategory
+
+__all__ = ["DEFAULT_MAX_PENDING", "Conversation", "Finding"]
+
+DEFAULT_MAX_PENDING = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One linkage problem. ``call_id`` is set only when it is a preserved, proposed id."""
+
+    category: ErrorCategory
+    call_id: str | None = None
+
+
+class Conversation:
+    """Linkage state of one conversation. Thread-safe; share it between stream and host."""
+
+    __slots__ = ("_executed", "_lock", "_max_pending", "_pending", "dropped")
+
+    def __init__(self, max_pending: int = DEFAULT_MAX_PENDING) -> None:
+        self._max_pending = max_pending
+        self._lock = threading.Lock()
+        self._pending: dict[str, int] = {}  # proposed id -> number of results seen
+        self._executed: set[str] = set()
+        self.dropped = 0
+        """Proposals forgotten because more than ``max_pending`` were open at once."""
+
+    @property
+    def pending(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._pending)
+
+    def proposed(self, call_ids: Iterable[str]) -> None:
+        """Register the proposals of a response that is now dispatchable."""
+        with self._lock:
+            for call_id in call_ids:
+                self._pending[call_id] = 0
+                if len(self._pending) > self._max_pending:
+                    del self._pending[next(iter(self._pending))]
+                    self.dropped += 1
+
+    def result(self, call_id: str | None) -> Finding | None:
+        """A host produced a result for ``call_id``; returns the problem, if any."""
+        with self._lock:
+            if call_id is None or call_id not in self._pending:
+                return Finding(ErrorCategory.ORPHANED_RESULT)
+            seen = self._pending[call_id] = self._pending[call_id] + 1
+            self._executed.add(call_id)
+            if seen > 1:
+                return Finding(ErrorCategory.DUPLICATE_RESULT, call_id)
+            return None
+
+    def next_request(self, tool_message_ids: Iterable[str | None] | None = None) -> list[Finding]:
+        """The next model request starts: settle the previous response's proposals.
+
+        With ``tool_message_ids`` (the ``tool_call_id`` of each ``role: "tool"`` message the
+        request carries) the messages are what answers a call; without them, a host result
+        is. Either way the pending proposals are cleared afterwards.
+        """
+        with self._lock:
+            findings: list[Finding] = []
+            if tool_message_ids is None:
+                answered = self._executed
+            else:
+                answered = set()
+                for call_id in tool_message_ids:
+                    if call_id is None or call_id not in self._pending:
+                        findings.append(Finding(ErrorCategory.ORPHANED_RESULT))
+                    elif call_id in answered:
+                        findings.append(Finding(ErrorCategory.DUPLICATE_RESULT, call_id))
+                    else:
+                        answered.add(call_id)
+            findings.extend(
+                Finding(ErrorCategory.UNANSWERED_CALL, call_id) for call_id in self._pending if call_id not in answered
+            )
+            self._pending.clear()
+            self._executed = set()
+            return findings
+
+    def end(self) -> list[Finding]:
+        """The turn is over: every proposal still without a result is unanswered."""
+        return self.next_request(None)

@@ -1,0 +1,1 @@
+"""Real test infrastructure shared by the test suite (not part of the shipped package)."""

@@ -1,0 +1,467 @@
+"""The shipped dashboard and alert rules use only the names of the contract and are valid.
+
+Checks the Prometheus rules (``promtool check rules`` and ``promtool test rules``), every PromQL
+expression of the Grafana dashboard (through ``promtool check rules`` on a temporary rules file),
+the metric, label and label-value names against SPEC.md sections 4-6, and that the committed
+dashboard JSON is exactly what ``dashboards/grafana/generate.py`` builds and round-trips through
+the grafana-foundation-sdk models.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+from grafana_foundation_sdk.cog import encoder as sdk_encoder
+from grafana_foundation_sdk.cog import plugins as sdk_plugins
+from grafana_foundation_sdk.models import dashboard as sdk_dashboard
+from grafana_foundation_sdk.models import prometheus as sdk_prometheus
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC = REPO.parent / "shared" / "SPEC.md"
+RULES = REPO / "dashboards" / "prometheus" / "etf-otel-alerts.yml"
+RULES_TEST = REPO / "dashboards" / "prometheus" / "etf-otel-alerts.test.yml"
+GENERATOR = REPO / "dashboards" / "grafana" / "generate.py"
+DASHBOARD = REPO / "dashboards" / "grafana" / "etf-otel.json"
+
+# SPEC.md section 6: instrument -> Prometheus name (as produced by the OTel Prometheus exporter).
+COUNTERS = {
+    "etf_tool_call_fragments_total",
+    "etf_tool_call_id_transitions_total",
+    "etf_tool_call_identity_errors_total",
+    "etf_integrity_violations_total",
+    "etf_tool_calls_total",
+    "etf_streams_total",
+}
+HISTOGRAM = "gen_ai_execute_tool_duration_seconds"
+ALLOWED_METRICS = COUNTERS | {f"{HISTOGRAM}{suffix}" for suffix in ("_bucket", "_sum", "_count")}
+
+# Labels each metric carries in Prometheus (SPEC section 6 attributes, dots -> underscores),
+# plus the target labels `job` and `instance`, and `le` on histogram buckets.
+TARGET_LABELS = {"job", "instance"}
+METRIC_LABELS: dict[str, set[str]] = {
+    "etf_tool_call_fragments_total": {"gen_ai_provider_name"},
+    "etf_tool_call_id_transitions_total": {"etf_id_transition", "etf_id_kind", "gen_ai_provider_name"},
+    "etf_tool_call_identity_errors_total": {
+        "etf_error_category",
+        "etf_id_kind",
+        "etf_id_prior_present",
+        "etf_id_empty",
+        "gen_ai_provider_name",
+    },
+    "etf_integrity_violations_total": {"etf_error_category", "gen_ai_provider_name"},
+    "etf_tool_calls_total": {"etf_tool_call_verdict", "gen_ai_tool_name", "gen_ai_provider_name"},
+    "etf_streams_total": {"etf_stream_state", "gen_ai_provider_name"},
+    f"{HISTOGRAM}_bucket": {"gen_ai_tool_name", "error_type", "le"},
+    f"{HISTOGRAM}_sum": {"gen_ai_tool_name", "error_type"},
+    f"{HISTOGRAM}_count": {"gen_ai_tool_name", "error_type"},
+}
+KNOWN_LABELS = TARGET_LABELS.union(*METRIC_LABELS.values())
+
+# SPEC section 4: the closed list of error categories.
+ERROR_CATEGORIES = {
+    "initial_null",
+    "id_conflict",
+    "empty_after_established",
+    "unsupported_id_type",
+    "missing_index",
+    "name_conflict",
+    "missing_id",
+    "missing_name",
+    "invalid_arguments",
+    "duplicate_call_id",
+    "truncated_stream",
+    "orphaned_result",
+    "unanswered_call",
+    "duplicate_result",
+    "divergent_assembly",
+}
+# Closed value sets of other labels (SPEC sections 2, 5 and 6).
+LABEL_VALUES: dict[str, set[str]] = {
+    "etf_error_category": ERROR_CATEGORIES,
+    "etf_stream_state": {"completed", "truncated", "abandoned", "failed"},
+    "etf_tool_call_verdict": {"proposed", "rejected"},
+    "etf_id_kind": {"absent", "null", "string", "number", "boolean", "array", "object"},
+    "etf_id_transition": {
+        "await",
+        "establish",
+        "replace_empty",
+        "keep_omitted",
+        "keep_null",
+        "keep_identical",
+        "reject",
+        # compatibility transitions named in SPEC section 2
+        "keep_empty",
+        "infer_index",
+    },
+}
+
+# PromQL words the shipped expressions may use besides metric names.
+PROMQL_WORDS = {
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "count",
+    "topk",
+    "rate",
+    "irate",
+    "increase",
+    "histogram_quantile",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "bool",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+}
+SEVERITIES = {"critical", "warning", "info"}
+
+STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+SELECTOR_RE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)?\s*\{([^}]*)\}")
+MATCHER_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+GROUPING_RE = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+IDENT_RE = re.compile(r"\b[a-zA-Z_:][a-zA-Z0-9_:]*")
+TEMPLATE_LABEL_RE = re.compile(r"\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)")
+TEMPLATE_CATEGORY_RE = re.compile(r'eq\s+\$labels\.etf_error_category\s+"([^"]*)"')
+LABEL_VALUES_RE = re.compile(r"^label_values\((.*),\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\)$")
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def analyse(expr: str) -> tuple[set[str], set[str], list[tuple[str | None, str, str, str]]]:
+    """Return (metric names, label names, matchers) used by a PromQL expression.
+
+    Matchers are (metric or None, label, operator, value). Identifiers that are neither PromQL
+    words, labels nor metric names are returned as metric names, so anything unknown fails.
+    """
+    labels: set[str] = set()
+    matchers: list[tuple[str | None, str, str, str]] = []
+    for match in SELECTOR_RE.finditer(expr):
+        metric = match.group(1)
+        for label, op, value in MATCHER_RE.findall(match.group(2)):
+            labels.add(label)
+            matchers.append((metric, label, op, value))
+    rest = SELECTOR_RE.sub(lambda m: f" {m.group(1) or ''} ", expr)
+    rest = STRING_RE.sub(" ", rest)
+    for match in GROUPING_RE.finditer(rest):
+        labels.update(name.strip() for name in match.group(1).split(",") if name.strip())
+    rest = GROUPING_RE.sub(" ", rest)
+    rest = re.sub(r"\[[^\]]*\]", " ", rest)
+    metrics = {word for word in IDENT_RE.findall(rest) if word not in PROMQL_WORDS}
+    return metrics, labels, matchers
+
+
+def matcher_values(op: str, value: str) -> set[str]:
+    """The literal values an `=` or `=~` matcher selects (a regex must be a plain a|b|c list)."""
+    if op == "=":
+        return {value}
+    if op == "=~":
+        return set(value.split("|"))
+    return set()
+
+
+def problems_in(expr: str) -> list[str]:
+    """Every name problem in one PromQL expression (empty when it uses only contract names)."""
+    metrics, labels, matchers = analyse(expr)
+    problems = [f"unknown metric {m!r}" for m in sorted(metrics - ALLOWED_METRICS)]
+    problems += [f"unknown label {label!r}" for label in sorted(labels - KNOWN_LABELS)]
+    for metric, label, op, value in matchers:
+        if metric in METRIC_LABELS and label not in METRIC_LABELS[metric] | TARGET_LABELS:
+            problems.append(f"{metric} has no label {label!r}")
+        if label in LABEL_VALUES and not value.startswith("$"):
+            for item in sorted(matcher_values(op, value) - LABEL_VALUES[label]):
+                problems.append(f"unknown {label} value {item!r}")
+    return problems
+
+
+def concrete(expr: str) -> str:
+    """Replace Grafana variables with concrete values so promtool can parse the expression."""
+    expr = re.sub(r"\$__(rate_interval|interval|range)\b", "5m", expr)
+    return re.sub(r"\$\{?[a-zA-Z_][a-zA-Z0-9_]*\}?", ".*", expr)
+
+
+def promtool_check(exprs: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run `promtool check rules` on a file with one recording rule per expression."""
+    rules = [{"record": f"etf_check:{name}", "expr": expr} for name, expr in exprs.items()]
+    path = tmp_path / "expressions.rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "expressions", "rules": rules}]}), encoding="utf-8")
+    return subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, check=False)
+
+
+def load_rules() -> list[dict[str, Any]]:
+    data = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    return [rule for group in data["groups"] for rule in group["rules"]]
+
+
+def load_dashboard() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    return data
+
+
+def dashboard_exprs() -> dict[str, str]:
+    """Every panel query and variable selector of the dashboard, keyed by panel id and ref_id."""
+    dashboard = load_dashboard()
+    exprs = {}
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            exprs[f"panel_{panel['id']}_{target['refId']}"] = target["expr"]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            match = LABEL_VALUES_RE.match(variable["query"])
+            assert match, f"variable {variable['name']}: not a label_values(selector, label) query"
+            exprs[f"variable_{variable['name']}"] = f"count by ({match.group(2)}) ({match.group(1)})"
+    return exprs
+
+
+def rule_exprs() -> dict[str, str]:
+    return {rule["alert"]: rule["expr"] for rule in load_rules()}
+
+
+def load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("etf_dashboard_generate", GENERATOR)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve string annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def spec_section(number: int) -> str:
+    if not SPEC.exists():
+        pytest.skip(f"{SPEC} not found: shared/ must sit beside the repository")
+    text = SPEC.read_text(encoding="utf-8")
+    match = re.search(rf"^## {number}\..*?(?=^## )", text, re.M | re.S)
+    assert match, f"SPEC.md has no section {number}"
+    return match.group(0)
+
+
+def table_rows(section: str) -> list[list[str]]:
+    rows = []
+    for line in section.splitlines():
+        if line.startswith("|") and not re.match(r"^\|[\s|:-]+\|$", line):
+            rows.append([cell.strip().strip("`") for cell in line.strip("|").split("|")])
+    return rows[1:]  # without the header
+
+
+PROMTOOL = shutil.which("promtool") or ""
+needs_promtool = pytest.mark.skipif(
+    not PROMTOOL, reason="promtool not found: apt-get install -y --no-install-recommends prometheus"
+)
+
+
+# --- the lists above are SPEC's ----------------------------------------------------------------------
+
+
+def test_allowed_metrics_are_the_prometheus_names_of_spec_section_6() -> None:
+    rows = table_rows(spec_section(6).split("Metrics (", 1)[1])
+    names = {row[3] for row in rows}
+    assert names == COUNTERS | {HISTOGRAM}
+    for instrument, _kind, attributes, prometheus in rows:
+        spec_labels = {a.strip().split(" ")[0].strip("`").replace(".", "_") for a in attributes.split(",")}
+        if prometheus == HISTOGRAM:
+            assert spec_labels == METRIC_LABELS[f"{HISTOGRAM}_sum"], instrument
+        else:
+            assert spec_labels == METRIC_LABELS[prometheus], instrument
+
+
+def test_error_categories_are_spec_section_4() -> None:
+    assert {row[1] for row in table_rows(spec_section(4))} == ERROR_CATEGORIES
+
+
+# --- Prometheus rules ---------------------------------------------------------------------------------
+
+
+@needs_promtool
+def test_promtool_check_rules_passes() -> None:
+    result = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(load_rules())} rules found" in result.stdout
+
+
+@needs_promtool
+def test_promtool_unit_tests_pass() -> None:
+    result = subprocess.run(
+        [PROMTOOL, "test", "rules", RULES_TEST.name],
+        cwd=RULES_TEST.parent,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_every_rule_has_unit_tests_that_fire_and_that_must_not_fire() -> None:
+    tests = yaml.safe_load(RULES_TEST.read_text(encoding="utf-8"))
+    assert tests["rule_files"] == [RULES.name]
+    fires: set[str] = set()
+    silent: set[str] = set()
+    for case in tests["tests"]:
+        for check in case.get("alert_rule_test", []):
+            (fires if check.get("exp_alerts") else silent).add(check["alertname"])
+    alerts = set(rule_exprs())
+    assert alerts - fires == set(), "rules without a firing test case"
+    assert alerts - silent == set(), "rules without a test case that must not fire"
+    assert (fires | silent) - alerts == set(), "tests for rules that do not exist"
+
+
+def test_rules_use_only_spec_metric_label_and_category_names() -> None:
+    problems = {name: problems_in(expr) for name, expr in rule_exprs().items()}
+    assert {name: found for name, found in problems.items() if found} == {}
+
+
+def test_rule_annotations_use_only_known_labels_and_categories() -> None:
+    for rule in load_rules():
+        text = " ".join(rule["annotations"].values())
+        assert set(TEMPLATE_LABEL_RE.findall(text)) <= KNOWN_LABELS, rule["alert"]
+        assert set(TEMPLATE_CATEGORY_RE.findall(text)) <= ERROR_CATEGORIES, rule["alert"]
+
+
+def test_unit_test_series_use_only_spec_names() -> None:
+    tests = yaml.safe_load(RULES_TEST.read_text(encoding="utf-8"))
+    series = [s["series"] for case in tests["tests"] for s in case["input_series"]]
+    problems = {s: problems_in(s) for s in series}
+    assert {s: found for s, found in problems.items() if found} == {}
+
+
+def test_rules_keep_job_and_provider_through_aggregation_and_are_documented() -> None:
+    for rule in load_rules():
+        name = rule["alert"]
+        groupings = GROUPING_RE.findall(STRING_RE.sub('""', rule["expr"]))
+        by_clauses = re.findall(r"\bby\s*\(([^)]*)\)", rule["expr"])
+        assert by_clauses, f"{name}: aggregates nothing"
+        for clause in by_clauses:
+            kept = {label.strip() for label in clause.split(",")}
+            assert {"job", "gen_ai_provider_name"} <= kept, f"{name}: by ({clause}) drops job or provider"
+            if "etf_error_category" in rule["annotations"]["summary"]:
+                assert "etf_error_category" in kept, f"{name}: by ({clause}) drops the category"
+        assert groupings, name
+        assert rule["labels"]["severity"] in SEVERITIES, name
+        assert set(rule["annotations"]) >= {"summary", "description"}, name
+        assert "{{ $labels.job }}" in rule["annotations"]["summary"], name
+        assert "{{ $labels.gen_ai_provider_name }}" in rule["annotations"]["summary"], name
+        assert "What to do:" in rule["annotations"]["description"], name
+        assert "Meaning" in rule["annotations"]["description"], name
+
+
+# --- Grafana dashboard ---------------------------------------------------------------------------------
+
+
+def test_dashboard_uses_only_spec_metric_label_and_value_names() -> None:
+    problems = {name: problems_in(expr) for name, expr in dashboard_exprs().items()}
+    assert {name: found for name, found in problems.items() if found} == {}
+
+
+def test_dashboard_shows_every_spec_metric() -> None:
+    used: set[str] = set()
+    for expr in dashboard_exprs().values():
+        used |= analyse(expr)[0]
+    assert COUNTERS <= used
+    assert f"{HISTOGRAM}_bucket" in used
+
+
+@needs_promtool
+def test_every_dashboard_and_rule_expression_parses(tmp_path: Path) -> None:
+    exprs = {name: concrete(expr) for name, expr in dashboard_exprs().items()}
+    exprs |= {f"rule_{name}": expr for name, expr in rule_exprs().items()}
+    result = promtool_check(exprs, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(exprs)} rules found" in result.stdout
+
+
+def test_dashboard_panels_have_ids_ref_ids_and_the_datasource_variable() -> None:
+    dashboard = load_dashboard()
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids)), "duplicate panel ids"
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        ref_ids = [target["refId"] for target in panel["targets"]]
+        assert ref_ids and all(ref_ids) and len(ref_ids) == len(set(ref_ids)), panel["title"]
+        assert "$job" in json.dumps(panel["targets"]), f"{panel['title']}: not filtered by job"
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    assert variables["job"]["type"] == "query"
+    assert variables["provider"]["type"] == "query"
+    assert variables["provider"]["query"].endswith(", gen_ai_provider_name)")
+
+
+def test_generator_check_mode_accepts_the_committed_json() -> None:
+    result = subprocess.run(
+        [sys.executable, str(GENERATOR), "--check"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_generator_check_mode_rejects_a_stale_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    generator = load_generator()
+    stale = tmp_path / "etf-otel.json"
+    stale.write_text(DASHBOARD.read_text(encoding="utf-8").replace("Identity errors", "Identity errorz"))
+    assert generator.main(["--check", "--output", str(stale)]) == 1
+    assert "out of date" in capsys.readouterr().err
+    assert generator.main(["--output", str(stale)]) == 0
+    assert stale.read_text(encoding="utf-8") == DASHBOARD.read_text(encoding="utf-8")
+
+
+def test_generator_output_is_deterministic() -> None:
+    generator = load_generator()
+    assert generator.render() == generator.render() == DASHBOARD.read_text(encoding="utf-8")
+
+
+def test_dashboard_json_round_trips_through_the_sdk_models() -> None:
+    sdk_plugins.register_default_plugins()
+    data = load_dashboard()
+    model = sdk_dashboard.Dashboard.from_json(data)
+    again = json.loads(json.dumps(model, cls=sdk_encoder.JSONEncoder))
+    assert again == data
+    for panel in model.panels or []:
+        if isinstance(panel, sdk_dashboard.Panel):
+            assert all(isinstance(t, sdk_prometheus.Dataquery) for t in panel.targets or []), panel.title
+
+
+# --- the checks themselves can fail --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expr", "problem"),
+    [
+        ("sum(rate(etf_tool_call_errors_total[5m]))", "unknown metric 'etf_tool_call_errors_total'"),
+        ("rate(gen_ai_execute_tool_duration_seconds[5m])", "unknown metric 'gen_ai_execute_tool_duration_seconds'"),
+        ("sum by (provider) (rate(etf_streams_total[5m]))", "unknown label 'provider'"),
+        ('etf_streams_total{etf_stream_state="timeout"}', "unknown etf_stream_state value 'timeout'"),
+        (
+            'etf_integrity_violations_total{etf_error_category=~"orphaned_result|orphan"}',
+            "unknown etf_error_category value 'orphan'",
+        ),
+        (
+            'gen_ai_execute_tool_duration_seconds_count{gen_ai_provider_name="openai"}',
+            "gen_ai_execute_tool_duration_seconds_count has no label 'gen_ai_provider_name'",
+        ),
+    ],
+)
+def test_name_check_reports_names_outside_the_contract(expr: str, problem: str) -> None:
+    assert problem in problems_in(expr)
+
+
+@needs_promtool
+def test_expression_check_reports_invalid_promql(tmp_path: Path) -> None:
+    result = promtool_check({"bad": "sum by (job) (rate(etf_streams_total[5m])"}, tmp_path)
+    assert result.returncode != 0
