@@ -202,8 +202,11 @@ class Telemetry:
         if state is not StreamState.COMPLETED:
             stream_span.set_status(Status(StatusCode.ERROR))
             stream_span.set_attribute(A.ERROR_TYPE, ErrorCategory.TRUNCATED_STREAM.value)
+        # The calls are children of the response span, itself a child of the current span:
+        # one trace holds the response, its calls and (through links) their executions.
+        response_context = trace.set_span_in_context(stream_span, parent)
         for call in result.calls:
-            self._record_call(call, result.dispatchable, parent, started_ns, ended_ns)
+            self._record_call(call, result.dispatchable, response_context, started_ns, ended_ns)
         stream_span.end(end_time=ended_ns)
         if conversation is not None and result.dispatchable:
             conversation.proposed(call.id for call in result.calls if call.id is not None)

@@ -51,24 +51,45 @@ def _parser() -> argparse.ArgumentParser:
         metavar="RULE",
         help="enable a compatibility rule: " + ", ".join(rule.value for rule in CompatibilityRule),
     )
+    replay.add_argument(
+        "--export",
+        metavar="PATH",
+        help="also write the telemetry the instrumentation would emit for this stream (OTLP JSON lines)",
+    )
     return parser
 
 
 def _replay(args: argparse.Namespace) -> int:
-    assembler = ReferenceAssembler(args.allow)
     try:
-        for chunk in read_chunks(args.file):
-            assembler.feed(chunk)
+        chunks = list(read_chunks(args.file))
     except RecordingError as error:
         print(f"etf-otel replay: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    assembler = ReferenceAssembler(args.allow)
+    for chunk in chunks:
+        assembler.feed(chunk)
     result = assembler.finish()
+    if args.export:
+        _export_replay(chunks, args)
     report = build_report(result, show_arguments=args.show_arguments)
     if args.json:
         sys.stdout.write(report.to_json(show_arguments=args.show_arguments) + "\n")
     else:
         render_report(report, Console(), show_arguments=args.show_arguments)
     return EXIT_FOUND if result.rejections else EXIT_OK
+
+
+def _export_replay(chunks: list[object], args: argparse.Namespace) -> None:
+    """Run the recording through the real instrumentation, exporting to ``args.export``."""
+    from ._sdk_setup import setup_sdk
+    from .instrumentation import Instrumentation
+
+    setup = setup_sdk("etf-otel-replay", args.export)
+    assert setup is not None
+    instrumentation = Instrumentation(setup.tracer_provider, setup.meter_provider, allow=args.allow)
+    for _ in instrumentation.stream(iter(chunks)):
+        pass
+    setup.shutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
