@@ -63,6 +63,13 @@ class ProposalRecord:
     arguments_hash: int
 
 
+def _finding_attributes(finding: Finding) -> dict[str, AttributeValue]:
+    attributes: dict[str, AttributeValue] = {A.ETF_ERROR_CATEGORY: finding.category.value}
+    if finding.call_id is not None:  # only ever a preserved, proposed id
+        attributes[A.GEN_AI_TOOL_CALL_ID] = finding.call_id
+    return attributes
+
+
 class _ProposalRegistry:
     """Bounded map from preserved call id to its record (oldest forgotten first)."""
 
@@ -157,17 +164,30 @@ class Telemetry:
 
     # --- responses -------------------------------------------------------------------------
 
+    def base_attributes(self, provider_name: str | None = None) -> dict[str, AttributeValue]:
+        """Attributes every span and metric of one response carries (the provider, if known)."""
+        if provider_name:
+            return {A.GEN_AI_PROVIDER_NAME: provider_name}
+        return self._base
+
     def record_response(
         self,
         result: AssemblyResult,
         state: StreamState,
         parent: Context | None,
         started_ns: int,
-        conversation: Conversation | None,
+        conversation: Conversation | None = None,
+        base: dict[str, AttributeValue] | None = None,
+        findings: Sequence[Finding] = (),
     ) -> None:
-        """Emit the spans and metrics of one finalized response."""
+        """Emit the spans and metrics of one finalized response.
+
+        ``findings`` were detected when the response started (linkage of the previous one);
+        they were counted then and become events on this response's span now.
+        """
         ended_ns = time.time_ns()
-        base = self._base
+        if base is None:
+            base = self._base
         self.fragments.add(result.fragments, base)
         for (transition, kind), count in result.transition_counts().items():
             self.id_transitions.add(count, {A.ETF_ID_TRANSITION: transition.value, A.ETF_ID_KIND: kind.value, **base})
@@ -202,19 +222,27 @@ class Telemetry:
         if state is not StreamState.COMPLETED:
             stream_span.set_status(Status(StatusCode.ERROR))
             stream_span.set_attribute(A.ERROR_TYPE, ErrorCategory.TRUNCATED_STREAM.value)
+        if findings and stream_span.is_recording():
+            for finding in findings:
+                stream_span.add_event(A.EVENT_INTEGRITY_VIOLATION, _finding_attributes(finding))
         # The calls are children of the response span, itself a child of the current span:
         # one trace holds the response, its calls and (through links) their executions.
         response_context = trace.set_span_in_context(stream_span, parent)
         for call in result.calls:
-            self._record_call(call, result.dispatchable, response_context, started_ns, ended_ns)
+            self._record_call(call, result.dispatchable, response_context, started_ns, ended_ns, base)
         stream_span.end(end_time=ended_ns)
         if conversation is not None and result.dispatchable:
             conversation.proposed(call.id for call in result.calls if call.id is not None)
 
     def _record_call(
-        self, call: ToolCall, dispatchable: bool, parent: Context | None, started_ns: int, ended_ns: int
+        self,
+        call: ToolCall,
+        dispatchable: bool,
+        parent: Context | None,
+        started_ns: int,
+        ended_ns: int,
+        base: dict[str, AttributeValue],
     ) -> None:
-        base = self._base
         self.tool_calls.add(
             1,
             {A.ETF_TOOL_CALL_VERDICT: call.verdict.value, A.GEN_AI_TOOL_NAME: self.tool_name_label(call.name), **base},
@@ -282,17 +310,20 @@ class Telemetry:
 
     # --- linkage ---------------------------------------------------------------------------
 
-    def record_findings(self, findings: Iterable[Finding], span: Span | None = None) -> None:
-        """Count linkage findings and add one ``etf.integrity.violation`` event each."""
-        target = span if span is not None else trace.get_current_span()
-        recording = target.is_recording()
+    def count_findings(self, findings: Iterable[Finding], base: dict[str, AttributeValue] | None = None) -> None:
+        """Count linkage findings on ``etf.integrity.violations``."""
         for finding in findings:
-            self.integrity_violations.add(1, {A.ETF_ERROR_CATEGORY: finding.category.value, **self._base})
-            if recording:
-                event: dict[str, AttributeValue] = {A.ETF_ERROR_CATEGORY: finding.category.value}
-                if finding.call_id is not None:
-                    event[A.GEN_AI_TOOL_CALL_ID] = finding.call_id
-                target.add_event(A.EVENT_INTEGRITY_VIOLATION, event)
+            self.integrity_violations.add(
+                1, {A.ETF_ERROR_CATEGORY: finding.category.value, **(self._base if base is None else base)}
+            )
+
+    def record_findings(self, findings: Sequence[Finding], span: Span | None = None) -> None:
+        """Count linkage findings and add one ``etf.integrity.violation`` event each to ``span``."""
+        self.count_findings(findings)
+        target = span if span is not None else trace.get_current_span()
+        if target.is_recording():
+            for finding in findings:
+                target.add_event(A.EVENT_INTEGRITY_VIOLATION, _finding_attributes(finding))
 
     def record_divergence(self, kinds: Sequence[str], span: Span | None = None) -> None:
         """Count a wrapped assembler's divergences from the rules (``divergent_assembly``)."""

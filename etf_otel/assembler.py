@@ -107,7 +107,7 @@ class ReferenceAssembler:
             id_ = fragment.get("id", ABSENT)
             function = fragment.get("function", ABSENT)
         elif fragment is None or isinstance(fragment, (str, int, float, list)):
-            self._slots.unindexed(choice)
+            self._slots.unindexed(choice, inferable=False)
             return
         else:
             index = field(fragment, "index")

@@ -94,7 +94,10 @@ def _export_replay(chunks: list[object], args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code instead of exiting."""
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:  # --help, --version and usage errors: return, do not exit
+        return exit_.code if isinstance(exit_.code, int) else EXIT_BAD_INPUT
     if args.command == "replay":
         return _replay(args)
     raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover - argparse rejects it

@@ -18,8 +18,9 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 
+import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 
@@ -45,8 +46,6 @@ __all__ = [
     "instrument_host",
     "instrument_stream",
 ]
-
-T = TypeVar("T")
 
 _EOF, _ERROR, _CLOSED = "eof", "error", "closed"
 _DISABLED_NAMES = frozenset({"etf_otel", "etf-otel"})
@@ -74,25 +73,56 @@ class GuardRefusedError(Exception):
 
 
 class ResponseObserver:
-    """Runs the identity rules beside one streamed response and reports it once at the end."""
+    """Runs the identity rules beside one streamed response and reports it once at the end.
 
-    __slots__ = ("__weakref__", "_assembler", "_conversation", "_done", "_lock", "_parent", "_started_ns", "telemetry")
+    With a ``conversation`` it first settles the previous response of that conversation
+    (``tool_message_ids`` are the ids the new request answers with, when known): the
+    findings are counted at once and recorded as events on this response's span.
+    """
 
-    def __init__(self, telemetry: Telemetry, rules: IdentityRules, conversation: Conversation | None) -> None:
+    __slots__ = (
+        "__weakref__",
+        "_assembler",
+        "_base",
+        "_conversation",
+        "_done",
+        "_findings",
+        "_lock",
+        "_parent",
+        "_started_ns",
+        "telemetry",
+    )
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        rules: IdentityRules,
+        conversation: Conversation | None = None,
+        *,
+        provider_name: str | None = None,
+        tool_message_ids: Sequence[str | None] | None = None,
+    ) -> None:
         self.telemetry = telemetry
         self._assembler = ReferenceAssembler(rules=rules, clock=time.time_ns)
         self._conversation = conversation
+        self._base = telemetry.base_attributes(provider_name)
         self._parent = otel_context.get_current()
         self._started_ns = time.time_ns()
         self._lock = threading.Lock()
         self._done = False
+        self._findings: list[Finding] = []
         if conversation is not None:
             with internal_errors_swallowed("settling the previous response"):
-                telemetry.record_findings(conversation.next_request())
+                self._findings = conversation.next_request(tool_message_ids)
+                telemetry.count_findings(self._findings, self._base)
 
     @property
     def finished(self) -> bool:
         return self._done
+
+    @property
+    def assembler(self) -> ReferenceAssembler:
+        return self._assembler
 
     def observe(self, chunk: object) -> None:
         try:
@@ -115,132 +145,132 @@ class ResponseObserver:
                 state = StreamState.ABANDONED
             else:
                 state = result.state
-            self.telemetry.record_response(result, state, self._parent, self._started_ns, self._conversation)
+            self.telemetry.record_response(
+                result, state, self._parent, self._started_ns, self._conversation, self._base, self._findings
+            )
             return result
         return None
 
 
-class ObservedStream(Generic[T]):
-    """A synchronous stream of chunks, observed. Yields exactly what the wrapped one yields."""
+class ObservedStream(wrapt.ObjectProxy[Iterable[Any]]):
+    """A synchronous stream of chunks, observed.
 
-    def __init__(self, stream: Iterable[T], observer: ResponseObserver) -> None:
-        self._etf_stream = stream
-        self._etf_iterator: Iterator[T] | None = None
-        self._etf_observer = observer
-        self._etf_finalizer = weakref.finalize(self, observer.finish, _CLOSED)
+    A transparent proxy: ``isinstance`` checks, attributes (``response``, ...) and every
+    chunk are the wrapped stream's own; only iteration and closing are watched.
+    """
 
-    def __iter__(self) -> ObservedStream[T]:
+    def __init__(self, stream: Iterable[Any], observer: ResponseObserver) -> None:
+        super().__init__(stream)
+        self._self_iterator: Iterator[Any] | None = None
+        self._self_observer = observer
+        self._self_finalizer = weakref.finalize(self, observer.finish, _CLOSED)
+
+    def __iter__(self) -> ObservedStream:
         return self
 
-    def __next__(self) -> T:
-        iterator = self._etf_iterator
+    def __next__(self) -> Any:
+        iterator = self._self_iterator
         if iterator is None:
-            iterator = self._etf_iterator = iter(self._etf_stream)
+            iterator = self._self_iterator = iter(self.__wrapped__)
         try:
             chunk = next(iterator)
         except StopIteration:
-            self._etf_end(_EOF)
+            self._self_end(_EOF)
             raise
         except BaseException:
-            self._etf_end(_ERROR)
+            self._self_end(_ERROR)
             raise
-        self._etf_observer.observe(chunk)
+        self._self_observer.observe(chunk)
         return chunk
 
-    def _etf_end(self, how: str) -> None:
-        self._etf_observer.finish(how)
-        self._etf_finalizer.detach()
+    def _self_end(self, how: str) -> None:
+        self._self_observer.finish(how)
+        self._self_finalizer.detach()
 
     def close(self) -> Any:
         try:
-            close = getattr(self._etf_stream, "close", None)
+            close = getattr(self.__wrapped__, "close", None)
             return close() if close is not None else None
         finally:
-            self._etf_end(_CLOSED)
+            self._self_end(_CLOSED)
 
-    def __enter__(self) -> ObservedStream[T]:
-        enter = getattr(self._etf_stream, "__enter__", None)
+    def __enter__(self) -> ObservedStream:
+        enter = getattr(self.__wrapped__, "__enter__", None)
         if enter is not None:
             enter()
         return self
 
     def __exit__(self, *exc_info: object) -> Any:
         try:
-            exit_ = getattr(self._etf_stream, "__exit__", None)
+            exit_ = getattr(self.__wrapped__, "__exit__", None)
             return exit_(*exc_info) if exit_ is not None else None
         finally:
-            self._etf_end(_CLOSED)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._etf_stream, name)
+            self._self_end(_CLOSED)
 
 
-class ObservedAsyncStream(Generic[T]):
-    """An asynchronous stream of chunks, observed. Yields exactly what the wrapped one yields."""
+class ObservedAsyncStream(wrapt.ObjectProxy[AsyncIterable[Any]]):
+    """An asynchronous stream of chunks, observed; a transparent proxy like :class:`ObservedStream`."""
 
-    def __init__(self, stream: AsyncIterable[T], observer: ResponseObserver) -> None:
-        self._etf_stream = stream
-        self._etf_iterator: AsyncIterator[T] | None = None
-        self._etf_observer = observer
-        self._etf_finalizer = weakref.finalize(self, observer.finish, _CLOSED)
+    def __init__(self, stream: AsyncIterable[Any], observer: ResponseObserver) -> None:
+        super().__init__(stream)
+        self._self_iterator: AsyncIterator[Any] | None = None
+        self._self_observer = observer
+        self._self_finalizer = weakref.finalize(self, observer.finish, _CLOSED)
 
-    def __aiter__(self) -> ObservedAsyncStream[T]:
+    def __aiter__(self) -> ObservedAsyncStream:
         return self
 
-    async def __anext__(self) -> T:
-        iterator = self._etf_iterator
+    async def __anext__(self) -> Any:
+        iterator = self._self_iterator
         if iterator is None:
-            iterator = self._etf_iterator = self._etf_stream.__aiter__()
+            iterator = self._self_iterator = self.__wrapped__.__aiter__()
         try:
             chunk = await iterator.__anext__()
         except StopAsyncIteration:
-            self._etf_end(_EOF)
+            self._self_end(_EOF)
             raise
         except BaseException:
-            self._etf_end(_ERROR)
+            self._self_end(_ERROR)
             raise
-        self._etf_observer.observe(chunk)
+        self._self_observer.observe(chunk)
         return chunk
 
-    def _etf_end(self, how: str) -> None:
-        self._etf_observer.finish(how)
-        self._etf_finalizer.detach()
+    def _self_end(self, how: str) -> None:
+        self._self_observer.finish(how)
+        self._self_finalizer.detach()
 
     def close(self) -> Any:
         """Forwards ``close()`` (a coroutine for ``openai.AsyncStream``); the response ends now."""
         try:
-            return self._etf_stream.close()  # type: ignore[attr-defined]
+            return self.__wrapped__.close()  # type: ignore[attr-defined]
         finally:
-            self._etf_end(_CLOSED)
+            self._self_end(_CLOSED)
 
     async def aclose(self) -> None:
         try:
-            aclose = getattr(self._etf_stream, "aclose", None)
+            aclose = getattr(self.__wrapped__, "aclose", None)
             if aclose is None:
-                close = getattr(self._etf_stream, "close", None)
+                close = getattr(self.__wrapped__, "close", None)
                 outcome = close() if close is not None else None
                 if inspect.isawaitable(outcome):
                     await outcome
             else:
                 await aclose()
         finally:
-            self._etf_end(_CLOSED)
+            self._self_end(_CLOSED)
 
-    async def __aenter__(self) -> ObservedAsyncStream[T]:
-        enter = getattr(self._etf_stream, "__aenter__", None)
+    async def __aenter__(self) -> ObservedAsyncStream:
+        enter = getattr(self.__wrapped__, "__aenter__", None)
         if enter is not None:
             await enter()
         return self
 
     async def __aexit__(self, *exc_info: object) -> Any:
         try:
-            exit_ = getattr(self._etf_stream, "__aexit__", None)
+            exit_ = getattr(self.__wrapped__, "__aexit__", None)
             return await exit_(*exc_info) if exit_ is not None else None
         finally:
-            self._etf_end(_CLOSED)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._etf_stream, name)
+            self._self_end(_CLOSED)
 
 
 def reference_calls(result: object) -> Sequence[AssembledCall]:
@@ -314,7 +344,7 @@ class ObservedAssembler:
                 raise
             kinds: list[DivergenceKind] = []
             with internal_errors_swallowed("comparing assemblies"):
-                ours = self._etf_observer._assembler.finish()
+                ours = self._etf_observer.assembler.finish()
                 kinds = compare(ours.calls, self._etf_calls(outcome))
             self._etf_end(kinds, _EOF)
             return outcome
@@ -476,15 +506,35 @@ class Instrumentation:
             tracer_provider, meter_provider, provider_name=provider_name, capture_content=capture_content
         )
 
-    def observer(self, conversation: Conversation | None = None) -> ResponseObserver:
-        return ResponseObserver(self.telemetry, self.rules, conversation)
+    def observer(
+        self,
+        conversation: Conversation | None = None,
+        *,
+        provider_name: str | None = None,
+        tool_message_ids: Sequence[str | None] | None = None,
+    ) -> ResponseObserver:
+        return ResponseObserver(
+            self.telemetry, self.rules, conversation, provider_name=provider_name, tool_message_ids=tool_message_ids
+        )
 
-    def stream(self, stream: Any, *, conversation: Conversation | None = None) -> Any:
-        """Wrap a sync or async iterable of chunks; returns it unchanged when disabled."""
+    def stream(
+        self,
+        stream: Any,
+        *,
+        conversation: Conversation | None = None,
+        provider_name: str | None = None,
+        tool_message_ids: Sequence[str | None] | None = None,
+    ) -> Any:
+        """Wrap a sync or async iterable of chunks; returns it unchanged when disabled.
+
+        ``tool_message_ids`` are the ``tool_call_id`` values of the tool messages the request
+        that produced this stream carried; with a ``conversation`` they settle the previous
+        response (``orphaned_result``, ``duplicate_result``, ``unanswered_call``).
+        """
         if _disabled() or _suppressed():
             return stream
         try:
-            observer = self.observer(conversation)
+            observer = self.observer(conversation, provider_name=provider_name, tool_message_ids=tool_message_ids)
             if hasattr(stream, "__aiter__"):
                 return ObservedAsyncStream(stream, observer)
             return ObservedStream(stream, observer)

@@ -25,6 +25,7 @@ from .assembler import DONE
 __all__ = ["RecordingError", "read_chunks"]
 
 _SSE_FIELDS = ("data:", "event:", "id:", "retry:", ":")
+_JSON_TYPE_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
 class RecordingError(Exception):
@@ -52,7 +53,7 @@ def read_chunks(path: str | Path) -> Iterator[object]:
 
 def _first_line(handle: IO[bytes], path: str | Path) -> str | None:
     for raw in handle:
-        line = _decode(raw, path).strip()
+        line = _decode(raw, path).lstrip("\ufeff").strip()
         if line:
             return line
     return None
@@ -73,14 +74,16 @@ def _chunk(text: str, path: str | Path, where: str) -> object:
     except (ValueError, RecursionError):
         raise RecordingError(f"{path}{where}: not JSON") from None
     if not isinstance(chunk, dict):
-        raise RecordingError(f"{path}{where}: chunk is a JSON {type(chunk).__name__}, not an object")
+        raise RecordingError(
+            f"{path}{where}: chunk is a JSON {_JSON_TYPE_NAMES.get(type(chunk), 'value')}, not an object"
+        )
     return chunk
 
 
 def _read_json_lines(handle: IO[bytes], path: str | Path) -> Iterator[object]:
     for number, raw in enumerate(handle, start=1):
         where = f":{number}"
-        line = _decode(raw, path, where).strip()
+        line = _decode(raw, path, where).lstrip("\ufeff").strip()
         if line:
             yield _chunk(line, path, where)
 

@@ -274,16 +274,25 @@ class ResponseSlots:
             slot = self._slots[key] = _Slot(choice, index, self._clock() if self._clock else None)
         self._apply(slot, id, name, arguments)
 
-    def unindexed(self, choice: int, id: object = ABSENT, name: object = ABSENT, arguments: object = ABSENT) -> None:  # noqa: A002
+    def unindexed(
+        self,
+        choice: int,
+        id: object = ABSENT,  # noqa: A002
+        name: object = ABSENT,
+        arguments: object = ABSENT,
+        *,
+        inferable: bool = True,
+    ) -> None:
         """A fragment without a usable index: ``missing_index``, unless it can be inferred.
 
-        With ``infer_missing_index`` enabled the fragment joins a slot only when exactly
-        one slot of this choice can be meant (see :meth:`_infer_index`); otherwise it is
-        rejected and merged nowhere, and it blocks the response.
+        With ``infer_missing_index`` enabled an ``inferable`` fragment (an object that just
+        lacks a usable index) joins a slot only when exactly one slot of this choice can be
+        meant (see :meth:`_infer_index`); otherwise it is rejected and merged nowhere, and
+        it blocks the response.
         """
         self._fragment_count += 1
         incoming = classify(IdState.NONE, None, id)
-        if self._rules.allows(CompatibilityRule.INFER_MISSING_INDEX):
+        if inferable and self._rules.allows(CompatibilityRule.INFER_MISSING_INDEX):
             index = self._infer_index(choice, id, incoming)
             if index is not None:
                 key = (choice, index)

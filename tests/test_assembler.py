@@ -541,3 +541,12 @@ def test_transition_counts_per_slot_hold_each_compatibility_transition() -> None
     assert call.transition_count(Transition.KEEP_NULL) == 1
     assert call.transition_count(Transition.INFER_INDEX) == 1
     assert call.transition_count(Transition.KEEP_EMPTY) == 0
+
+
+def test_infer_missing_index_never_adopts_a_fragment_that_is_not_an_object() -> None:
+    result = assemble(
+        finished(chunk(fragment(0, "call-a", "f", "{}")), {"choices": [{"index": 0, "delta": {"tool_calls": [None]}}]}),
+        allow=["infer_missing_index"],
+    )
+    assert [c.fragments for c in result.calls] == [1]
+    assert E.MISSING_INDEX in categories(result)

@@ -25,9 +25,6 @@ from .chunks import MISSING
 E = ErrorCategory
 Key = tuple[int, int]
 
-IDENTITY_CATEGORIES = frozenset(
-    {E.INITIAL_NULL, E.ID_CONFLICT, E.EMPTY_AFTER_ESTABLISHED, E.UNSUPPORTED_ID_TYPE, E.NAME_CONFLICT}
-)
 SHARED_IDS = ("shared-1", "shared-2")
 UNINDEXED_ID = "call-unindexed"
 UNINDEXED_MARKER = "<unindexed>"
@@ -321,7 +318,9 @@ def test_assembly_matches_the_spec_model(scenario: Scenario) -> None:
         assert set(call.categories) == want.categories
         assert call.verdict is (Verdict.REJECTED if want.categories else Verdict.PROPOSED)
         assert call.fragments == len(scenario.slots[call.choice, call.index])
-    wanted_rejections = {(key[0], key[1], category) for key, call in expected.items() for category in call.categories}
+    wanted_rejections: set[tuple[int | None, int | None, ErrorCategory]] = {
+        (key[0], key[1], category) for key, call in expected.items() for category in call.categories
+    }
     wanted_rejections |= {(frag.choice, None, E.MISSING_INDEX) for frag in scenario.unindexed}
     if not ended and not scenario.slots:
         wanted_rejections.add((None, None, E.TRUNCATED_STREAM))
