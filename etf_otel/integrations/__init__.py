@@ -1,0 +1,1 @@
+"""Optional integrations with third-party clients; each imports its library lazily."""
