@@ -33,7 +33,6 @@ from wrapt import wrap_function_wrapper
 from .._safety import internal_errors_swallowed
 from ..assembler import field
 from ..completeness import Conversation
-from ..identity import ABSENT
 from ..instrumentation import Instrumentation
 
 __all__ = ["OpenAIInstrumentor", "detect_provider", "instrument_openai"]
@@ -121,7 +120,7 @@ def split_follow_up(messages: Sequence[Any]) -> tuple[int, list[str | None]] | N
     ids: list[str | None] = []
     for message in messages[last_assistant + 1 :]:
         call_id = field(message, "tool_call_id")
-        ids.append(call_id if isinstance(call_id, str) and call_id is not ABSENT else None)
+        ids.append(call_id if isinstance(call_id, str) else None)
     return last_assistant, ids
 
 
