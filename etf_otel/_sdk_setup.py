@@ -8,6 +8,7 @@ be embedded in tests.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,7 @@ class SdkSetup:
     tracer_provider: TracerProvider
     meter_provider: MeterProvider
     destination: str
+    """Where telemetry goes, for people; empty when only in-process readers get it."""
 
     def shutdown(self) -> None:
         """Flush and stop: everything recorded so far is exported before this returns."""
@@ -54,27 +56,36 @@ def _otlp_exporters() -> tuple[SpanExporter, MetricExporter, str]:
     return HttpSpans(), HttpMetrics(), "OTLP/HTTP"
 
 
-def setup_sdk(service_name: str, export_path: str | Path | None = None) -> SdkSetup | None:
+def setup_sdk(
+    service_name: str,
+    export_path: str | Path | None = None,
+    *,
+    extra_readers: Sequence[MetricReader] = (),
+    required: bool = False,
+) -> SdkSetup | None:
     """Providers exporting to ``export_path`` (OTLP JSON lines) or to OTLP when configured.
 
-    Returns ``None`` when neither is asked for: the caller then shows its own summary.
+    Without either, returns ``None`` unless ``required``: then the providers export nowhere
+    but to ``extra_readers`` (and span processors the caller adds).
     """
-    span_exporter: SpanExporter
-    metric_exporter: MetricExporter
+    span_exporter: SpanExporter | None = None
+    readers: list[MetricReader] = list(extra_readers)
+    destination = ""
     if export_path is not None:
         from opentelemetry.exporter.otlp.json.file import FileMetricExporter, FileSpanExporter
 
         Path(export_path).parent.mkdir(parents=True, exist_ok=True)
         span_exporter = FileSpanExporter(str(export_path))
-        metric_exporter = FileMetricExporter(str(export_path))
+        readers.append(PeriodicExportingMetricReader(FileMetricExporter(str(export_path)), 60_000))
         destination = f"{export_path} (OTLP JSON lines)"
     elif otlp_configured():
         span_exporter, metric_exporter, destination = _otlp_exporters()
-    else:
+        readers.append(PeriodicExportingMetricReader(metric_exporter, 60_000))
+    elif not required:
         return None
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or service_name})
     tracer_provider = TracerProvider(resource=resource)
-    tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
-    reader: MetricReader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=60_000)
-    meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+    if span_exporter is not None:
+        tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     return SdkSetup(tracer_provider, meter_provider, destination)

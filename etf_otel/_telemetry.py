@@ -59,6 +59,7 @@ class ProposalRecord:
     dispatchable: bool
     verdict: Verdict
     first_category: ErrorCategory | None
+    """The call's own first category, or else the one that blocked its response."""
     name: str | None
     arguments_hash: int
 
@@ -228,8 +229,9 @@ class Telemetry:
         # The calls are children of the response span, itself a child of the current span:
         # one trace holds the response, its calls and (through links) their executions.
         response_context = trace.set_span_in_context(stream_span, parent)
+        blocked_by = result.rejections[0].category if result.rejections else None
         for call in result.calls:
-            self._record_call(call, result.dispatchable, response_context, started_ns, ended_ns, base)
+            self._record_call(call, result.dispatchable, blocked_by, response_context, started_ns, ended_ns, base)
         stream_span.end(end_time=ended_ns)
         if conversation is not None and result.dispatchable:
             conversation.proposed(call.id for call in result.calls if call.id is not None)
@@ -238,6 +240,7 @@ class Telemetry:
         self,
         call: ToolCall,
         dispatchable: bool,
+        blocked_by: ErrorCategory | None,
         parent: Context | None,
         started_ns: int,
         ended_ns: int,
@@ -302,7 +305,7 @@ class Telemetry:
                     span_context=span.get_span_context(),
                     dispatchable=dispatchable and call.proposed,
                     verdict=call.verdict,
-                    first_category=call.categories[0] if call.categories else None,
+                    first_category=call.categories[0] if call.categories else blocked_by,
                     name=call.name,
                     arguments_hash=hash(call.arguments),
                 ),

@@ -56,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="also write the telemetry the instrumentation would emit for this stream (OTLP JSON lines)",
     )
+
+    demo = commands.add_parser("demo", help="run the case study end to end (no server needed)")
+    demo.add_argument("--export", metavar="FILE", help="write the telemetry as OTLP JSON lines to FILE")
     return parser
 
 
@@ -100,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else EXIT_BAD_INPUT
     if args.command == "replay":
         return _replay(args)
+    if args.command == "demo":
+        from ._demo import run_demo
+
+        return run_demo(args.export)
     raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover - argparse rejects it
 
 

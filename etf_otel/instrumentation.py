@@ -419,13 +419,17 @@ class ObservedHost:
             call_id, name, arguments = _call_fields(call)
             record = telemetry.proposals.get(call_id) if call_id else None
             span = telemetry.start_execution(call_id, name, record, self._etf_record_unverified)
-            refusal = self._etf_refusal(record, name, arguments) if self._etf_guard else None
+            refusal = self._etf_refusal(call_id, record, name, arguments) if self._etf_guard else None
             token = otel_context.attach(trace.set_span_in_context(span))
             return (span, name, call_id, token, refusal, time.perf_counter())
         return None
 
     @staticmethod
-    def _etf_refusal(record: ProposalRecord | None, name: str | None, arguments: str | None) -> ErrorCategory | None:
+    def _etf_refusal(
+        call_id: str | None, record: ProposalRecord | None, name: str | None, arguments: str | None
+    ) -> ErrorCategory | None:
+        if not call_id:
+            return ErrorCategory.MISSING_ID
         if record is None:
             return ErrorCategory.ORPHANED_RESULT
         if not record.dispatchable:

@@ -11,8 +11,8 @@ request's messages, then the assistant message with ``tool_calls``, then one
 ``role: "tool"`` message per answered call. "Same conversation" is decided by that
 prefix: the messages before the last assistant message must be exactly the messages of an
 earlier streamed request (compared by a SHA-256 fingerprint; no content is kept). The
-tool messages after it are then checked against that response's proposals before the
-request is sent, without changing it. At most ``max_conversations`` are remembered
+tool messages after it (none at all when the app skipped them) are then checked against
+that response's proposals before the request is sent, without changing it. At most ``max_conversations`` are remembered
 (least recently used first out).
 """
 
@@ -103,24 +103,23 @@ class _ConversationIndex:
 
 
 def split_follow_up(messages: Sequence[Any]) -> tuple[int, list[str | None]] | None:
-    """``(position of the last assistant message, tool_call_ids after it)`` for a follow-up.
+    """``(position of the last assistant message, tool_call_ids of the tool messages after it)``.
 
-    ``None`` when the request does not end with tool messages answering an assistant turn.
+    ``None`` when the request has no assistant message: it starts a conversation. An
+    assistant message followed by no tool message at all answers none of its calls.
     """
     last_assistant = None
     for position in range(len(messages) - 1, -1, -1):
-        role = _role(messages[position])
-        if role == "assistant":
+        if _role(messages[position]) == "assistant":
             last_assistant = position
             break
-        if role != "tool":
-            return None
-    if last_assistant is None or last_assistant == len(messages) - 1:
+    if last_assistant is None:
         return None
     ids: list[str | None] = []
     for message in messages[last_assistant + 1 :]:
-        call_id = field(message, "tool_call_id")
-        ids.append(call_id if isinstance(call_id, str) else None)
+        if _role(message) == "tool":
+            call_id = field(message, "tool_call_id")
+            ids.append(call_id if isinstance(call_id, str) else None)
     return last_assistant, ids
 
 
