@@ -22,6 +22,7 @@ from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, Statu
 from opentelemetry.util.types import AttributeValue
 
 from . import attributes as A
+from ._safety import internal_errors_swallowed
 from ._version import __version__
 from .completeness import Conversation, Finding
 from .diagnostics import ErrorCategory, StreamState, Transition, Verdict
@@ -189,22 +190,8 @@ class Telemetry:
         ended_ns = time.time_ns()
         if base is None:
             base = self._base
-        self.fragments.add(result.fragments, base)
-        for (transition, kind), count in result.transition_counts().items():
-            self.id_transitions.add(count, {A.ETF_ID_TRANSITION: transition.value, A.ETF_ID_KIND: kind.value, **base})
-        for (category, kind, prior, empty), count in result.identity_errors().items():
-            self.identity_errors.add(
-                count,
-                {
-                    A.ETF_ERROR_CATEGORY: category.value,
-                    A.ETF_ID_KIND: kind.value,
-                    A.ETF_ID_PRIOR_PRESENT: prior,
-                    A.ETF_ID_EMPTY: empty,
-                    **base,
-                },
-            )
-        self.streams.add(1, {A.ETF_STREAM_STATE: state.value, **base})
-
+        with internal_errors_swallowed("counting a response"):
+            self._count_response(result, state, base)
         stream_attributes: dict[str, AttributeValue] = {
             A.ETF_STREAM_STATE: state.value,
             A.GEN_AI_RESPONSE_FINISH_REASONS: list(result.finish_reasons),
@@ -220,21 +207,53 @@ class Telemetry:
             attributes=stream_attributes,
             start_time=started_ns,
         )
-        if state is not StreamState.COMPLETED:
-            stream_span.set_status(Status(StatusCode.ERROR))
-            stream_span.set_attribute(A.ERROR_TYPE, ErrorCategory.TRUNCATED_STREAM.value)
-        if findings and stream_span.is_recording():
-            for finding in findings:
-                stream_span.add_event(A.EVENT_INTEGRITY_VIOLATION, _finding_attributes(finding))
-        # The calls are children of the response span, itself a child of the current span:
-        # one trace holds the response, its calls and (through links) their executions.
-        response_context = trace.set_span_in_context(stream_span, parent)
-        blocked_by = result.rejections[0].category if result.rejections else None
+        try:
+            with internal_errors_swallowed("describing a response"):
+                if state is not StreamState.COMPLETED:
+                    stream_span.set_status(Status(StatusCode.ERROR))
+                    stream_span.set_attribute(A.ERROR_TYPE, ErrorCategory.TRUNCATED_STREAM.value)
+                if findings and stream_span.is_recording():
+                    for finding in findings:
+                        stream_span.add_event(A.EVENT_INTEGRITY_VIOLATION, _finding_attributes(finding))
+            # The calls are children of the response span, itself a child of the current span:
+            # one trace holds the response, its calls and (through links) their executions.
+            response_context = trace.set_span_in_context(stream_span, parent)
+            blocked_by = result.rejections[0].category if result.rejections else None
+            for call in result.calls:
+                with internal_errors_swallowed("recording a tool call"):
+                    self._record_call(
+                        call, result.dispatchable, blocked_by, response_context, started_ns, ended_ns, base
+                    )
+        finally:
+            stream_span.end(end_time=ended_ns)
+            if conversation is not None and result.dispatchable:
+                conversation.proposed(call.id for call in result.calls if call.id is not None)
+
+    def _count_response(self, result: AssemblyResult, state: StreamState, base: dict[str, AttributeValue]) -> None:
+        self.fragments.add(result.fragments, base)
+        for (transition, kind), count in result.transition_counts().items():
+            self.id_transitions.add(count, {A.ETF_ID_TRANSITION: transition.value, A.ETF_ID_KIND: kind.value, **base})
+        for (category, kind, prior, empty), count in result.identity_errors().items():
+            self.identity_errors.add(
+                count,
+                {
+                    A.ETF_ERROR_CATEGORY: category.value,
+                    A.ETF_ID_KIND: kind.value,
+                    A.ETF_ID_PRIOR_PRESENT: prior,
+                    A.ETF_ID_EMPTY: empty,
+                    **base,
+                },
+            )
+        self.streams.add(1, {A.ETF_STREAM_STATE: state.value, **base})
         for call in result.calls:
-            self._record_call(call, result.dispatchable, blocked_by, response_context, started_ns, ended_ns, base)
-        stream_span.end(end_time=ended_ns)
-        if conversation is not None and result.dispatchable:
-            conversation.proposed(call.id for call in result.calls if call.id is not None)
+            self.tool_calls.add(
+                1,
+                {
+                    A.ETF_TOOL_CALL_VERDICT: call.verdict.value,
+                    A.GEN_AI_TOOL_NAME: self.tool_name_label(call.name),
+                    **base,
+                },
+            )
 
     def _record_call(
         self,
@@ -246,10 +265,6 @@ class Telemetry:
         ended_ns: int,
         base: dict[str, AttributeValue],
     ) -> None:
-        self.tool_calls.add(
-            1,
-            {A.ETF_TOOL_CALL_VERDICT: call.verdict.value, A.GEN_AI_TOOL_NAME: self.tool_name_label(call.name), **base},
-        )
         attributes: dict[str, AttributeValue] = {
             A.ETF_CHOICE_INDEX: call.choice,
             A.ETF_TOOL_CALL_INDEX: call.index,
@@ -261,6 +276,31 @@ class Telemetry:
             attributes[A.GEN_AI_TOOL_NAME] = call.name
         if call.id is not None:
             attributes[A.GEN_AI_TOOL_CALL_ID] = call.id
+        span: Span | None = None
+        try:
+            span = self._start_call_span(call, attributes, parent, started_ns)
+        finally:
+            try:
+                if span is not None:
+                    span.end(end_time=call.closed_ns if call.closed_ns is not None else ended_ns)
+            finally:
+                # Guard mode and links depend on this record: it is kept even when the span failed.
+                if call.id is not None:
+                    self.proposals.add(
+                        call.id,
+                        ProposalRecord(
+                            span_context=span.get_span_context() if span is not None else None,
+                            dispatchable=dispatchable and call.proposed,
+                            verdict=call.verdict,
+                            first_category=call.categories[0] if call.categories else blocked_by,
+                            name=call.name,
+                            arguments_hash=hash(call.arguments),
+                        ),
+                    )
+
+    def _start_call_span(
+        self, call: ToolCall, attributes: dict[str, AttributeValue], parent: Context | None, started_ns: int
+    ) -> Span:
         span = self.tracer.start_span(
             f"{A.SPAN_ASSEMBLE_TOOL_CALL} {call.name}" if call.name else A.SPAN_ASSEMBLE_TOOL_CALL,
             context=parent,
@@ -268,6 +308,11 @@ class Telemetry:
             attributes=attributes,
             start_time=call.opened_ns if call.opened_ns is not None else started_ns,
         )
+        with internal_errors_swallowed("describing a tool call"):
+            self._describe_call(span, call)
+        return span
+
+    def _describe_call(self, span: Span, call: ToolCall) -> None:
         if span.is_recording():
             for transition, name in _COMPAT_SPAN_COUNTERS:
                 count = call.transition_count(transition)
@@ -297,19 +342,6 @@ class Telemetry:
                 span.set_attribute(A.ETF_IDENTITY_REJECTED_DROPPED, dropped)
             if self.capture_content:
                 span.set_attribute(A.GEN_AI_TOOL_CALL_ARGUMENTS, _truncate(call.arguments, self.max_content_chars))
-        span.end(end_time=call.closed_ns if call.closed_ns is not None else ended_ns)
-        if call.id is not None:
-            self.proposals.add(
-                call.id,
-                ProposalRecord(
-                    span_context=span.get_span_context(),
-                    dispatchable=dispatchable and call.proposed,
-                    verdict=call.verdict,
-                    first_category=call.categories[0] if call.categories else blocked_by,
-                    name=call.name,
-                    arguments_hash=hash(call.arguments),
-                ),
-            )
 
     # --- linkage ---------------------------------------------------------------------------
 
@@ -372,14 +404,16 @@ class Telemetry:
         result: object = None,
         error_type: str | None = None,
     ) -> None:
-        duration = time.perf_counter() - started
-        metric_attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_NAME: self.tool_name_label(name)}
-        if error is not None or error_type is not None:
-            kind = error_type or type(error).__qualname__
-            metric_attributes[A.ERROR_TYPE] = kind
-            span.set_attribute(A.ERROR_TYPE, kind)
-            span.set_status(Status(StatusCode.ERROR))
-        elif self.capture_content and span.is_recording() and result is not None:
-            span.set_attribute(A.GEN_AI_TOOL_CALL_RESULT, _truncate(str(result), self.max_content_chars))
-        self.execute_duration.record(duration, metric_attributes)
-        span.end()
+        try:
+            duration = time.perf_counter() - started
+            metric_attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_NAME: self.tool_name_label(name)}
+            if error is not None or error_type is not None:
+                kind = error_type or type(error).__qualname__
+                metric_attributes[A.ERROR_TYPE] = kind
+                span.set_attribute(A.ERROR_TYPE, kind)
+                span.set_status(Status(StatusCode.ERROR))
+            elif self.capture_content and span.is_recording() and result is not None:
+                span.set_attribute(A.GEN_AI_TOOL_CALL_RESULT, _truncate(str(result), self.max_content_chars))
+            self.execute_duration.record(duration, metric_attributes)
+        finally:
+            span.end()

@@ -64,7 +64,7 @@ class ReferenceAssembler:
         max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
     ) -> None:
         if rules is None:
-            rules = IdentityRules(allow)
+            rules = IdentityRules.for_rules(allow)
         self._slots = ResponseSlots(rules, clock=clock, max_argument_chars=max_argument_chars)
 
     @property
@@ -76,28 +76,49 @@ class ReferenceAssembler:
         return self._slots.finished
 
     def feed(self, chunk: object) -> None:
-        """Apply one chunk. ``"[DONE]"`` marks the end sentinel; anything odd is tolerated."""
-        slots = self._slots
+        """Apply one chunk. ``"[DONE]"`` marks the end sentinel; anything odd is tolerated.
+
+        Plain dicts (parsed JSON) take an inlined path: this runs once per streamed chunk.
+        """
         if type(chunk) is dict:
             choices = chunk.get("choices")
-        elif chunk == DONE or chunk == b"[DONE]":
-            slots.end_of_stream()
+        elif isinstance(chunk, (str, bytes)):
+            if chunk == DONE or chunk == b"[DONE]":
+                self._slots.end_of_stream()
             return
         else:
-            choices = field(chunk, "choices")
+            choices = getattr(chunk, "choices", None)
         if type(choices) is not list:
             return
+        slots = self._slots
         for position, choice in enumerate(choices):
-            choice_index = field(choice, "index")
+            if type(choice) is dict:
+                choice_index = choice.get("index", position)
+                delta = choice.get("delta")
+                finish_reason = choice.get("finish_reason")
+            else:
+                try:  # SDK objects: plain attribute reads are the fast path
+                    choice_index = choice.index
+                    delta = choice.delta
+                    finish_reason = choice.finish_reason
+                except AttributeError:
+                    choice_index = getattr(choice, "index", position)
+                    delta = getattr(choice, "delta", None)
+                    finish_reason = getattr(choice, "finish_reason", None)
             if type(choice_index) is not int or choice_index < 0:
                 choice_index = position
-            delta = field(choice, "delta")
-            if delta is not ABSENT and delta is not None:
-                tool_calls = field(delta, "tool_calls")
-                if type(tool_calls) is list:
-                    for fragment in tool_calls:
-                        self._fragment(choice_index, fragment)
-            finish_reason = field(choice, "finish_reason")
+            if type(delta) is dict:
+                tool_calls = delta.get("tool_calls")
+            elif delta is None:
+                tool_calls = None
+            else:
+                try:
+                    tool_calls = delta.tool_calls
+                except AttributeError:
+                    tool_calls = None
+            if type(tool_calls) is list:
+                for fragment in tool_calls:
+                    self._fragment(choice_index, fragment)
             if type(finish_reason) is str and finish_reason:
                 slots.terminal(choice_index, finish_reason)
 
@@ -110,9 +131,15 @@ class ReferenceAssembler:
             self._slots.unindexed(choice, inferable=False)
             return
         else:
-            index = field(fragment, "index")
-            id_ = field(fragment, "id")
-            function = field(fragment, "function")
+            # SDK objects: only ``id`` needs the absent/null distinction (from the fields set).
+            try:
+                id_ = fragment.id if "id" in fragment.__pydantic_fields_set__ else ABSENT  # type: ignore[attr-defined]
+                index = fragment.index  # type: ignore[attr-defined]
+                function = fragment.function  # type: ignore[attr-defined]
+            except AttributeError:
+                id_ = field(fragment, "id")
+                index = getattr(fragment, "index", ABSENT)
+                function = getattr(fragment, "function", ABSENT)
         if type(function) is dict:
             name = function.get("name", ABSENT)
             arguments = function.get("arguments", ABSENT)
@@ -122,8 +149,12 @@ class ReferenceAssembler:
             # Not an object: no usable name, and arguments that are not a string.
             name, arguments = ABSENT, function
         else:
-            name = field(function, "name")
-            arguments = field(function, "arguments")
+            try:
+                name = function.name
+                arguments = function.arguments
+            except AttributeError:
+                name = getattr(function, "name", ABSENT)
+                arguments = getattr(function, "arguments", ABSENT)
         if type(index) is int and index >= 0:
             self._slots.fragment(choice, index, id_, name, arguments)
         else:

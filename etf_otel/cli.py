@@ -14,6 +14,7 @@ from rich.console import Console
 
 from . import __version__
 from .assembler import ReferenceAssembler
+from .audit import add_audit_arguments, run_audit
 from .identity import CompatibilityRule
 from .recording import RecordingError, read_chunks
 from .replay import build_report, render_report
@@ -56,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="also write the telemetry the instrumentation would emit for this stream (OTLP JSON lines)",
     )
+
+    audit = commands.add_parser("audit", help="check call-to-result linkage in exported traces (OTLP JSON)")
+    add_audit_arguments(audit)
 
     demo = commands.add_parser("demo", help="run the case study end to end (no server needed)")
     demo.add_argument("--export", metavar="FILE", help="write the telemetry as OTLP JSON lines to FILE")
@@ -103,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else EXIT_BAD_INPUT
     if args.command == "replay":
         return _replay(args)
+    if args.command == "audit":
+        return run_audit(args.paths, json_output=args.json, progress=args.progress)
     if args.command == "demo":
         from ._demo import run_demo
 

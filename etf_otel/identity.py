@@ -37,8 +37,9 @@ once per streamed fragment.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
@@ -98,12 +99,13 @@ class CompatibilityRule(str, Enum):
     """A fragment without index joins a slot only when that is unambiguous (``infer_index``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class IdDecision:
     """One row of the table, shared by every fragment that hits it.
 
     Besides the transition it carries the bounded diagnostic values of SPEC section 5,
-    so recording a diagnostic is storing a reference to this object.
+    so recording a diagnostic is storing a reference to this object. Equality and hash
+    are identity (``eq=False``): counting decisions per response must not hash enums.
     """
 
     transition: Transition
@@ -113,11 +115,18 @@ class IdDecision:
     id_kind: IdKind
     prior_id_present: bool
     id_empty: bool
+    compatibility: bool = False
+    """A transition counted on the call span (``etf.id.kept_null``, ...)."""
+    next_row: Mapping[str, IdDecision] = field(default_factory=dict, repr=False)
+    """The decisions for the slot's next state, keyed by ``Incoming`` value: the hot path
+    follows this link instead of hashing a ``(state, incoming)`` pair per fragment."""
 
     @property
     def rejected(self) -> bool:
         return self.category is not None
 
+
+_COMPATIBILITY_TRANSITIONS: Final = frozenset({Transition.KEEP_NULL, Transition.KEEP_EMPTY, Transition.INFER_INDEX})
 
 _KIND_OF_CLASS: Final = {
     Incoming.ABSENT: IdKind.ABSENT,
@@ -177,7 +186,7 @@ _RULE_ROWS: Final[dict[CompatibilityRule, dict[tuple[IdState, Incoming], _Row]]]
 
 
 def _build(rows: Mapping[tuple[IdState, Incoming], _Row]) -> dict[tuple[IdState, Incoming], IdDecision]:
-    return {
+    table = {
         (state, incoming): IdDecision(
             transition=transition,
             category=category,
@@ -186,9 +195,21 @@ def _build(rows: Mapping[tuple[IdState, Incoming], _Row]) -> dict[tuple[IdState,
             id_kind=_KIND_OF_CLASS[incoming],
             prior_id_present=state is IdState.ESTABLISHED,
             id_empty=incoming is Incoming.EMPTY,
+            compatibility=transition in _COMPATIBILITY_TRANSITIONS,
         )
         for (state, incoming), (transition, category, next_state, adopts) in rows.items()
     }
+    by_state = _rows_by_state(table)
+    for decision in table.values():
+        object.__setattr__(decision, "next_row", by_state[decision.next_state])
+    return table
+
+
+def _rows_by_state(table: Mapping[tuple[IdState, Incoming], IdDecision]) -> dict[IdState, dict[str, IdDecision]]:
+    by_state: dict[IdState, dict[str, IdDecision]] = {state: {} for state in IdState}
+    for (state, incoming), decision in table.items():
+        by_state[state][incoming.value] = decision
+    return by_state
 
 
 STRICT_TABLE: Final[Mapping[tuple[IdState, Incoming], IdDecision]] = _build(_STRICT_ROWS)
@@ -228,10 +249,11 @@ def classify(state: IdState, current_id: str | None, incoming: object) -> Incomi
 class IdentityRules:
     """The strict table plus the compatibility rules a user enabled by name.
 
-    Instances are immutable and cheap to share between responses and threads.
+    Instances are immutable and shared between responses and threads: building the
+    tables costs tens of microseconds, so :meth:`for_rules` caches one per rule set.
     """
 
-    __slots__ = ("rules", "table")
+    __slots__ = ("initial_row", "rules", "table")
 
     def __init__(self, rules: Iterable[CompatibilityRule | str] = ()) -> None:
         enabled = frozenset(CompatibilityRule(rule) for rule in rules)
@@ -240,6 +262,13 @@ class IdentityRules:
             rows.update(_RULE_ROWS[rule])
         self.rules: frozenset[CompatibilityRule] = enabled
         self.table: Mapping[tuple[IdState, Incoming], IdDecision] = _build(rows)
+        self.initial_row: Mapping[str, IdDecision] = _rows_by_state(self.table)[IdState.NONE]
+        """The decisions for a new slot, keyed by ``Incoming`` value (see ``IdDecision.next_row``)."""
+
+    @classmethod
+    def for_rules(cls, rules: Iterable[CompatibilityRule | str] = ()) -> IdentityRules:
+        """The shared instance for ``rules`` (built once per distinct set)."""
+        return _cached_rules(frozenset(CompatibilityRule(rule) for rule in rules))
 
     def allows(self, rule: CompatibilityRule) -> bool:
         return rule in self.rules
@@ -251,3 +280,8 @@ class IdentityRules:
     def __repr__(self) -> str:
         names = ", ".join(sorted(rule.value for rule in self.rules))
         return f"IdentityRules([{names}])"
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_rules(rules: frozenset[CompatibilityRule]) -> IdentityRules:
+    return IdentityRules(rules)

@@ -18,11 +18,15 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextvars import Token
+from dataclasses import dataclass
 from typing import Any
 
 import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span
 
 from . import attributes as A
 from ._safety import internal_errors_swallowed
@@ -410,19 +414,31 @@ class ObservedHost:
             return self._etf_async_execute(call, *args, **kwargs)
         return self._etf_execute(call, *args, **kwargs)
 
-    def _etf_before(self, call: Any) -> tuple[Any, ...] | None:
-        """Start the span and decide the guard; ``None`` when telemetry is off or failed."""
-        if _suppressed():
-            return None
-        with internal_errors_swallowed("starting an execution"):
-            telemetry = self._etf_telemetry
+    def _etf_before(self, call: Any) -> tuple[_Execution | None, ErrorCategory | None]:
+        """Decide the guard, then start the span (``None`` when telemetry is off or failed).
+
+        The guard does not depend on telemetry: it is decided first, also when tracing is
+        suppressed, and a failure while deciding refuses the call (fail closed).
+        """
+        telemetry = self._etf_telemetry
+        refusal: ErrorCategory | None = None
+        call_id = name = arguments = None
+        record: ProposalRecord | None = None
+        try:
             call_id, name, arguments = _call_fields(call)
             record = telemetry.proposals.get(call_id) if call_id else None
+            if self._etf_guard:
+                refusal = self._etf_refusal(call_id, record, name, arguments)
+        except Exception:
+            if self._etf_guard:
+                refusal = ErrorCategory.ORPHANED_RESULT
+        if _suppressed():
+            return None, refusal
+        with internal_errors_swallowed("starting an execution"):
             span = telemetry.start_execution(call_id, name, record, self._etf_record_unverified)
-            refusal = self._etf_refusal(call_id, record, name, arguments) if self._etf_guard else None
             token = otel_context.attach(trace.set_span_in_context(span))
-            return (span, name, call_id, token, refusal, time.perf_counter())
-        return None
+            return _Execution(span, name, call_id, token, time.perf_counter()), refusal
+        return None, refusal
 
     @staticmethod
     def _etf_refusal(
@@ -438,53 +454,81 @@ class ObservedHost:
             return ErrorCategory.DIVERGENT_ASSEMBLY
         return None
 
-    def _etf_after(self, state: tuple[Any, ...] | None, error: BaseException | None, result: Any = None) -> None:
-        if state is None:
+    def _etf_after(
+        self,
+        execution: _Execution | None,
+        refusal: ErrorCategory | None,
+        error: BaseException | None,
+        result: Any = None,
+    ) -> None:
+        if execution is None:
             return
-        span, name, call_id, token, refusal, started = state
-        with internal_errors_swallowed("ending an execution"):
-            otel_context.detach(token)
-        with internal_errors_swallowed("ending an execution"):
-            telemetry = self._etf_telemetry
-            if self._etf_conversation is not None and refusal is None:
-                finding = self._etf_conversation.result(call_id)
-                if finding is not None:
-                    telemetry.record_findings([finding], span)
-            if refusal is not None:
-                span.set_attribute(A.ETF_GUARD_REFUSED, True)
-                if refusal.phase is Phase.LINKAGE:
-                    telemetry.record_findings([Finding(refusal)], span)
-            telemetry.end_execution(
-                span, name, started, error, result, error_type=refusal.value if refusal is not None else None
-            )
+        telemetry = self._etf_telemetry
+        span = execution.span
+        try:
+            with internal_errors_swallowed("ending an execution"):
+                otel_context.detach(execution.token)
+            with internal_errors_swallowed("checking an execution's linkage"):
+                if self._etf_conversation is not None and refusal is None:
+                    finding = self._etf_conversation.result(execution.call_id)
+                    if finding is not None:
+                        telemetry.record_findings([finding], span)
+                if refusal is not None:
+                    span.set_attribute(A.ETF_GUARD_REFUSED, True)
+                    if refusal.phase is Phase.LINKAGE:
+                        telemetry.record_findings([Finding(refusal)], span)
+        finally:
+            try:
+                telemetry.end_execution(
+                    span,
+                    execution.name,
+                    execution.started,
+                    error,
+                    result,
+                    error_type=refusal.value if refusal is not None else None,
+                )
+            except Exception:
+                with internal_errors_swallowed("ending an execution"):
+                    if span.is_recording():  # end_execution failed before ending it
+                        span.end()
+                    raise
 
     def _etf_execute(self, call: Any, *args: Any, **kwargs: Any) -> Any:
-        state = self._etf_before(call)
-        if state is not None and state[4] is not None:
-            refusal: ErrorCategory = state[4]
-            self._etf_after(state, None)
+        execution, refusal = self._etf_before(call)
+        if refusal is not None:
+            self._etf_after(execution, refusal, None)
             raise GuardRefusedError(refusal)
         try:
             result = self._etf_target(call, *args, **kwargs)
         except BaseException as error:
-            self._etf_after(state, error)
+            self._etf_after(execution, None, error)
             raise
-        self._etf_after(state, None, result)
+        self._etf_after(execution, None, None, result)
         return result
 
     async def _etf_async_execute(self, call: Any, *args: Any, **kwargs: Any) -> Any:
-        state = self._etf_before(call)
-        if state is not None and state[4] is not None:
-            refusal: ErrorCategory = state[4]
-            self._etf_after(state, None)
+        execution, refusal = self._etf_before(call)
+        if refusal is not None:
+            self._etf_after(execution, refusal, None)
             raise GuardRefusedError(refusal)
         try:
             result = await self._etf_target(call, *args, **kwargs)
         except BaseException as error:
-            self._etf_after(state, error)
+            self._etf_after(execution, None, error)
             raise
-        self._etf_after(state, None, result)
+        self._etf_after(execution, None, None, result)
         return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Execution:
+    """The telemetry state of one host execution between its start and its end."""
+
+    span: Span
+    name: str | None
+    call_id: str | None
+    token: Token[Context]
+    started: float
 
 
 class Instrumentation:
@@ -504,7 +548,7 @@ class Instrumentation:
         guard: bool = False,
         capture_content: bool | None = None,
     ) -> None:
-        self.rules = IdentityRules(allow)
+        self.rules = IdentityRules.for_rules(allow)
         self.guard = guard
         self.telemetry = Telemetry(
             tracer_provider, meter_provider, provider_name=provider_name, capture_content=capture_content

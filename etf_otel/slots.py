@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -45,7 +45,7 @@ DEFAULT_MAX_ARGUMENT_CHARS: Final = 8 * 1024 * 1024
 The cap keeps memory per response bounded when a stream is hostile or runaway.
 """
 
-_STRICT_RULES: Final = IdentityRules()
+_STRICT_RULES: Final = IdentityRules.for_rules()
 
 
 def _special_decision(transition: Transition, category: ErrorCategory | None, incoming: Incoming) -> IdDecision:
@@ -58,6 +58,7 @@ def _special_decision(transition: Transition, category: ErrorCategory | None, in
         id_kind=kind,
         prior_id_present=False,
         id_empty=incoming is Incoming.EMPTY,
+        compatibility=transition is Transition.INFER_INDEX,
     )
 
 
@@ -67,7 +68,14 @@ _MISSING_INDEX: Final[dict[Incoming, IdDecision]] = {
     for incoming in _UNSLOTTED_CLASSES
 }
 
-_COMPATIBILITY_TRANSITIONS: Final = frozenset({Transition.KEEP_NULL, Transition.KEEP_EMPTY, Transition.INFER_INDEX})
+_ABSENT, _NULL, _EMPTY, _NEW, _SAME, _DIFFERENT = (
+    Incoming.ABSENT.value,
+    Incoming.NULL.value,
+    Incoming.EMPTY.value,
+    Incoming.NEW.value,
+    Incoming.SAME.value,
+    Incoming.DIFFERENT.value,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,15 +174,20 @@ class AssemblyResult:
 
     def transition_counts(self) -> Counter[tuple[Transition, IdKind]]:
         """How often each (transition, incoming id kind) pair occurred: the metric's input."""
-        return Counter((decision.transition, decision.id_kind) for _, _, _, decision, _ in self._diagnostics)
+        counts: Counter[tuple[Transition, IdKind]] = Counter()
+        # Count the few shared decision objects by identity first: no enum hashing per fragment.
+        for decision, count in Counter(entry[3] for entry in self._diagnostics).items():
+            counts[decision.transition, decision.id_kind] += count
+        return counts
 
     def identity_errors(self) -> Counter[tuple[ErrorCategory, IdKind, bool, bool]]:
         """Rejected fragments by (category, id kind, prior id present, empty): the metric's input."""
-        return Counter(
-            (category, decision.id_kind, decision.prior_id_present, decision.id_empty)
-            for _, _, _, decision, category in self._diagnostics
-            if category is not None
-        )
+        counts: Counter[tuple[ErrorCategory, IdKind, bool, bool]] = Counter()
+        for (decision, category), count in Counter(
+            (entry[3], entry[4]) for entry in self._diagnostics if entry[4] is not None
+        ).items():
+            counts[category, decision.id_kind, decision.prior_id_present, decision.id_empty] += count
+        return counts
 
 
 class _Slot:
@@ -187,18 +200,19 @@ class _Slot:
         "closed_ns",
         "fragments",
         "id",
-        "id_state",
         "index",
         "name",
         "opened_ns",
         "rejected",
+        "row",
     )
 
-    def __init__(self, choice: int, index: int, opened_ns: int | None) -> None:
+    def __init__(self, choice: int, index: int, opened_ns: int | None, row: Mapping[str, IdDecision]) -> None:
         self.choice = choice
         self.index = index
         self.id: str | None = None
-        self.id_state = IdState.NONE
+        self.row = row
+        """Decisions for the slot's identity state; ``id`` is set exactly when it is ESTABLISHED."""
         self.name: str | None = None
         self.arguments: list[str] = []
         self.arguments_chars = 0
@@ -226,9 +240,9 @@ class ResponseSlots:
         "_max_argument_chars",
         "_response_rejections",
         "_result",
+        "_initial_row",
         "_rules",
         "_slots",
-        "_table",
     )
 
     def __init__(
@@ -239,7 +253,7 @@ class ResponseSlots:
         max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
     ) -> None:
         self._rules = rules if rules is not None else _STRICT_RULES
-        self._table = self._rules.table
+        self._initial_row = self._rules.initial_row
         self._clock = clock
         self._max_argument_chars = max_argument_chars
         self._slots: dict[tuple[int, int], _Slot] = {}
@@ -268,11 +282,15 @@ class ResponseSlots:
     ) -> None:
         """Apply one fragment to slot ``(choice, index)``, creating the slot if new."""
         self._fragment_count += 1
-        key = (choice, index)
-        slot = self._slots.get(key)
+        slot = self._slots.get((choice, index))
         if slot is None:
-            slot = self._slots[key] = _Slot(choice, index, self._clock() if self._clock else None)
+            slot = self._open(choice, index)
         self._apply(slot, id, name, arguments)
+
+    def _open(self, choice: int, index: int) -> _Slot:
+        slot = _Slot(choice, index, self._clock() if self._clock else None, self._initial_row)
+        self._slots[choice, index] = slot
+        return slot
 
     def unindexed(
         self,
@@ -295,10 +313,9 @@ class ResponseSlots:
         if inferable and self._rules.allows(CompatibilityRule.INFER_MISSING_INDEX):
             index = self._infer_index(choice, id, incoming)
             if index is not None:
-                key = (choice, index)
-                slot = self._slots.get(key)
+                slot = self._slots.get((choice, index))
                 if slot is None:
-                    slot = self._slots[key] = _Slot(choice, index, self._clock() if self._clock else None)
+                    slot = self._open(choice, index)
                 self._diagnostics.append((choice, index, self._fragment_count, _INFER_INDEX[incoming], None))
                 self._apply(slot, id, name, arguments)
                 return
@@ -321,7 +338,7 @@ class ResponseSlots:
             matching = [slot.index for slot in own if slot.id == id]
             if matching:
                 return matching[0]
-            if all(slot.id_state is IdState.ESTABLISHED for slot in own):
+            if all(slot.id is not None for slot in own):
                 return max((slot.index for slot in own), default=-1) + 1
             return None
         if incoming in (Incoming.ABSENT, Incoming.NULL, Incoming.EMPTY):
@@ -339,12 +356,26 @@ class ResponseSlots:
         arguments: object,
     ) -> None:
         slot.fragments += 1
-        state = slot.id_state
-        decision = self._table[state, classify(state, slot.id, id)]
+        row = slot.row
+        # classify() inlined for the common kinds: this runs once per fragment.
+        if id is ABSENT:
+            decision = row[_ABSENT]
+        elif type(id) is str:
+            if not id:
+                decision = row[_EMPTY]
+            elif slot.id is None:
+                decision = row[_NEW]
+            else:
+                decision = row[_SAME] if id == slot.id else row[_DIFFERENT]
+        elif id is None:
+            decision = row[_NULL]
+        else:
+            state = IdState.NONE if slot.id is None else IdState.ESTABLISHED
+            decision = row[classify(state, slot.id, id).value]
         category = decision.category
         if decision.adopts_id:
             slot.id = id  # type: ignore[assignment]  # adopts_id implies a non-empty str
-        slot.id_state = decision.next_state
+        slot.row = decision.next_row
 
         name_category: ErrorCategory | None = None
         if name is not ABSENT and name is not None:
@@ -425,8 +456,11 @@ class ResponseSlots:
         id_counts = Counter(slot.id for slot in slots if slot.id is not None)
         transitions: dict[tuple[int, int], Counter[Transition]] = {}
         for choice, index, _, decision, _ in self._diagnostics:
-            if decision.transition in _COMPATIBILITY_TRANSITIONS and index is not None:
-                transitions.setdefault((choice, index), Counter())[decision.transition] += 1
+            if decision.compatibility and index is not None:
+                counter = transitions.get((choice, index))
+                if counter is None:
+                    counter = transitions[choice, index] = Counter()
+                counter[decision.transition] += 1
 
         calls: list[ToolCall] = []
         rejections: list[Rejection] = list(self._response_rejections)
