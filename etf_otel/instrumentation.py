@@ -20,7 +20,7 @@ import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextvars import Token
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import wrapt
 from opentelemetry import context as otel_context
@@ -52,6 +52,11 @@ __all__ = [
 ]
 
 _EOF, _ERROR, _CLOSED = "eof", "error", "closed"
+
+if TYPE_CHECKING:  # wrapt < 2.5 proxies are not subscriptable at run time
+    _ObjectProxy = wrapt.ObjectProxy[Any]
+else:
+    _ObjectProxy = wrapt.ObjectProxy
 _DISABLED_NAMES = frozenset({"etf_otel", "etf-otel"})
 
 
@@ -156,7 +161,7 @@ class ResponseObserver:
         return None
 
 
-class ObservedStream(wrapt.ObjectProxy[Iterable[Any]]):
+class ObservedStream(_ObjectProxy):
     """A synchronous stream of chunks, observed.
 
     A transparent proxy: ``isinstance`` checks, attributes (``response``, ...) and every
@@ -212,7 +217,7 @@ class ObservedStream(wrapt.ObjectProxy[Iterable[Any]]):
             self._self_end(_CLOSED)
 
 
-class ObservedAsyncStream(wrapt.ObjectProxy[AsyncIterable[Any]]):
+class ObservedAsyncStream(_ObjectProxy):
     """An asynchronous stream of chunks, observed; a transparent proxy like :class:`ObservedStream`."""
 
     def __init__(self, stream: AsyncIterable[Any], observer: ResponseObserver) -> None:
@@ -246,7 +251,7 @@ class ObservedAsyncStream(wrapt.ObjectProxy[AsyncIterable[Any]]):
     def close(self) -> Any:
         """Forwards ``close()`` (a coroutine for ``openai.AsyncStream``); the response ends now."""
         try:
-            return self.__wrapped__.close()  # type: ignore[attr-defined]
+            return self.__wrapped__.close()
         finally:
             self._self_end(_CLOSED)
 
