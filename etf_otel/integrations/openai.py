@@ -27,8 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.instrumentation.utils import unwrap
-from wrapt import wrap_function_wrapper
+from wrapt import BoundFunctionWrapper, FunctionWrapper, wrap_function_wrapper
 
 from .._safety import internal_errors_swallowed
 from ..assembler import field
@@ -155,8 +154,8 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _uninstrument(self, **kwargs: Any) -> None:
         import openai.resources.chat.completions as completions
 
-        unwrap(completions.Completions, "create")
-        unwrap(completions.AsyncCompletions, "create")
+        _remove_own_wrapper(completions.Completions, self._create)
+        _remove_own_wrapper(completions.AsyncCompletions, self._async_create)
         self._instrumentation = None
 
     def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
@@ -191,6 +190,24 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if prepared is None or self._instrumentation is None:
             return result
         return self._instrumentation.stream(result, **prepared)
+
+
+def _remove_own_wrapper(cls: type, wrapper: Any) -> None:
+    """Remove our wrapper from ``cls.create`` wherever it sits in a chain of wrapt wrappers.
+
+    ``opentelemetry.instrumentation.utils.unwrap`` removes the outermost wrapper, which is
+    another instrumentation's when it wrapped ``create`` after us.
+    """
+    outer: Any = None
+    current: Any = cls.__dict__.get("create")
+    while isinstance(current, (FunctionWrapper, BoundFunctionWrapper)):
+        if current._self_wrapper == wrapper:
+            if outer is None:
+                setattr(cls, "create", current.__wrapped__)  # noqa: B010 - cls is any class
+            else:
+                outer.__wrapped__ = current.__wrapped__
+            return
+        outer, current = current, current.__wrapped__
 
 
 def instrument_openai(**kwargs: Any) -> OpenAIInstrumentor:

@@ -1,0 +1,169 @@
+"""The scripts in ``examples/`` run as users run them, in a subprocess, and do what they say.
+
+- ``manual_instrumentation.py`` with plain ``python``: no API key, so it uses its local server;
+  spans go to the console.
+- ``zero_code.py`` under ``opentelemetry-instrument`` (needs ``opentelemetry-distro`` for the
+  ``--traces_exporter console`` configurator), against a local server started here and passed
+  through ``OPENAI_BASE_URL``: the launcher must find etf-otel through its entry point.
+
+The console exporter prints one indented JSON object per span; :func:`console_spans` reads them back.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from etf_otel._local_sse import DONE, LocalChatServer, Script, chunk
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+BIN = Path(sys.executable).parent
+TIMEOUT = 60
+
+NULL_CONTINUATION = [
+    chunk(
+        tool_calls=[
+            {"index": 0, "id": "call-a", "type": "function", "function": {"name": "read_page", "arguments": '{"page":'}}
+        ]
+    ),
+    chunk(tool_calls=[{"index": 0, "id": None, "function": {"arguments": "1}"}}]),
+    chunk(finish_reason="tool_calls"),
+    DONE,
+]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without any OpenTelemetry or OpenAI setting of the developer's, plus ``extra``."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("OTEL_", "OPENAI_"))}
+    env.update(PYTHONWARNINGS="error", PYTHONPATH=str(ROOT), **extra)
+    return env
+
+
+def run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    assert done.returncode == 0, f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    return done
+
+
+def console_spans(stdout: str) -> list[dict[str, Any]]:
+    """Every span ``ConsoleSpanExporter`` printed (a JSON object starting at a line's first column)."""
+    decoder = json.JSONDecoder()
+    spans: list[dict[str, Any]] = []
+    position = 0
+    while position < len(stdout):
+        line_end = stdout.find("\n", position)
+        line_end = len(stdout) if line_end == -1 else line_end
+        if stdout.startswith("{", position):
+            try:
+                span, end = decoder.raw_decode(stdout, position)
+            except json.JSONDecodeError:
+                pass
+            else:
+                spans.append(span)
+                line_end = stdout.find("\n", end)
+                line_end = len(stdout) if line_end == -1 else line_end
+        position = line_end + 1
+    return spans
+
+
+def named(spans: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [span for span in spans if span["name"] == name]
+
+
+@pytest.fixture
+def server() -> Iterator[LocalChatServer]:
+    with LocalChatServer() as srv:
+        yield srv
+
+
+def test_console_spans_parser() -> None:
+    text = 'hello\n{\n    "name": "a"\n}\nprinted {not json\n{"name": "b", "x": {"y": 1}}\n'
+    assert [span["name"] for span in console_spans(text)] == ["a", "b"]
+    assert [span["name"] for span in console_spans('{"name": "c"}\n')] == ["c"]
+    assert console_spans("nothing here\n") == []
+
+
+def test_manual_instrumentation_example() -> None:
+    done = run([sys.executable, str(EXAMPLES / "manual_instrumentation.py")], clean_env())
+
+    assert "executed read_page with preserved call id call-a: The quarterly numbers are up 4%." in done.stdout
+    assert "answer: Page 1 says the numbers are up 4%." in done.stdout
+    spans = console_spans(done.stdout)
+    (assembled,) = named(spans, "assemble_tool_call read_page")
+    assert assembled["attributes"]["gen_ai.tool.call.id"] == "call-a"
+    assert assembled["attributes"]["etf.id.kept_null"] == 1
+    assert assembled["attributes"]["etf.tool_call.verdict"] == "proposed"
+    (executed,) = named(spans, "execute_tool read_page")
+    assert executed["attributes"]["gen_ai.tool.call.id"] == "call-a"
+    assert [link["context"]["span_id"] for link in executed["links"]] == [assembled["context"]["span_id"]]
+    (turn,) = named(spans, "agent turn")
+    assert {span["context"]["trace_id"] for span in spans} == {turn["context"]["trace_id"]}
+    # Two responses; the second answers the first's call: no linkage problem.
+    responses = named(spans, "assemble_response")
+    assert [span["attributes"]["etf.stream.state"] for span in responses] == ["completed", "completed"]
+    assert all(not span["events"] for span in responses)
+    assert all(span["resource"]["attributes"]["service.name"] == "etf-otel-manual-example" for span in spans)
+
+
+def zero_code(server: LocalChatServer, **env: str) -> subprocess.CompletedProcess[str]:
+    launcher = BIN / "opentelemetry-instrument"
+    if not launcher.exists():
+        pytest.skip("opentelemetry-instrument is not installed (opentelemetry-instrumentation)")
+    if importlib.util.find_spec("opentelemetry.distro") is None:
+        pytest.skip("opentelemetry-distro is not installed: no configurator for --traces_exporter console")
+    server.enqueue(Script(events=NULL_CONTINUATION))
+    argv = [
+        str(launcher),
+        "--traces_exporter",
+        "console",
+        "--metrics_exporter",
+        "none",
+        "--logs_exporter",
+        "none",
+        sys.executable,
+        str(EXAMPLES / "zero_code.py"),
+    ]
+    return run(
+        argv,
+        clean_env(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="local", OTEL_SERVICE_NAME="zero-code-test", **env),
+    )
+
+
+def test_zero_code_example_has_no_etf_otel_import() -> None:
+    source = (EXAMPLES / "zero_code.py").read_text(encoding="utf-8")
+    code = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
+    assert code and not any("etf_otel" in line or "opentelemetry" in line for line in code), code
+
+
+def test_zero_code_example_under_opentelemetry_instrument(server: LocalChatServer) -> None:
+    done = zero_code(server)
+
+    assert 'tool call read_page id=call-a arguments={"page":1}' in done.stdout
+    spans = console_spans(done.stdout)
+    (assembled,) = named(spans, "assemble_tool_call read_page")
+    assert assembled["attributes"]["gen_ai.tool.call.id"] == "call-a"
+    assert assembled["attributes"]["etf.id.kept_null"] == 1
+    assert assembled["resource"]["attributes"]["service.name"] == "zero-code-test"
+    (response,) = named(spans, "assemble_response")
+    assert response["attributes"]["etf.stream.state"] == "completed"
+    assert assembled["parent_id"] == response["context"]["span_id"]
+    if importlib.util.find_spec("opentelemetry.instrumentation.genai.openai") is not None:
+        # The OpenTelemetry GenAI openai instrumentor loads too, through its own entry point.
+        assert any(span["name"].startswith("chat ") for span in spans), [span["name"] for span in spans]
+
+
+def test_zero_code_respects_disabled_instrumentations(server: LocalChatServer) -> None:
+    done = zero_code(server, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="etf_otel")
+
+    assert "tool call read_page id=call-a" in done.stdout
+    names = [span["name"] for span in console_spans(done.stdout)]
+    assert not any(name.startswith(("assemble_", "execute_tool")) for name in names), names
