@@ -286,6 +286,7 @@ def run_demo(export: str | None = None, console: Console | None = None) -> int:
     try:
         instrumentation = instrumentor.instrumentation
         assert instrumentation is not None
+        tracer = tracer_provider.get_tracer("etf_otel.demo")
         with tempfile.TemporaryDirectory(prefix="etf-demo-") as workdir, LocalChatServer() as server:
             client = openai.OpenAI(base_url=server.base_url, api_key="etf-demo", max_retries=0)
             reports: dict[str, str] = {}
@@ -297,17 +298,20 @@ def run_demo(export: str | None = None, console: Console | None = None) -> int:
                 run_dir = Path(workdir) / tag
                 run_dir.mkdir()
                 agent = _Agent(client, instrumentation.host(DemoHost(run_dir), guard=True))
-                outcome = _run_conversation(agent, server, continuation, "1")
+                with tracer.start_as_current_span(f"agent run {tag}"):
+                    outcome = _run_conversation(agent, server, continuation, "1")
                 outcome.name = label
                 outcomes.append(outcome)
                 report = run_dir / "report.md"
                 reports[tag] = report.read_text(encoding="utf-8") if report.exists() else ""
             guarded = _Agent(client, instrumentation.host(DemoHost(Path(workdir)), guard=True))
             for name, expected, script in _rejection_cases():
-                outcomes.append(_run_rejection(guarded, server, name, expected, script))
+                with tracer.start_as_current_span(f"agent case {expected}"):
+                    outcomes.append(_run_rejection(guarded, server, name, expected, script))
             for name, expected, edit in _linkage_cases():
                 before = len(summary_exporter.get_finished_spans())
-                outcome = _linkage_case(guarded, server, name, expected, edit)
+                with tracer.start_as_current_span(f"agent case {expected}"):
+                    outcome = _linkage_case(guarded, server, name, expected, edit)
                 outcome.categories = _violations(summary_exporter.get_finished_spans()[before:])
                 outcomes.append(outcome)
         spans = summary_exporter.get_finished_spans()

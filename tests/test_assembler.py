@@ -446,6 +446,8 @@ def test_field_reads_attributes_extras_and_dict_subclasses() -> None:
     assert field(Model(), "other") is ABSENT
     assert field(Model(), "custom") == 1
     assert field(MyDict(id="x"), "id") == "x"
+    assert field({"id": None}, "id") is None
+    assert field({}, "id") is ABSENT
 
 
 def test_string_and_number_subclasses_are_classified_by_their_base() -> None:
@@ -550,3 +552,32 @@ def test_infer_missing_index_never_adopts_a_fragment_that_is_not_an_object() -> 
     )
     assert [c.fragments for c in result.calls] == [1]
     assert E.MISSING_INDEX in categories(result)
+
+
+def test_plain_objects_are_read_like_sdk_objects() -> None:
+    from types import SimpleNamespace
+
+    def choice(fragment: object) -> object:
+        return SimpleNamespace(index=0, delta=SimpleNamespace(tool_calls=[fragment]), finish_reason=None)
+
+    first = SimpleNamespace(index=0, id="call-a", function=SimpleNamespace(name="f", arguments="{"))
+    continuation = SimpleNamespace(index=0, function=SimpleNamespace(arguments="}"))  # no id attribute: absent
+    nameless = SimpleNamespace(index=0, id=None, function=SimpleNamespace())  # function without fields
+    result = assemble([SimpleNamespace(choices=[choice(f)]) for f in (first, continuation, nameless)] + [DONE])
+    assert [d.transition for d in result.diagnostics] == [
+        Transition.ESTABLISH,
+        Transition.KEEP_OMITTED,
+        Transition.KEEP_NULL,
+    ]
+    assert (result.calls[0].id, result.calls[0].arguments) == ("call-a", "{}")
+    assert result.dispatchable
+
+
+def test_decide_classifies_strings_against_the_established_id() -> None:
+    from etf_otel import IdentityRules
+
+    rules = IdentityRules()
+    assert rules.decide(IdState.ESTABLISHED, "call-a", "call-a").transition is Transition.KEEP_IDENTICAL
+    assert rules.decide(IdState.ESTABLISHED, "call-a", "call-b").category is E.ID_CONFLICT
+    assert rules.decide(IdState.NONE, None, "call-b").transition is Transition.ESTABLISH
+    assert rules.decide(IdState.ESTABLISHED, "call-a", "").category is E.EMPTY_AFTER_ESTABLISHED
