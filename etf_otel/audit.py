@@ -821,13 +821,42 @@ def audit_spans(
 
 
 def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``etf-otel audit``: ``paths``, ``--json``, ``--no-progress`` (dest ``progress``)."""
+    """Arguments of ``etf-otel audit``: ``paths``, ``--phoenix``, ``--project``, ``--json``, ``--no-progress``."""
     parser.add_argument(
         "paths",
-        nargs="+",
+        nargs="*",
         metavar="PATH",
         help="OTLP JSON trace exports: files (JSON lines or documents, optionally gzip) or directories",
     )
+    parser.add_argument(
+        "--phoenix",
+        metavar="URL",
+        help="read the spans from the Arize Phoenix server at URL (REST API) instead of files",
+    )
+    parser.add_argument(
+        "--project", metavar="NAME", help="Phoenix project to read (default: 'default'); only with --phoenix"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("python", "chdb"),
+        default="python",
+        help="python: the streaming audit (default); chdb: load PATHs into the ClickHouse exporter's otel_traces"
+        " table in embedded chDB and run the audit's SQL (etf-otel[chdb])",
+    )
+    parser.add_argument(
+        "--clickhouse",
+        metavar="URL",
+        help="run the audit's SQL on the ClickHouse server at URL (http[s]://[user[:password]@]host[:port]), over"
+        " the tables of the Collector's clickhouse exporter (etf-otel[clickhouse])",
+    )
+    parser.add_argument("--database", metavar="NAME", help="database of otel_traces (default: otel); with --clickhouse")
+    parser.add_argument(
+        "--since",
+        metavar="TIME",
+        help="SQL engines only: audit traces with a span starting at or after TIME (ISO 8601, UTC unless an offset"
+        " is given, or a duration ago: 30m, 2h, 7d)",
+    )
+    parser.add_argument("--until", metavar="TIME", help="SQL engines only: ... and before TIME")
     parser.add_argument("--json", action="store_true", help="print one JSON document for machines")
     parser.add_argument(
         "--no-progress",
@@ -837,8 +866,42 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_audit(paths: list[str], *, json_output: bool, progress: bool) -> int:
-    """Audit the exports at ``paths``; prints the report and returns the exit code (SPEC section 8)."""
+def run_audit(
+    paths: list[str],
+    *,
+    json_output: bool,
+    progress: bool,
+    phoenix: str | None = None,
+    project: str | None = None,
+    engine: str = "python",
+    clickhouse: str | None = None,
+    database: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+) -> int:
+    """Audit the exports at ``paths`` (or a Phoenix server); prints the report, returns the exit code (SPEC 8)."""
+    if engine != "python" or clickhouse is not None or database is not None or since is not None or until is not None:
+        if phoenix is not None or project is not None:
+            print("etf-otel audit: --phoenix takes no SQL option (--engine, --clickhouse, ...)", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        from .audit_sql import run_sql_audit
+
+        return run_sql_audit(
+            paths,
+            json_output=json_output,
+            engine=engine,
+            clickhouse=clickhouse,
+            database=database,
+            since=since,
+            until=until,
+        )
+    if phoenix is not None or project is not None:
+        from .phoenix_source import run_phoenix_audit
+
+        return run_phoenix_audit(phoenix, project, paths, json_output=json_output, progress=progress)
+    if not paths:
+        print("etf-otel audit: give at least one PATH, or --phoenix URL", file=sys.stderr)
+        return EXIT_BAD_INPUT
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 

@@ -108,7 +108,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "replay":
         return _replay(args)
     if args.command == "audit":
-        return run_audit(args.paths, json_output=args.json, progress=args.progress)
+        return run_audit(
+            args.paths,
+            json_output=args.json,
+            progress=args.progress,
+            phoenix=args.phoenix,
+            project=args.project,
+            engine=args.engine,
+            clickhouse=args.clickhouse,
+            database=args.database,
+            since=args.since,
+            until=args.until,
+        )
     if args.command == "demo":
         from ._demo import run_demo
 

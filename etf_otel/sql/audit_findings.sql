@@ -1,0 +1,294 @@
+-- etf-otel audit: call-to-result linkage findings over the Collector ClickHouse exporter's `otel_traces`.
+--
+-- The same checks as the Python streaming audit (etf_otel/audit.py, check_trace), one row per finding:
+--   group_trace  the trace whose check produced the finding (the proposal's trace for executions)
+--   kind         orphaned_execution, duplicate_execution, unanswered_call, execution_without_result,
+--                executed_rejected, refused_execution, orphaned_tool_message, recorded_violation,
+--                missing_span, malformed_span
+--   trace_id, span_id, category (SPEC section 4, '' for none), call_id ('' for none), detail ('' for none)
+--
+-- Parameters (clickhouse-client: --param_database=otel --param_table=otel_traces --param_since_ns=0 ...):
+--   database, table    where the exporter writes (defaults of the exporter: otel, otel_traces)
+--   since_ns, until_ns time window, Unix nanoseconds, [since, until): a trace is audited, with all its
+--                      spans, when at least one of its spans started inside the window.
+--
+-- Columns read: Timestamp, TraceId, SpanId, ParentSpanId, SpanName, SpanAttributes, Duration, StatusCode,
+-- Events.Name, Events.Attributes, Links.TraceId, Links.SpanId. Absent and empty string are the same in the
+-- Map(String, String) columns, as they are to the Python audit (it ignores empty ids and categories).
+-- StatusCode 'Error' (exporter >= v0.108.0) and 'STATUS_CODE_ERROR' (earlier) are both understood.
+--
+-- The statements below run in one session, separated by lines ending in ';'. Intermediate results are
+-- session TEMPORARY tables (ENGINE Memory; a read-only user needs readonly=2), so each step is computed
+-- once and can be inspected: SELECT * FROM etf_spans, etf_judged, etf_resolved, etf_runs, etf_findings.
+--
+-- Where the Python audit depends on the order spans arrive in (ties it breaks by input order), this
+-- query breaks them by start time, then span id: see etf_otel/audit_sql.py.
+-- 1. One row per span of the traces in the window: its role and what the checks need (audit.to_record).
+DROP TEMPORARY TABLE IF EXISTS etf_spans;
+CREATE TEMPORARY TABLE etf_spans ENGINE = Memory AS
+WITH window_traces AS (
+    SELECT DISTINCT TraceId
+    FROM {database:Identifier}.{table:Identifier}
+    WHERE Timestamp >= fromUnixTimestamp64Nano({since_ns:Int64})
+      AND Timestamp < fromUnixTimestamp64Nano({until_ns:Int64})
+)
+SELECT
+    TraceId AS trace_id,
+    SpanId AS span_id,
+    ParentSpanId AS parent_id,
+    toUnixTimestamp64Nano(Timestamp) AS start_ns,
+    start_ns + toInt64(Duration) AS end_ns,
+    multiIf(
+        SpanName = 'assemble_tool_call' OR startsWith(SpanName, 'assemble_tool_call '), 'call',
+        SpanName = 'assemble_response', 'response',
+        SpanName = 'execute_tool' OR startsWith(SpanName, 'execute_tool ')
+            OR SpanAttributes['gen_ai.operation.name'] = 'execute_tool', 'execution',
+        'other') AS role,
+    if(role IN ('call', 'execution'), SpanAttributes['gen_ai.tool.call.id'], '') AS call_id,
+    if(role = 'call' AND SpanAttributes['etf.tool_call.verdict'] IN ('proposed', 'rejected'),
+       SpanAttributes['etf.tool_call.verdict'], '') AS verdict,
+    if(role = 'call', JSONExtract(SpanAttributes['etf.tool_call.categories'], 'Array(String)'), [])
+        AS categories,
+    multiIf(
+        role = 'call', SpanAttributes['error.type'],
+        role = 'execution' AND SpanAttributes['error.type'] != '', SpanAttributes['error.type'],
+        role = 'execution' AND StatusCode IN ('Error', 'STATUS_CODE_ERROR'), '_OTHER',
+        '') AS error_type,
+    if(role = 'response', SpanAttributes['etf.stream.state'], '') AS state,
+    -- 1 true, 0 false, -1 absent or not a boolean
+    multiIf(SpanAttributes['etf.stream.dispatchable'] = 'true', 1,
+            SpanAttributes['etf.stream.dispatchable'] = 'false', 0, -1) AS dispatchable,
+    role = 'execution' AND SpanAttributes['etf.guard.refused'] = 'true' AS refused,
+    arrayFilter((t, s) -> t != '' AND s != '', Links.TraceId, Links.SpanId) AS link_traces,
+    arrayFilter((s, t) -> t != '' AND s != '', Links.SpanId, Links.TraceId) AS link_spans,
+    -- etf.integrity.violation events: (category, call id)
+    arrayMap(a -> (a['etf.error.category'], a['gen_ai.tool.call.id']),
+             arrayFilter((a, n) -> n = 'etf.integrity.violation' AND a['etf.error.category'] != '',
+                         Events.Attributes, Events.Name)) AS violations,
+    -- ids answered by role: tool messages (gen_ai.tool.message events, gen_ai.input.messages)
+    arrayFilter(x -> x != '', arrayConcat(
+        arrayMap((n, a) -> if(n = 'gen_ai.tool.message',
+                              if(a['gen_ai.tool.call.id'] != '', a['gen_ai.tool.call.id'], a['id']), ''),
+                 Events.Name, Events.Attributes),
+        arrayFlatten(arrayMap(
+            m -> if(JSONExtractString(m, 'role') = 'tool',
+                    arrayConcat([JSONExtractString(m, 'tool_call_id')],
+                                arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call_response',
+                                                 JSONExtractString(p, 'id'), ''),
+                                         JSONExtractArrayRaw(m, 'parts'))),
+                    []),
+            JSONExtractArrayRaw(SpanAttributes['gen_ai.input.messages']))))) AS tool_messages,
+    -- contract attributes that are missing (SPEC section 6)
+    arrayConcat(
+        arrayMap(n -> 'etf.integrity.violation event without etf.error.category',
+                 arrayFilter((n, a) -> n = 'etf.integrity.violation' AND a['etf.error.category'] = '',
+                             Events.Name, Events.Attributes)),
+        multiIf(
+            role = 'call', arrayConcat(if(verdict = '', ['etf.tool_call.verdict'], []),
+                                       if(verdict = 'proposed' AND call_id = '', ['gen_ai.tool.call.id'], [])),
+            role = 'response', arrayConcat(if(state = '', ['etf.stream.state'], []),
+                                           if(dispatchable = -1, ['etf.stream.dispatchable'], [])),
+            [])) AS problems
+FROM {database:Identifier}.{table:Identifier}
+WHERE TraceId IN window_traces;
+
+-- 2. Each proposal judged: valid 1, rejected 0, -1 too incomplete to say; and the category if rejected.
+DROP TEMPORARY TABLE IF EXISTS etf_judged;
+CREATE TEMPORARY TABLE etf_judged ENGINE = Memory AS
+WITH
+    calls AS (
+        SELECT trace_id, span_id, parent_id, start_ns, end_ns, call_id, verdict, categories, error_type
+        FROM etf_spans WHERE role = 'call'
+    ),
+    responses AS (
+        SELECT trace_id, span_id, parent_id, start_ns, end_ns, state, dispatchable
+        FROM etf_spans WHERE role = 'response'
+    ),
+    -- Each call's assemble_response: its parent, else the latest-started sibling response containing it.
+    call_response AS (
+        SELECT trace_id, call_span, argMax(response_span, (priority, response_start)) AS response_span
+        FROM (
+            SELECT c.trace_id AS trace_id, c.span_id AS call_span, r.span_id AS response_span,
+                   1 AS priority, r.start_ns AS response_start
+            FROM calls AS c INNER JOIN responses AS r ON r.trace_id = c.trace_id AND r.span_id = c.parent_id
+            UNION ALL
+            SELECT c.trace_id, c.span_id, r.span_id, 0, r.start_ns
+            FROM calls AS c INNER JOIN responses AS r ON r.trace_id = c.trace_id AND r.parent_id = c.parent_id
+            WHERE r.start_ns <= c.start_ns AND c.end_ns <= r.end_ns
+        )
+        GROUP BY trace_id, call_span
+    ),
+    -- The first category of a response's calls (a rejected sibling blocks the whole response).
+    response_category AS (
+        SELECT cr.trace_id AS trace_id, cr.response_span AS response_span,
+               argMin(c.categories[1], (c.start_ns, c.span_id)) AS category
+        FROM call_response AS cr
+        INNER JOIN calls AS c ON c.trace_id = cr.trace_id AND c.span_id = cr.call_span
+        WHERE length(c.categories) > 0
+        GROUP BY cr.trace_id, cr.response_span
+    )
+SELECT c.trace_id AS trace_id, c.span_id AS span_id, c.start_ns AS start_ns, c.call_id AS call_id,
+       cr.response_span AS response_span,
+       multiIf(c.verdict = '', -1,
+               c.verdict = 'rejected', 0,
+               cr.response_span != '' AND r.dispatchable = 0, 0,
+               1) AS valid,
+       multiIf(valid != 0, '',
+               c.verdict = 'rejected',
+                   if(if(length(c.categories) > 0, c.categories[1], c.error_type) != '',
+                      if(length(c.categories) > 0, c.categories[1], c.error_type), 'truncated_stream'),
+               r.state != 'completed', 'truncated_stream',
+               rc.category != '', rc.category,
+               'missing_index') AS category
+FROM calls AS c
+LEFT JOIN call_response AS cr ON cr.trace_id = c.trace_id AND cr.call_span = c.span_id
+LEFT JOIN responses AS r ON r.trace_id = c.trace_id AND r.span_id = cr.response_span
+LEFT JOIN response_category AS rc ON rc.trace_id = c.trace_id AND rc.response_span = cr.response_span;
+
+-- 3. Executions, matched to a proposal of the trace of their first link (when it points into another
+--    trace) or their own: link first, then trace and call id.
+DROP TEMPORARY TABLE IF EXISTS etf_resolved;
+CREATE TEMPORARY TABLE etf_resolved ENGINE = Memory AS
+WITH
+    executions AS (
+        SELECT trace_id, span_id, start_ns, call_id, error_type, refused,
+               if(length(link_traces) > 0, link_traces[1], trace_id) AS group_trace,
+               if(length(link_spans) > 0, link_spans[1], '') AS link_span
+        FROM etf_spans WHERE role = 'execution'
+    ),
+    -- Proposal by call id: the latest one started before the execution, else the earliest.
+    by_call_id AS (
+        SELECT e.group_trace AS group_trace, e.span_id AS execution_span,
+               argMax(j.span_id, (j.start_ns <= e.start_ns,
+                                  if(j.start_ns <= e.start_ns, j.start_ns, -j.start_ns), j.span_id)) AS target
+        FROM executions AS e
+        INNER JOIN etf_judged AS j ON j.trace_id = e.group_trace AND j.call_id = e.call_id
+        WHERE e.call_id != ''
+        GROUP BY e.group_trace, e.span_id
+    ),
+    link_target_present AS (
+        SELECT e.group_trace AS group_trace, e.span_id AS execution_span
+        FROM executions AS e
+        INNER JOIN etf_spans AS s ON s.trace_id = e.group_trace AND s.span_id = e.link_span
+        WHERE e.link_span != ''
+    )
+SELECT t.trace_id AS trace_id, t.span_id AS span_id, t.start_ns AS start_ns, t.group_trace AS group_trace,
+       t.error_type AS error_type, t.refused AS refused, t.link_span AS link_span, t.target AS target,
+       (t.group_trace, t.span_id) IN (SELECT group_trace, execution_span FROM link_target_present)
+           AS link_present,
+       j.valid AS valid, j.category AS target_category, j.call_id AS target_call_id,
+       if(t.call_id != '', t.call_id, j.call_id) AS call_id
+FROM (
+    SELECT e.trace_id AS trace_id, e.span_id AS span_id, e.start_ns AS start_ns, e.group_trace AS group_trace,
+           e.error_type AS error_type, e.refused AS refused, e.link_span AS link_span, e.call_id AS call_id,
+           if(linked.span_id != '', linked.span_id, b.target) AS target
+    FROM executions AS e
+    LEFT JOIN (SELECT trace_id, span_id FROM etf_spans WHERE role = 'call') AS linked
+        ON linked.trace_id = e.group_trace AND linked.span_id = e.link_span
+    LEFT JOIN by_call_id AS b ON b.group_trace = e.group_trace AND b.execution_span = e.span_id
+) AS t
+LEFT JOIN etf_judged AS j ON j.trace_id = t.group_trace AND j.span_id = t.target;
+
+-- 4. Executions counted against a proposal (refused ones are not), in start order.
+DROP TEMPORARY TABLE IF EXISTS etf_runs;
+CREATE TEMPORARY TABLE etf_runs ENGINE = Memory AS
+SELECT group_trace, target, trace_id, span_id, error_type, target_call_id,
+       row_number() OVER (PARTITION BY group_trace, target ORDER BY start_ns, span_id) AS run,
+       count() OVER (PARTITION BY group_trace, target) AS runs,
+       last_value(trace_id) OVER w AS last_trace,
+       last_value(span_id) OVER w AS last_span,
+       last_value(error_type) OVER w AS last_error,
+       min(error_type != '') OVER (PARTITION BY group_trace, target) AS all_failed
+FROM etf_resolved
+WHERE NOT refused AND target != ''
+WINDOW w AS (PARTITION BY group_trace, target ORDER BY start_ns, span_id
+             ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING);
+
+-- 5. The findings of the checks.
+DROP TEMPORARY TABLE IF EXISTS etf_findings;
+CREATE TEMPORARY TABLE etf_findings ENGINE = Memory AS
+WITH
+    answered AS (
+        SELECT DISTINCT trace_id, arrayJoin(tool_messages) AS call_id FROM etf_spans WHERE length(tool_messages) > 0
+    ),
+    -- Parents and same-trace link targets that never arrived.
+    etf_references AS (
+        SELECT trace_id, parent_id AS missing, concat('parent of ', span_id) AS detail,
+               (start_ns, 0, span_id) AS rank
+        FROM etf_spans WHERE parent_id != ''
+        UNION ALL
+        SELECT trace_id, link_pair.2, concat('link target of ', span_id), (start_ns, 1, span_id)
+        FROM etf_spans ARRAY JOIN arrayZip(link_traces, link_spans) AS link_pair
+        WHERE link_pair.1 = trace_id
+    )
+SELECT trace_id AS group_trace, 'malformed_span' AS kind, trace_id, span_id, '' AS category,
+       '' AS call_id, concat('missing ', problem) AS detail
+FROM etf_spans ARRAY JOIN problems AS problem
+
+UNION ALL
+SELECT trace_id, 'missing_span', trace_id, missing, '', '', argMin(detail, rank)
+FROM etf_references
+WHERE (trace_id, missing) NOT IN (SELECT trace_id, span_id FROM etf_spans)
+GROUP BY trace_id, missing
+
+UNION ALL  -- links from another trace into a span that never arrived
+SELECT target_trace, 'missing_span', source_trace, target_span, '', '',
+       concat('link target of ', min(source_span), ', in trace ', target_trace)
+FROM (
+    SELECT trace_id AS source_trace, span_id AS source_span, pair.1 AS target_trace, pair.2 AS target_span
+    FROM etf_spans ARRAY JOIN arrayZip(link_traces, link_spans) AS pair
+    WHERE pair.1 != trace_id
+)
+WHERE (target_trace, target_span) NOT IN (SELECT trace_id, span_id FROM etf_spans)
+GROUP BY target_trace, source_trace, target_span
+
+UNION ALL
+SELECT group_trace, 'refused_execution', trace_id, span_id,
+       if(error_type != '', error_type, 'orphaned_result'), call_id, ''
+FROM etf_resolved WHERE refused
+
+UNION ALL
+SELECT group_trace, 'orphaned_execution', trace_id, span_id, 'orphaned_result', call_id,
+       if(call_id = '', 'no gen_ai.tool.call.id and no link', '')
+FROM etf_resolved
+WHERE NOT refused AND target = '' AND NOT (link_span != '' AND NOT link_present)
+
+UNION ALL
+SELECT group_trace, 'executed_rejected', trace_id, span_id, target_category, call_id, ''
+FROM etf_resolved WHERE NOT refused AND target != '' AND valid = 0
+
+UNION ALL
+SELECT group_trace, 'duplicate_execution', trace_id, span_id, 'duplicate_result', target_call_id,
+       concat(toString(runs), ' executions')
+FROM etf_runs WHERE run > 1
+
+UNION ALL
+SELECT group_trace, 'execution_without_result', last_trace, last_span, 'unanswered_call', target_call_id,
+       concat('error.type ', last_error)
+FROM etf_runs
+WHERE run = 1 AND all_failed
+  AND NOT (target_call_id != '' AND (group_trace, target_call_id) IN (SELECT trace_id, call_id FROM answered))
+
+UNION ALL
+SELECT trace_id, 'unanswered_call', trace_id, span_id, 'unanswered_call', call_id, ''
+FROM etf_judged
+WHERE valid = 1
+  AND (trace_id, span_id) NOT IN (SELECT group_trace, target FROM etf_runs)
+  AND NOT (call_id != '' AND (trace_id, call_id) IN (SELECT trace_id, call_id FROM answered))
+
+UNION ALL  -- role: tool messages answering nothing this trace proposed
+SELECT trace_id, 'orphaned_tool_message', trace_id, argMin(span_id, (start_ns, span_id)),
+       'orphaned_result', message, ''
+FROM (SELECT trace_id, span_id, start_ns, arrayJoin(tool_messages) AS message
+      FROM etf_spans WHERE length(tool_messages) > 0)
+WHERE (trace_id, message) NOT IN (SELECT trace_id, call_id FROM etf_judged WHERE valid != 0 AND call_id != '')
+GROUP BY trace_id, message;
+
+-- 6. The result: the findings, and what the instrumentation recorded itself unless a check found the same.
+SELECT group_trace, kind, trace_id, span_id, category, call_id, detail FROM etf_findings
+UNION ALL
+SELECT trace_id, 'recorded_violation', trace_id, span_id, violation.1, violation.2, ''
+FROM etf_spans ARRAY JOIN violations AS violation
+WHERE (trace_id, violation.1, span_id) NOT IN (SELECT group_trace, category, span_id FROM etf_findings)
+  AND NOT (violation.2 != ''
+           AND (trace_id, violation.1, violation.2) IN (SELECT group_trace, category, call_id FROM etf_findings))
