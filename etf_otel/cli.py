@@ -7,6 +7,7 @@ integrity problems found, 2 bad usage or unreadable input (one-line reason on st
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
@@ -53,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
         help="enable a compatibility rule: " + ", ".join(rule.value for rule in CompatibilityRule),
     )
     replay.add_argument(
+        "--assembler",
+        choices=["openai", "langchain", "reference"],
+        help="also run this assembler, wrapped, and show where it diverges from the rules",
+    )
+    replay.add_argument(
         "--export",
         metavar="PATH",
         help="also write the telemetry the instrumentation would emit for this stream (OTLP JSON lines)",
@@ -78,6 +84,19 @@ def _replay(args: argparse.Namespace) -> int:
     result = assembler.finish()
     if args.export:
         _export_replay(chunks, args)
+    if args.assembler:
+        from .replay_assemblers import render_comparison, run_assembler
+
+        try:
+            comparison = run_assembler(args.assembler, chunks, args.allow)
+        except ImportError as error:
+            print(f"etf-otel replay: --assembler {args.assembler} needs {error.name or 'its library'}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if args.json:
+            sys.stdout.write(json.dumps(comparison.to_dict(show_arguments=args.show_arguments), default=str) + "\n")
+        else:
+            render_comparison(comparison, Console(), show_arguments=args.show_arguments)
+        return EXIT_FOUND if result.rejections or comparison.divergences else EXIT_OK
     report = build_report(result, show_arguments=args.show_arguments)
     if args.json:
         sys.stdout.write(report.to_json(show_arguments=args.show_arguments) + "\n")

@@ -4,10 +4,16 @@ Pure comparison of two lists of calls for one response: the calls the rules prod
 (:class:`~etf_otel.slots.ToolCall`) and the ``(id, name, arguments)`` triples a wrapped
 assembler produced. The result is a list of bounded sub-kinds of ``divergent_assembly``;
 the values themselves are never part of it.
+
+Arguments are compared as text when the assembler produced text, and as parsed JSON when it
+produced an already parsed value (LangChain's ``tool_calls[].args`` is a dict): then the
+rules' arguments must parse to an equal value. Calls are paired by position (the rules'
+calls are in slot order; an adapter lists the assembler's calls in its own order).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from enum import Enum
 
@@ -52,6 +58,16 @@ def _name_kind(rules_name: str | None, their_name: object) -> DivergenceKind | N
     return DivergenceKind.NAME_DIFFERS
 
 
+def _arguments_differ(rules_arguments: str, their_arguments: object) -> bool:
+    if their_arguments is None or isinstance(their_arguments, str):
+        return (their_arguments or "") != rules_arguments
+    try:
+        parsed = json.loads(rules_arguments)
+    except (ValueError, RecursionError):
+        return True
+    return bool(parsed != their_arguments)
+
+
 def compare(rules: Sequence[ToolCall], theirs: Sequence[AssembledCall]) -> list[DivergenceKind]:
     """Sorted distinct divergence kinds between the rules' calls and a wrapped assembler's."""
     kinds: set[DivergenceKind] = set()
@@ -63,6 +79,6 @@ def compare(rules: Sequence[ToolCall], theirs: Sequence[AssembledCall]) -> list[
         for kind in (_id_kind(ours.id, their_id), _name_kind(ours.name, their_name)):
             if kind is not None:
                 kinds.add(kind)
-        if (their_arguments or "") != ours.arguments:
+        if _arguments_differ(ours.arguments, their_arguments):
             kinds.add(DivergenceKind.ARGUMENTS_DIFFER)
     return sorted(kinds, key=lambda kind: kind.value)

@@ -328,8 +328,13 @@ class ObservedAssembler:
         observer = self._etf_observer
 
         def feed(chunk: Any, *args: Any, **kwargs: Any) -> Any:
-            outcome = method(chunk, *args, **kwargs)
-            observer.observe(chunk)
+            try:
+                outcome = method(chunk, *args, **kwargs)
+            except BaseException:  # some assemblers raise mid-stream (openai: IndexError, AssertionError)
+                self._etf_end([DivergenceKind.ASSEMBLER_RAISED], _ERROR)
+                raise
+            if not observer.finished:
+                observer.observe(chunk)
             return outcome
 
         return feed

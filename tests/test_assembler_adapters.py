@@ -1,0 +1,393 @@
+"""Adapters for third-party assemblers, against the real libraries (issue 8).
+
+For every quirk stream and every adapter: the exact ``etf.divergence.kind`` values recorded,
+and the caller sees exactly what the unwrapped library returns or raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import openai
+import pytest
+from langchain_core.messages import AIMessageChunk
+from langchain_openai import ChatOpenAI
+from langchain_openai.chat_models.base import _convert_delta_to_message_chunk
+from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.types.chat import ChatCompletionChunk
+
+from etf_otel import attributes as A
+from etf_otel._local_sse import LocalChatServer, Script
+from etf_otel.assembler import DONE
+from etf_otel.divergence import DivergenceKind
+from etf_otel.instrumentation import Instrumentation, instrument_assembler
+from etf_otel.integrations.langchain import (
+    LANGCHAIN_ADAPTER,
+    LangChainAccumulator,
+    instrument_langchain,
+    message_calls,
+    observe_message_stream,
+)
+from etf_otel.integrations.openai import instrument_openai
+from etf_otel.integrations.openai_state import (
+    OPENAI_STATE_ADAPTER,
+    completion_calls,
+    instrument_completion_stream,
+    instrument_openai_state,
+    instrument_stream_manager,
+)
+from etf_otel.replay_assemblers import QUIRK_STREAMS, render_comparison, run_assembler
+
+from .conftest import Captured
+
+REQUIRED = [
+    "clean multi-call stream",
+    "null continuations",
+    "repeated ids",
+    "repeated names",
+    "conflicting ids",
+    "all calls on index 0",
+    "first index 1",
+    "type: null",
+    "cut mid-arguments",
+]
+
+OPENAI_KINDS: dict[str, list[str]] = {
+    "clean multi-call stream": [],
+    "null continuations": [],
+    "repeated ids": ["id_concatenated"],
+    "repeated names": ["name_concatenated"],
+    "conflicting ids": ["id_concatenated"],
+    "all calls on index 0": ["id_concatenated", "name_concatenated"],
+    "first index 1": ["assembler_raised"],
+    "type: null": ["assembler_raised"],
+    "cut mid-arguments": [],
+    'finish_reason "length"': ["assembler_raised"],
+    "missing index": ["assembler_raised"],
+}
+
+LANGCHAIN_KINDS: dict[str, list[str]] = {
+    "clean multi-call stream": [],
+    "null continuations": [],
+    "repeated ids": [],
+    "repeated names": ["name_concatenated"],
+    "conflicting ids": ["arguments_differ", "call_split"],
+    "all calls on index 0": ["arguments_differ", "call_split"],
+    "first index 1": [],
+    "type: null": [],
+    "cut mid-arguments": ["arguments_differ"],
+    "arguments not a string": ["assembler_raised"],
+}
+
+
+def _kinds(captured: Captured) -> list[str]:
+    kinds = [
+        str(event.attributes[A.ETF_DIVERGENCE_KIND])
+        for span in captured.spans()
+        for event in span.events
+        if event.name == A.EVENT_INTEGRITY_VIOLATION and event.attributes and A.ETF_DIVERGENCE_KIND in event.attributes
+    ]
+    counted = captured.metric_sum("etf.integrity.violations", etf__error__category="divergent_assembly")
+    assert counted == len(kinds), "every divergence is counted once on the metric too"
+    return sorted(kinds)
+
+
+def _outcome(run: Callable[[], Any]) -> tuple[str, Any]:
+    """What a caller observed: ``("ok", value)`` or ``("raised", (type, args))``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pydantic warns on the non-string arguments quirk, wrapped or not
+        try:
+            return "ok", run()
+        except Exception as error:
+            return "raised", (type(error), error.args)
+
+
+def _in_span(captured: Captured, run: Callable[[], Any]) -> tuple[str, Any]:
+    with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
+        return _outcome(run)
+
+
+def _sdk_chunks(chunks: list[object]) -> list[ChatCompletionChunk]:
+    out = []
+    for chunk in chunks:
+        if chunk == DONE:
+            break
+        assert isinstance(chunk, dict)
+        out.append(ChatCompletionChunk.construct(**chunk))
+    return out
+
+
+# --- openai: ChatCompletionStreamState -------------------------------------------------------
+
+
+def _drive_state(state: Any, chunks: list[ChatCompletionChunk]) -> Any:
+    events = [[event.model_dump() for event in state.handle_chunk(chunk)] for chunk in chunks]
+    return events, state.get_final_completion().model_dump()
+
+
+@pytest.mark.parametrize("name", list(OPENAI_KINDS))
+def test_openai_state(captured: Captured, name: str) -> None:
+    chunks = _sdk_chunks(QUIRK_STREAMS[name])
+    expected = _outcome(lambda: _drive_state(ChatCompletionStreamState(), chunks))
+    etf = captured.instrumentation()
+    seen = _in_span(
+        captured,
+        lambda: _drive_state(
+            instrument_assembler(ChatCompletionStreamState(), instrumentation=etf, adapter=OPENAI_STATE_ADAPTER),
+            chunks,
+        ),
+    )
+    assert seen == expected
+    assert _kinds(captured) == OPENAI_KINDS[name]
+    assert (expected[0] == "raised") == ("assembler_raised" in OPENAI_KINDS[name])
+
+
+def test_openai_state_convenience_and_forwarding(captured: Captured) -> None:
+    state = instrument_openai_state(instrumentation=captured.instrumentation())
+    for chunk in _sdk_chunks(QUIRK_STREAMS["repeated ids"]):
+        state.handle_chunk(chunk)
+    assert completion_calls(state.current_completion_snapshot) == [("call_1call_1", "get_a", '{"a":1}')]
+    with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
+        state.get_final_completion()
+    assert _kinds(captured) == ["id_concatenated"]
+    assert [span.name for span in captured.spans("assemble_response")] == ["assemble_response"]
+
+
+def test_divergence_values_never_recorded(captured: Captured) -> None:
+    etf = captured.instrumentation()
+    _in_span(
+        captured,
+        lambda: _drive_state(
+            instrument_assembler(ChatCompletionStreamState(), instrumentation=etf, adapter=OPENAI_STATE_ADAPTER),
+            _sdk_chunks(QUIRK_STREAMS["conflicting ids"]),
+        ),
+    )
+    text = repr([(span.attributes, [e.attributes for e in span.events]) for span in captured.spans()])
+    assert "call_1call_2" not in text and "call_2" not in text
+
+
+# --- openai: chat.completions.stream(...) over real HTTP ------------------------------------
+
+
+def _helper_run(client: openai.OpenAI, wrap: Callable[[Any], Any] | None) -> Any:
+    manager = client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}])
+    if wrap is not None:
+        manager = wrap(manager)
+    with manager as stream:
+        types = [event.type for event in stream]
+        return types, stream.get_final_completion().model_dump()
+
+
+@pytest.fixture
+def server() -> Iterator[LocalChatServer]:
+    with LocalChatServer() as local:
+        yield local
+
+
+def _script(name: str) -> Script:
+    return Script(events=[event for event in QUIRK_STREAMS[name] if isinstance(event, (dict, str))])
+
+
+@pytest.mark.parametrize("name", list(OPENAI_KINDS))
+def test_openai_stream_helper(captured: Captured, server: LocalChatServer, name: str) -> None:
+    client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+    server.enqueue(_script(name))
+    expected = _outcome(lambda: _helper_run(client, None))
+    server.enqueue(_script(name))
+    etf = captured.instrumentation()
+    seen = _in_span(captured, lambda: _helper_run(client, lambda m: instrument_stream_manager(m, instrumentation=etf)))
+    assert seen == expected
+    assert _kinds(captured) == OPENAI_KINDS[name]
+
+
+def test_openai_stream_helper_iteration_only_and_instrumentor(captured: Captured, server: LocalChatServer) -> None:
+    """Iterating the events is enough; with the instrumentor on, the response is recorded once."""
+    instrumentor = instrument_openai(tracer_provider=captured.tracer_provider, meter_provider=captured.meter_provider)
+    try:
+        client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        server.enqueue(_script("repeated names"))
+        with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
+            with client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as stream:
+                same = instrument_completion_stream(stream, instrumentation=instrumentor.instrumentation)
+                assert same is stream
+                for _ in stream:
+                    pass
+    finally:
+        instrumentor.uninstrument()
+    assert _kinds(captured) == ["name_concatenated"]
+    assert len(captured.spans("assemble_response")) == 1
+
+
+def test_openai_stream_already_consumed_is_left_alone(captured: Captured, server: LocalChatServer) -> None:
+    client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+    server.enqueue(_script("repeated ids"))
+    with client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as stream:
+        next(iter(stream))
+        state = stream._state
+        assert instrument_completion_stream(stream, instrumentation=captured.instrumentation()) is stream
+        assert stream._state is state
+        stream.until_done()
+
+
+# --- LangChain: AIMessageChunk accumulation ---------------------------------------------------
+
+
+def _langchain_unwrapped(chunks: list[object]) -> Any:
+    """The real libraries directly: langchain-openai's conversion, then ``+``."""
+    messages = [
+        _convert_delta_to_message_chunk(chunk["choices"][0]["delta"], AIMessageChunk)
+        for chunk in chunks
+        if isinstance(chunk, dict)
+    ]
+    summed: Any = functools.reduce(operator.add, messages)
+    return summed.tool_calls, summed.invalid_tool_calls, summed.tool_call_chunks
+
+
+def _langchain_wrapped(accumulator: Any, chunks: list[object]) -> Any:
+    for chunk in chunks:
+        accumulator.add(chunk)
+    summed = accumulator.result()
+    return summed.tool_calls, summed.invalid_tool_calls, summed.tool_call_chunks
+
+
+@pytest.mark.parametrize("name", list(LANGCHAIN_KINDS))
+def test_langchain_accumulator(captured: Captured, name: str) -> None:
+    chunks = QUIRK_STREAMS[name]
+    expected = _outcome(lambda: _langchain_unwrapped(chunks))
+    assert _outcome(lambda: _langchain_wrapped(LangChainAccumulator(), chunks)) == expected
+    etf = captured.instrumentation()
+    seen = _in_span(
+        captured,
+        lambda: _langchain_wrapped(
+            instrument_assembler(LangChainAccumulator(), instrumentation=etf, adapter=LANGCHAIN_ADAPTER), chunks
+        ),
+    )
+    assert seen == expected
+    assert _kinds(captured) == LANGCHAIN_KINDS[name]
+
+
+def test_langchain_call_order_and_convenience(captured: Captured) -> None:
+    accumulator = instrument_langchain(instrumentation=captured.instrumentation())
+    for chunk in QUIRK_STREAMS["conflicting ids"]:
+        accumulator.add(chunk)
+    summed = accumulator.result()
+    assert message_calls(summed) == [("call_1", "get_a", {}), ("call_2", None, "1}")]
+    assert message_calls(None) == []
+
+
+def _chat_run(model: ChatOpenAI, wrap: Callable[[Any], Any] | None) -> Any:
+    stream = model.stream("hi")
+    if wrap is not None:
+        stream = wrap(stream)
+    items = list(stream)
+    summed = functools.reduce(operator.add, items)
+    return summed.tool_calls, summed.invalid_tool_calls, summed.tool_call_chunks, [i.tool_call_chunks for i in items]
+
+
+CHAT_OPENAI_KINDS = {name: LANGCHAIN_KINDS[name] for name in REQUIRED}
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_chat_openai_stream(captured: Captured, server: LocalChatServer, name: str) -> None:
+    model = ChatOpenAI(base_url=server.base_url, api_key="x", model="m", max_retries=0)  # type: ignore[arg-type]
+    server.enqueue(_script(name))
+    expected = _outcome(lambda: _chat_run(model, None))
+    server.enqueue(_script(name))
+    etf = captured.instrumentation()
+    seen = _in_span(
+        captured,
+        lambda: _chat_run(model, lambda s: observe_message_stream(s, instrumentation=etf, record_response=True)),
+    )
+    assert seen == expected
+    assert _kinds(captured) == CHAT_OPENAI_KINDS[name]
+    assert len(captured.spans("assemble_response")) == 1
+
+
+def test_message_stream_yields_the_same_objects(captured: Captured) -> None:
+    messages = [m for m in (LangChainAccumulator().add(c) for c in QUIRK_STREAMS["repeated names"]) if m is not None]
+    seen = list(observe_message_stream(iter(messages), instrumentation=captured.instrumentation()))
+    assert all(a is b for a, b in zip(seen, messages, strict=True))
+
+
+def test_message_stream_connection_error_reaches_caller(captured: Captured, server: LocalChatServer) -> None:
+    model = ChatOpenAI(base_url=server.base_url, api_key="x", model="m", max_retries=0)  # type: ignore[arg-type]
+    events = [e for e in QUIRK_STREAMS["cut mid-arguments"] if isinstance(e, dict)]
+    server.enqueue(Script(events=events, cut_after=1))
+    expected = _outcome(lambda: _chat_run(model, None))
+    server.enqueue(Script(events=events, cut_after=1))
+    etf = captured.instrumentation()
+    seen = _in_span(captured, lambda: _chat_run(model, lambda s: observe_message_stream(s, instrumentation=etf)))
+    assert expected[0] == "raised" and seen[0] == "raised" and seen[1][0] is expected[1][0]
+    assert _kinds(captured) == []
+
+
+# --- replay --assembler ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("assembler", ["openai", "langchain", "reference"])
+def test_run_assembler_matches_adapters(assembler: str) -> None:
+    reference: dict[str, list[str]] = {name: [] for name in REQUIRED}
+    tables: dict[str, dict[str, list[str]]] = {"openai": OPENAI_KINDS, "langchain": LANGCHAIN_KINDS}
+    table = tables.get(assembler, reference)
+    for name, kinds in table.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            comparison = run_assembler(assembler, QUIRK_STREAMS[name])
+        assert comparison.divergences == kinds, name
+        assert (comparison.raised is not None) == ("assembler_raised" in kinds), name
+
+
+def test_comparison_document_and_rendering() -> None:
+    from rich.console import Console
+
+    comparison = run_assembler("openai", QUIRK_STREAMS["repeated ids"])
+    document = comparison.to_dict()
+    assert document["divergences"] == ["id_concatenated"]
+    assert document["calls"] == [{"id": "call_1call_1", "name": "get_a"}]
+    assert document["rules"]["calls"][0]["id"] == "call_1"
+    assert "arguments" not in document["rules"]["calls"][0]
+    assert comparison.to_dict(show_arguments=True)["calls"][0]["arguments"] == '{"a":1}'
+    console = Console(record=True, width=200)
+    render_comparison(comparison, console, show_arguments=True)
+    text = console.export_text()
+    assert "call_1call_1" in text and "id_concatenated" in text
+    with pytest.raises(ValueError):
+        run_assembler("nope", [])
+
+
+def test_divergence_kind_values_are_bounded() -> None:
+    assert {kind.value for kind in DivergenceKind} >= {
+        "id_concatenated",
+        "id_replaced",
+        "id_missing",
+        "name_concatenated",
+        "call_split",
+        "calls_merged",
+        "arguments_differ",
+        "assembler_raised",
+    }
+
+
+def test_disabled_returns_objects_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "etf_otel")
+    etf = Instrumentation()
+    state = ChatCompletionStreamState()
+    assert instrument_openai_state(state, instrumentation=etf) is state
+    stream: Iterator[Any] = iter([])
+    assert observe_message_stream(stream, instrumentation=etf) is stream
+    manager = object()
+    assert instrument_stream_manager(manager, instrumentation=etf) is manager
+
+
+def test_quirks_table_in_docs_is_what_the_libraries_do_today() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "quirks_table.py"
+    run = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
