@@ -337,7 +337,7 @@ class Telemetry:
                     },
                     timestamp=rejected.time_ns,
                 )
-            dropped = len(call.rejected_fragments) - len(shown)
+            dropped = call.rejected_count - len(shown)
             if dropped:
                 span.set_attribute(A.ETF_IDENTITY_REJECTED_DROPPED, dropped)
             if self.capture_content:

@@ -219,7 +219,7 @@ def _tool_message_ids(span: SpanData) -> list[str]:
     if isinstance(messages, str):
         try:
             messages = json.loads(messages)
-        except ValueError:
+        except (ValueError, RecursionError):
             messages = None
     if isinstance(messages, list):
         for message in messages:

@@ -294,7 +294,7 @@ def _read_file(path: str, stats: InputStats, advance: Callable[[int], None] | No
                 return
             try:
                 value = json.loads(first)
-            except ValueError:
+            except (ValueError, RecursionError):
                 value = None
             if isinstance(value, (dict, list)):
                 # JSON lines: one request per line.
@@ -337,6 +337,8 @@ def _lines(
                 break
         try:
             value = json.loads(line)
+        except RecursionError:
+            raise OtlpInputError(f"{path}:{line_number}: JSON nested too deeply") from None
         except ValueError as error:
             reason = "truncated JSON line" if not line.endswith(b"\n") or "Unterminated" in str(error) else "bad JSON"
             raise OtlpInputError(f"{path}:{line_number}: {reason}: {error}") from None
@@ -357,6 +359,8 @@ def _documents(path: str, data: bytes, first_line: int, stats: InputStats) -> It
             return
         try:
             value, end = decoder.raw_decode(text, position)
+        except RecursionError:
+            raise OtlpInputError(f"{path}:{first_line}: JSON nested too deeply") from None
         except ValueError as error:
             line = first_line + text.count("\n", 0, getattr(error, "pos", position))
             raise OtlpInputError(f"{path}:{line}: not valid JSON (truncated or not OTLP JSON)") from None

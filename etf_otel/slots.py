@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -32,6 +32,8 @@ from .identity import ABSENT, CompatibilityRule, IdDecision, IdentityRules, IdSt
 
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_CHARS",
+    "DEFAULT_MAX_DIAGNOSTICS",
+    "MAX_REJECTED_KEPT",
     "AssemblyResult",
     "Rejection",
     "RejectedFragment",
@@ -44,6 +46,19 @@ DEFAULT_MAX_ARGUMENT_CHARS: Final = 8 * 1024 * 1024
 
 The cap keeps memory per response bounded when a stream is hostile or runaway.
 """
+
+DEFAULT_MAX_DIAGNOSTICS: Final = 65_536
+"""Fragments of one response that keep an individual diagnostic; later ones are only counted.
+
+Together with the argument cap this bounds the memory of a response whatever its length:
+the metrics and span counters still see every fragment.
+"""
+
+MAX_REJECTED_KEPT: Final = 64
+"""Rejected fragments of one slot kept for span events (the rest are counted)."""
+
+_COMPACT_EVERY: Final = 256
+"""Argument pieces joined into one string every this many, so tiny fragments cost no object each."""
 
 _STRICT_RULES: Final = IdentityRules.for_rules()
 
@@ -118,6 +133,8 @@ class ToolCall:
     categories: tuple[ErrorCategory, ...]
     fragments: int
     rejected_fragments: tuple[RejectedFragment, ...]
+    """The first :data:`MAX_REJECTED_KEPT` rejected fragments; ``rejected_count`` counts all."""
+    rejected_count: int
     transitions: tuple[tuple[Transition, int], ...]
     opened_ns: int | None
     closed_ns: int | None
@@ -144,6 +161,18 @@ class AssemblyResult:
     fragments: int
     dispatchable: bool
     _diagnostics: tuple[tuple[int, int | None, int, IdDecision, ErrorCategory | None], ...]
+    _overflow: tuple[tuple[tuple[int, int | None, IdDecision, ErrorCategory | None], int], ...] = ()
+
+    @property
+    def diagnostics_dropped(self) -> int:
+        """Fragments past the diagnostics cap: counted in the metrics, not listed individually."""
+        return sum(count for _, count in self._overflow)
+
+    def _decision_counts(self) -> Iterator[tuple[int, int | None, IdDecision, ErrorCategory | None, int]]:
+        for choice, index, _, decision, category in self._diagnostics:
+            yield choice, index, decision, category, 1
+        for (choice, index, decision, category), count in self._overflow:
+            yield choice, index, decision, category, count
 
     @property
     def proposals(self) -> tuple[ToolCall, ...]:
@@ -174,18 +203,23 @@ class AssemblyResult:
 
     def transition_counts(self) -> Counter[tuple[Transition, IdKind]]:
         """How often each (transition, incoming id kind) pair occurred: the metric's input."""
+        by_decision: Counter[IdDecision] = Counter(entry[3] for entry in self._diagnostics)
+        for (_, _, decision, _), count in self._overflow:
+            by_decision[decision] += count
         counts: Counter[tuple[Transition, IdKind]] = Counter()
         # Count the few shared decision objects by identity first: no enum hashing per fragment.
-        for decision, count in Counter(entry[3] for entry in self._diagnostics).items():
+        for decision, count in by_decision.items():
             counts[decision.transition, decision.id_kind] += count
         return counts
 
     def identity_errors(self) -> Counter[tuple[ErrorCategory, IdKind, bool, bool]]:
         """Rejected fragments by (category, id kind, prior id present, empty): the metric's input."""
+        rejected: Counter[tuple[IdDecision, ErrorCategory]] = Counter()
+        for _, _, decision, category, count in self._decision_counts():
+            if category is not None:
+                rejected[decision, category] += count
         counts: Counter[tuple[ErrorCategory, IdKind, bool, bool]] = Counter()
-        for (decision, category), count in Counter(
-            (entry[3], entry[4]) for entry in self._diagnostics if entry[4] is not None
-        ).items():
+        for (decision, category), count in rejected.items():
             counts[category, decision.id_kind, decision.prior_id_present, decision.id_empty] += count
         return counts
 
@@ -204,7 +238,9 @@ class _Slot:
         "name",
         "opened_ns",
         "rejected",
+        "rejected_count",
         "row",
+        "tail",
     )
 
     def __init__(self, choice: int, index: int, opened_ns: int | None, row: Mapping[str, IdDecision]) -> None:
@@ -220,6 +256,9 @@ class _Slot:
         self.fragments = 0
         self.categories: dict[ErrorCategory, None] = {}
         self.rejected: list[RejectedFragment] = []
+        self.rejected_count = 0
+        self.tail = 0
+        """Index in ``arguments`` from which pieces have not been compacted yet."""
         self.opened_ns = opened_ns
         self.closed_ns: int | None = None
 
@@ -238,6 +277,8 @@ class ResponseSlots:
         "_finish_reasons",
         "_fragment_count",
         "_max_argument_chars",
+        "_max_diagnostics",
+        "_overflow",
         "_response_rejections",
         "_result",
         "_initial_row",
@@ -251,14 +292,17 @@ class ResponseSlots:
         *,
         clock: Callable[[], int] | None = None,
         max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
+        max_diagnostics: int = DEFAULT_MAX_DIAGNOSTICS,
     ) -> None:
         self._rules = rules if rules is not None else _STRICT_RULES
         self._initial_row = self._rules.initial_row
         self._clock = clock
         self._max_argument_chars = max_argument_chars
+        self._max_diagnostics = max_diagnostics
+        self._overflow: dict[tuple[int, int | None, IdDecision, ErrorCategory | None], int] = {}
         self._slots: dict[tuple[int, int], _Slot] = {}
         self._diagnostics: list[tuple[int, int | None, int, IdDecision, ErrorCategory | None]] = []
-        self._response_rejections: list[Rejection] = []
+        self._response_rejections: dict[Rejection, None] = {}
         self._finish_reasons: dict[int, str] = {}
         self._done = False
         self._fragment_count = 0
@@ -316,12 +360,20 @@ class ResponseSlots:
                 slot = self._slots.get((choice, index))
                 if slot is None:
                     slot = self._open(choice, index)
-                self._diagnostics.append((choice, index, self._fragment_count, _INFER_INDEX[incoming], None))
+                self._diagnose(choice, index, _INFER_INDEX[incoming], None)
                 self._apply(slot, id, name, arguments)
                 return
         decision = _MISSING_INDEX[incoming]
-        self._diagnostics.append((choice, None, self._fragment_count, decision, ErrorCategory.MISSING_INDEX))
-        self._response_rejections.append(Rejection(choice, None, ErrorCategory.MISSING_INDEX))
+        self._diagnose(choice, None, decision, ErrorCategory.MISSING_INDEX)
+        self._response_rejections[Rejection(choice, None, ErrorCategory.MISSING_INDEX)] = None
+
+    def _diagnose(self, choice: int, index: int | None, decision: IdDecision, category: ErrorCategory | None) -> None:
+        """Keep the diagnostic of the current fragment, or only count it past the cap."""
+        if self._fragment_count <= self._max_diagnostics:
+            self._diagnostics.append((choice, index, self._fragment_count, decision, category))
+        else:
+            key = (choice, index, decision, category)
+            self._overflow[key] = self._overflow.get(key, 0) + 1
 
     def _infer_index(self, choice: int, id: object, incoming: Incoming) -> int | None:  # noqa: A002
         """The only index this fragment can belong to, or ``None`` when that is ambiguous.
@@ -400,14 +452,25 @@ class ResponseSlots:
                 if slot.arguments_chars > self._max_argument_chars:
                     slot.arguments_invalid = True
                     slot.arguments.clear()
+                    slot.tail = 0
                 else:
-                    slot.arguments.append(arguments)
+                    parts = slot.arguments
+                    parts.append(arguments)
+                    if len(parts) - slot.tail >= _COMPACT_EVERY:
+                        parts[slot.tail :] = ["".join(parts[slot.tail :])]
+                        slot.tail += 1
         elif arguments is not ABSENT and arguments is not None:
             slot.arguments_invalid = True
 
-        self._diagnostics.append((slot.choice, slot.index, self._fragment_count, decision, category))
+        if self._fragment_count <= self._max_diagnostics:
+            self._diagnostics.append((slot.choice, slot.index, self._fragment_count, decision, category))
+        else:
+            self._diagnose(slot.choice, slot.index, decision, category)
         if category is not None:
             slot.categories[category] = None
+            slot.rejected_count += 1
+            if slot.rejected_count > MAX_REJECTED_KEPT:
+                return
             slot.rejected.append(
                 RejectedFragment(
                     fragment=self._fragment_count,
@@ -455,12 +518,15 @@ class ResponseSlots:
         slots = sorted(self._slots.values(), key=lambda slot: (slot.choice, slot.index))
         id_counts = Counter(slot.id for slot in slots if slot.id is not None)
         transitions: dict[tuple[int, int], Counter[Transition]] = {}
-        for choice, index, _, decision, _ in self._diagnostics:
+        partial = AssemblyResult(
+            StreamState.COMPLETED, (), (), (), 0, False, tuple(self._diagnostics), tuple(self._overflow.items())
+        )
+        for choice, index, decision, _, count in partial._decision_counts():
             if decision.compatibility and index is not None:
                 counter = transitions.get((choice, index))
                 if counter is None:
                     counter = transitions[choice, index] = Counter()
-                counter[decision.transition] += 1
+                counter[decision.transition] += count
 
         calls: list[ToolCall] = []
         rejections: list[Rejection] = list(self._response_rejections)
@@ -490,6 +556,7 @@ class ResponseSlots:
                     categories=tuple(categories),
                     fragments=slot.fragments,
                     rejected_fragments=tuple(slot.rejected),
+                    rejected_count=slot.rejected_count,
                     transitions=tuple(sorted(counted.items(), key=lambda item: item[0].value)) if counted else (),
                     opened_ns=slot.opened_ns,
                     closed_ns=slot.closed_ns,
@@ -505,11 +572,13 @@ class ResponseSlots:
             rejections=tuple(rejections),
             fragments=self._fragment_count,
             dispatchable=ended and bool(calls) and not rejections,
-            _diagnostics=tuple(self._diagnostics),
+            _diagnostics=partial._diagnostics,
+            _overflow=partial._overflow,
         )
         # Release the per-fragment state: memory per response ends with the response.
         self._slots = {}
         self._diagnostics = []
+        self._overflow = {}
         return self._result
 
 

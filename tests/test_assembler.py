@@ -581,3 +581,27 @@ def test_decide_classifies_strings_against_the_established_id() -> None:
     assert rules.decide(IdState.ESTABLISHED, "call-a", "call-b").category is E.ID_CONFLICT
     assert rules.decide(IdState.NONE, None, "call-b").transition is Transition.ESTABLISH
     assert rules.decide(IdState.ESTABLISHED, "call-a", "").category is E.EMPTY_AFTER_ESTABLISHED
+
+
+def test_diagnostics_past_the_cap_are_counted_not_listed() -> None:
+    slots = ResponseSlots(max_diagnostics=3)
+    slots.fragment(0, 0, "call-a", "f", "{")
+    for _ in range(600):  # many tiny pieces: compacted, and past the diagnostics cap
+        slots.fragment(0, 0, None, arguments=" ")
+    slots.fragment(0, 0, "call-b", arguments="}")
+    for _ in range(70):
+        slots.fragment(0, 0, "call-c")
+    slots.end_of_stream()
+    result = slots.finish()
+    call = result.calls[0]
+    assert len(result.diagnostics) == 3 and result.diagnostics_dropped == 669
+    assert result.transition_counts()[Transition.KEEP_NULL, IdKind.NULL] == 600
+    assert result.identity_errors()[E.ID_CONFLICT, IdKind.STRING, True, False] == 71
+    assert call.transition_count(Transition.KEEP_NULL) == 600
+    assert call.arguments == "{" + " " * 600 + "}"
+    assert (len(call.rejected_fragments), call.rejected_count) == (64, 71)
+
+
+def test_missing_index_fragments_are_one_rejection_per_choice() -> None:
+    result = assemble(finished(chunk(fragment(0, "call-a", "f", "{}")), *[chunk(fragment(None)) for _ in range(5)]))
+    assert [r.category for r in result.rejections].count(E.MISSING_INDEX) == 1
