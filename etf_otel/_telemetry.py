@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -245,15 +245,10 @@ class Telemetry:
                 },
             )
         self.streams.add(1, {A.ETF_STREAM_STATE: state.value, **base})
-        for call in result.calls:
-            self.tool_calls.add(
-                1,
-                {
-                    A.ETF_TOOL_CALL_VERDICT: call.verdict.value,
-                    A.GEN_AI_TOOL_NAME: self.tool_name_label(call.name),
-                    **base,
-                },
-            )
+        # One measurement per distinct (verdict, tool name) of the response, not per call.
+        calls = Counter((call.verdict.value, self.tool_name_label(call.name)) for call in result.calls)
+        for (verdict, name), count in calls.items():
+            self.tool_calls.add(count, {A.ETF_TOOL_CALL_VERDICT: verdict, A.GEN_AI_TOOL_NAME: name, **base})
 
     def _record_call(
         self,

@@ -127,34 +127,36 @@ class ReferenceAssembler:
             index = fragment.get("index", ABSENT)
             id_ = fragment.get("id", ABSENT)
             function = fragment.get("function", ABSENT)
-        elif fragment is None or isinstance(fragment, (str, int, float, list)):
-            self._slots.unindexed(choice, inferable=False)
-            return
         else:
-            # SDK objects: only ``id`` needs the absent/null distinction (from the fields set).
+            # SDK objects first: only ``id`` needs the absent/null distinction (from the fields
+            # set). Anything without those attributes (None, a number, ...) takes the slow path.
             try:
                 id_ = fragment.id if "id" in fragment.__pydantic_fields_set__ else ABSENT  # type: ignore[attr-defined]
                 index = fragment.index  # type: ignore[attr-defined]
                 function = fragment.function  # type: ignore[attr-defined]
             except AttributeError:
+                if fragment is None or isinstance(fragment, (str, int, float, list)):
+                    self._slots.unindexed(choice, inferable=False)
+                    return
                 id_ = field(fragment, "id")
                 index = getattr(fragment, "index", ABSENT)
                 function = getattr(fragment, "function", ABSENT)
         if type(function) is dict:
             name = function.get("name", ABSENT)
             arguments = function.get("arguments", ABSENT)
-        elif function is ABSENT or function is None:
-            name = arguments = ABSENT
-        elif isinstance(function, (str, int, float, list)):
-            # Not an object: no usable name, and arguments that are not a string.
-            name, arguments = ABSENT, function
         else:
-            try:
+            try:  # SDK objects: plain attribute reads
                 name = function.name
                 arguments = function.arguments
             except AttributeError:
-                name = getattr(function, "name", ABSENT)
-                arguments = getattr(function, "arguments", ABSENT)
+                if function is ABSENT or function is None:
+                    name = arguments = ABSENT
+                elif isinstance(function, (str, int, float, list)):
+                    # Not an object: no usable name, and arguments that are not a string.
+                    name, arguments = ABSENT, function
+                else:
+                    name = getattr(function, "name", ABSENT)
+                    arguments = getattr(function, "arguments", ABSENT)
         if type(index) is int and index >= 0:
             self._slots.fragment(choice, index, id_, name, arguments)
         else:

@@ -161,6 +161,11 @@ class ResponseObserver:
         return None
 
 
+def _observe_failed() -> None:  # pragma: no cover - see ResponseObserver.observe
+    with internal_errors_swallowed("observing a chunk"):
+        raise
+
+
 class ObservedStream(_ObjectProxy):
     """A synchronous stream of chunks, observed.
 
@@ -172,10 +177,36 @@ class ObservedStream(_ObjectProxy):
         super().__init__(stream)
         self._self_iterator: Iterator[Any] | None = None
         self._self_observer = observer
+        self._self_feed = observer.assembler.feed  # called once per chunk: no frame in between
         self._self_finalizer = weakref.finalize(self, observer.finish, _CLOSED)
 
-    def __iter__(self) -> ObservedStream:
-        return self
+    def __iter__(self) -> Iterator[Any]:
+        """A ``for`` loop gets a generator: the cheapest per-chunk path CPython has.
+
+        Leaving the loop early (``break``) closes that generator, which ends the response
+        as abandoned at once. ``next(stream)`` without ``iter`` goes through ``__next__``.
+        """
+        if self._self_iterator is not None:
+            return self
+        self._self_iterator = iterator = iter(self.__wrapped__)
+        return self._self_generate(iterator)
+
+    def _self_generate(self, iterator: Iterator[Any]) -> Iterator[Any]:
+        feed = self._self_feed
+        try:
+            for chunk in iterator:
+                try:
+                    feed(chunk)
+                except Exception:  # pragma: no cover - the assembler never raises on JSON-shaped input
+                    _observe_failed()
+                yield chunk
+        except GeneratorExit:
+            self._self_end(_CLOSED)
+            raise
+        except BaseException:
+            self._self_end(_ERROR)
+            raise
+        self._self_end(_EOF)
 
     def __next__(self) -> Any:
         iterator = self._self_iterator
@@ -189,7 +220,10 @@ class ObservedStream(_ObjectProxy):
         except BaseException:
             self._self_end(_ERROR)
             raise
-        self._self_observer.observe(chunk)
+        try:
+            self._self_feed(chunk)
+        except Exception:  # pragma: no cover - the assembler never raises on JSON-shaped input
+            _observe_failed()
         return chunk
 
     def _self_end(self, how: str) -> None:
@@ -224,6 +258,7 @@ class ObservedAsyncStream(_ObjectProxy):
         super().__init__(stream)
         self._self_iterator: AsyncIterator[Any] | None = None
         self._self_observer = observer
+        self._self_feed = observer.assembler.feed  # called once per chunk: no frame in between
         self._self_finalizer = weakref.finalize(self, observer.finish, _CLOSED)
 
     def __aiter__(self) -> ObservedAsyncStream:
@@ -241,7 +276,10 @@ class ObservedAsyncStream(_ObjectProxy):
         except BaseException:
             self._self_end(_ERROR)
             raise
-        self._self_observer.observe(chunk)
+        try:
+            self._self_feed(chunk)
+        except Exception:  # pragma: no cover - the assembler never raises on JSON-shaped input
+            _observe_failed()
         return chunk
 
     def _self_end(self, how: str) -> None:

@@ -316,21 +316,6 @@ class ResponseSlots:
     def finished(self) -> bool:
         return self._result is not None
 
-    def fragment(
-        self,
-        choice: int,
-        index: int,
-        id: object = ABSENT,  # noqa: A002 - the wire field is called id
-        name: object = ABSENT,
-        arguments: object = ABSENT,
-    ) -> None:
-        """Apply one fragment to slot ``(choice, index)``, creating the slot if new."""
-        self._fragment_count += 1
-        slot = self._slots.get((choice, index))
-        if slot is None:
-            slot = self._open(choice, index)
-        self._apply(slot, id, name, arguments)
-
     def _open(self, choice: int, index: int) -> _Slot:
         slot = _Slot(choice, index, self._clock() if self._clock else None, self._initial_row)
         self._slots[choice, index] = slot
@@ -352,17 +337,16 @@ class ResponseSlots:
         meant (see :meth:`_infer_index`); otherwise it is rejected and merged nowhere, and
         it blocks the response.
         """
-        self._fragment_count += 1
         incoming = classify(IdState.NONE, None, id)
         if inferable and self._rules.allows(CompatibilityRule.INFER_MISSING_INDEX):
             index = self._infer_index(choice, id, incoming)
             if index is not None:
-                slot = self._slots.get((choice, index))
-                if slot is None:
-                    slot = self._open(choice, index)
+                self._fragment_count += 1
                 self._diagnose(choice, index, _INFER_INDEX[incoming], None)
-                self._apply(slot, id, name, arguments)
+                self._fragment_count -= 1  # fragment() counts this fragment again
+                self.fragment(choice, index, id, name, arguments)
                 return
+        self._fragment_count += 1
         decision = _MISSING_INDEX[incoming]
         self._diagnose(choice, None, decision, ErrorCategory.MISSING_INDEX)
         self._response_rejections[Rejection(choice, None, ErrorCategory.MISSING_INDEX)] = None
@@ -400,13 +384,22 @@ class ResponseSlots:
                 return 0
         return None
 
-    def _apply(
+    def fragment(
         self,
-        slot: _Slot,
-        id: object,  # noqa: A002
-        name: object,
-        arguments: object,
+        choice: int,
+        index: int,
+        id: object = ABSENT,  # noqa: A002 - the wire field is called id
+        name: object = ABSENT,
+        arguments: object = ABSENT,
     ) -> None:
+        """Apply one fragment to slot ``(choice, index)``, creating the slot if new.
+
+        This runs once per streamed fragment, so it is one function with no helper calls.
+        """
+        self._fragment_count += 1
+        slot = self._slots.get((choice, index))
+        if slot is None:
+            slot = self._open(choice, index)
         slot.fragments += 1
         row = slot.row
         # classify() inlined for the common kinds: this runs once per fragment.
@@ -591,11 +584,16 @@ def _reject_constant(token: str) -> object:
     raise ValueError(token)
 
 
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
+"""Shared like ``json``'s own default decoder: ``json.loads(text, parse_constant=...)``
+builds a decoder and its scanner on every call."""
+
+
 def _is_json_object(text: str) -> bool:
     """True when ``text`` is exactly one JSON object (no NaN/Infinity, which JSON lacks)."""
     if not text or text.lstrip()[:1] != "{":
         return False
     try:
-        return isinstance(json.loads(text, parse_constant=_reject_constant), dict)
+        return isinstance(_DECODER.decode(text), dict)
     except (ValueError, RecursionError):
         return False
