@@ -80,14 +80,20 @@ class ReferenceAssembler:
 
         Plain dicts (parsed JSON) take an inlined path: this runs once per streamed chunk.
         """
-        if type(chunk) is dict:
-            choices = chunk.get("choices")
-        elif isinstance(chunk, (str, bytes)):
+        kind = type(chunk)
+        if kind is dict:
+            choices = chunk.get("choices")  # type: ignore[attr-defined]
+        elif kind is str or kind is bytes:
             if chunk == DONE or chunk == b"[DONE]":
                 self._slots.end_of_stream()
             return
         else:
-            choices = getattr(chunk, "choices", None)
+            try:  # SDK objects: a plain attribute read is the fast path
+                choices = chunk.choices  # type: ignore[attr-defined]
+            except AttributeError:
+                if isinstance(chunk, (str, bytes)) and chunk in (DONE, b"[DONE]"):
+                    self._slots.end_of_stream()
+                return
         if type(choices) is not list:
             return
         slots = self._slots

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -168,12 +168,6 @@ class AssemblyResult:
         """Fragments past the diagnostics cap: counted in the metrics, not listed individually."""
         return sum(count for _, count in self._overflow)
 
-    def _decision_counts(self) -> Iterator[tuple[int, int | None, IdDecision, ErrorCategory | None, int]]:
-        for choice, index, _, decision, category in self._diagnostics:
-            yield choice, index, decision, category, 1
-        for (choice, index, decision, category), count in self._overflow:
-            yield choice, index, decision, category, count
-
     @property
     def proposals(self) -> tuple[ToolCall, ...]:
         """The calls a host may execute: all of them, or none when the response is blocked."""
@@ -214,8 +208,10 @@ class AssemblyResult:
 
     def identity_errors(self) -> Counter[tuple[ErrorCategory, IdKind, bool, bool]]:
         """Rejected fragments by (category, id kind, prior id present, empty): the metric's input."""
-        rejected: Counter[tuple[IdDecision, ErrorCategory]] = Counter()
-        for _, _, decision, category, count in self._decision_counts():
+        rejected: Counter[tuple[IdDecision, ErrorCategory]] = Counter(
+            [(entry[3], entry[4]) for entry in self._diagnostics if entry[4] is not None]
+        )
+        for (_, _, decision, category), count in self._overflow:
             if category is not None:
                 rejected[decision, category] += count
         counts: Counter[tuple[ErrorCategory, IdKind, bool, bool]] = Counter()
@@ -511,11 +507,12 @@ class ResponseSlots:
         slots = sorted(self._slots.values(), key=lambda slot: (slot.choice, slot.index))
         id_counts = Counter(slot.id for slot in slots if slot.id is not None)
         transitions: dict[tuple[int, int], Counter[Transition]] = {}
-        partial = AssemblyResult(
-            StreamState.COMPLETED, (), (), (), 0, False, tuple(self._diagnostics), tuple(self._overflow.items())
-        )
-        for choice, index, decision, _, count in partial._decision_counts():
-            if decision.compatibility and index is not None:
+        compatible = Counter([(entry[0], entry[1], entry[3]) for entry in self._diagnostics if entry[3].compatibility])
+        for (choice, index, decision, _), count in self._overflow.items():
+            if decision.compatibility:
+                compatible[choice, index, decision] += count
+        for (choice, index, decision), count in compatible.items():
+            if index is not None:
                 counter = transitions.get((choice, index))
                 if counter is None:
                     counter = transitions[choice, index] = Counter()
@@ -565,8 +562,8 @@ class ResponseSlots:
             rejections=tuple(rejections),
             fragments=self._fragment_count,
             dispatchable=ended and bool(calls) and not rejections,
-            _diagnostics=partial._diagnostics,
-            _overflow=partial._overflow,
+            _diagnostics=tuple(self._diagnostics),
+            _overflow=tuple(self._overflow.items()),
         )
         # Release the per-fragment state: memory per response ends with the response.
         self._slots = {}
