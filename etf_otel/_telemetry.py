@@ -25,7 +25,7 @@ from . import attributes as A
 from ._safety import internal_errors_swallowed
 from ._version import __version__
 from .completeness import Conversation, Finding
-from .diagnostics import ErrorCategory, StreamState, Transition, Verdict
+from .diagnostics import ErrorCategory, StreamState, Transition, Verdict, bounded_finish_reason
 from .slots import AssemblyResult, ToolCall
 
 __all__ = ["ProposalRecord", "Telemetry", "capture_content_enabled"]
@@ -194,7 +194,7 @@ class Telemetry:
             self._count_response(result, state, base)
         stream_attributes: dict[str, AttributeValue] = {
             A.ETF_STREAM_STATE: state.value,
-            A.GEN_AI_RESPONSE_FINISH_REASONS: list(result.finish_reasons),
+            A.GEN_AI_RESPONSE_FINISH_REASONS: [bounded_finish_reason(reason) for reason in result.finish_reasons],
             A.ETF_STREAM_SLOTS: len(result.calls),
             A.ETF_STREAM_FRAGMENTS: result.fragments,
             A.ETF_STREAM_DISPATCHABLE: result.dispatchable,

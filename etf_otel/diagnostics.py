@@ -21,6 +21,7 @@ __all__ = [
     "StreamState",
     "Transition",
     "Verdict",
+    "bounded_finish_reason",
 ]
 
 
@@ -140,6 +141,15 @@ class StreamState(str, Enum):
     TRUNCATED = "truncated"
     ABANDONED = "abandoned"
     FAILED = "failed"
+
+
+KNOWN_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call", "error"})
+OTHER_FINISH_REASON = "_OTHER"
+
+
+def bounded_finish_reason(reason: str) -> str:
+    """A finish reason from the closed set, or ``_OTHER``: anything else is raw provider output."""
+    return reason if reason in KNOWN_FINISH_REASONS else OTHER_FINISH_REASON
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
+from .diagnostics import bounded_finish_reason
 from .slots import AssemblyResult
 
 __all__ = ["ReplayReport", "build_report", "render_report"]
@@ -64,7 +65,12 @@ def build_report(result: AssemblyResult, *, show_arguments: bool = False) -> Rep
     """The SPEC section 8 document for ``result``; arguments only when asked for."""
     return ReplayReport(
         dispatchable=result.dispatchable,
-        stream=StreamSummary(state=result.state.value, finish_reasons=list(result.finish_reasons)),
+        stream=StreamSummary(
+            state=result.state.value,
+            finish_reasons=[
+                reason if show_arguments else bounded_finish_reason(reason) for reason in result.finish_reasons
+            ],
+        ),
         calls=[
             CallReport(
                 choice=call.choice,
