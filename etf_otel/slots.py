@@ -511,12 +511,11 @@ class ResponseSlots:
         for (choice, index, decision, _), count in self._overflow.items():
             if decision.compatibility:
                 compatible[choice, index, decision] += count
-        for (choice, index, decision), count in compatible.items():
-            if index is not None:
-                counter = transitions.get((choice, index))
-                if counter is None:
-                    counter = transitions[choice, index] = Counter()
-                counter[decision.transition] += count
+        for (choice, index, decision), count in compatible.items():  # compatible decisions always have an index
+            counter = transitions.get((choice, index))  # type: ignore[arg-type]
+            if counter is None:
+                counter = transitions[choice, index] = Counter()  # type: ignore[index]
+            counter[decision.transition] += count
 
         calls: list[ToolCall] = []
         rejections: list[Rejection] = list(self._response_rejections)

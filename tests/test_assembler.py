@@ -605,3 +605,14 @@ def test_diagnostics_past_the_cap_are_counted_not_listed() -> None:
 def test_missing_index_fragments_are_one_rejection_per_choice() -> None:
     result = assemble(finished(chunk(fragment(0, "call-a", "f", "{}")), *[chunk(fragment(None)) for _ in range(5)]))
     assert [r.category for r in result.rejections].count(E.MISSING_INDEX) == 1
+
+
+def test_done_as_a_string_subclass_and_objects_without_choices() -> None:
+    class Sentinel(str):
+        pass
+
+    assembler = ReferenceAssembler()
+    assembler.feed(object())  # no choices attribute: nothing to do
+    assembler.feed(chunk(fragment(0, "call-a", "f", "{}")))
+    assembler.feed(Sentinel("[DONE]"))
+    assert assembler.finish().dispatchable
