@@ -307,6 +307,7 @@ def test_arguments_over_the_cap_are_invalid_and_stop_growing() -> None:
         {"choices": "x"},
         {"choices": [None]},
         {"choices": [{"delta": None}]},
+        {"choices": [{"index": 0, "delta": "text"}]},
         {"choices": [{"index": "0", "delta": {"tool_calls": "x"}}]},
         {"choices": [{"index": -3, "delta": {}, "finish_reason": 5}]},
         [],
