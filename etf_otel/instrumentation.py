@@ -137,8 +137,7 @@ class ResponseObserver:
         try:
             self._assembler.feed(chunk)
         except Exception:  # pragma: no cover - the assembler never raises on JSON-shaped input
-            with internal_errors_swallowed("observing a chunk"):
-                raise
+            _observe_failed()
 
     def finish(self, how: str = _EOF) -> AssemblyResult | None:
         """Finalize once; later calls (a finalizer after ``close()``) do nothing."""
