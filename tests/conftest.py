@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.exporter.otlp.json.file import FileSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -60,4 +63,43 @@ def captured() -> Iterator[Captured]:
     try:
         yield Captured()
     finally:
+        set_strict(previous)
+
+
+class Process:
+    """One instrumented process exporting to its own OTLP JSON lines file."""
+
+    def __init__(self, path: Path, service: str) -> None:
+        self.path = path
+        self.provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        self.provider.add_span_processor(SimpleSpanProcessor(FileSpanExporter(str(path))))
+        self.meters = MeterProvider()
+        self.tracer = self.provider.get_tracer("agent")
+        self.closed = False
+
+    def instrumentation(self, **config: Any) -> Instrumentation:
+        return Instrumentation(self.provider, self.meters, **config)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.provider.shutdown()
+            self.meters.shutdown()
+
+
+@pytest.fixture
+def process(tmp_path: Path) -> Iterator[Callable[..., Process]]:
+    """Instrumented "processes", each exporting OTLP JSON lines to its own file (strict mode on)."""
+    previous = set_strict(True)
+    made: list[Process] = []
+
+    def make(name: str = "traces.jsonl", service: str = "agent") -> Process:
+        made.append(Process(tmp_path / name, service))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for one in made:
+            one.close()
         set_strict(previous)

@@ -5,21 +5,15 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.exporter.otlp.json.file import FileSpanExporter
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from etf_otel._safety import set_strict
 from etf_otel.assembler import ReferenceAssembler
 from etf_otel.audit import (
     AuditReport,
@@ -35,50 +29,13 @@ from etf_otel.instrumentation import GuardRefusedError, Instrumentation
 from etf_otel.otlp_json import iter_spans
 
 from .chunks import MISSING, case_stream, chunk, finished, fragment
+from .conftest import Process
 
 CALL_A = {"id": "call-a", "function": {"name": "read_page", "arguments": '{"page":1}'}}
 
 
 def call(call_id: str, name: str = "read_page", arguments: str = '{"page":1}') -> dict[str, Any]:
     return {"id": call_id, "function": {"name": name, "arguments": arguments}}
-
-
-class Process:
-    """One instrumented process exporting to its own OTLP JSON lines file."""
-
-    def __init__(self, path: Path, service: str) -> None:
-        self.path = path
-        self.provider = TracerProvider(resource=Resource.create({"service.name": service}))
-        self.provider.add_span_processor(SimpleSpanProcessor(FileSpanExporter(str(path))))
-        self.meters = MeterProvider()
-        self.tracer = self.provider.get_tracer("agent")
-        self.closed = False
-
-    def instrumentation(self, **config: Any) -> Instrumentation:
-        return Instrumentation(self.provider, self.meters, **config)
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.provider.shutdown()
-            self.meters.shutdown()
-
-
-@pytest.fixture
-def process(tmp_path: Path) -> Iterator[Callable[..., Process]]:
-    previous = set_strict(True)
-    made: list[Process] = []
-
-    def make(name: str = "traces.jsonl", service: str = "agent") -> Process:
-        made.append(Process(tmp_path / name, service))
-        return made[-1]
-
-    try:
-        yield make
-    finally:
-        for one in made:
-            one.close()
-        set_strict(previous)
 
 
 def consume(stream: Any) -> None:

@@ -22,7 +22,6 @@ from opentelemetry import context as otel_context  # noqa: E402
 from opentelemetry import trace  # noqa: E402
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
 
-from etf_otel._safety import set_strict  # noqa: E402
 from etf_otel.assembler import ReferenceAssembler  # noqa: E402
 from etf_otel.audit import AuditReport, add_audit_arguments, audit_spans, run_audit  # noqa: E402
 from etf_otel.audit_sql import (  # noqa: E402
@@ -40,26 +39,8 @@ from etf_otel.instrumentation import GuardRefusedError  # noqa: E402
 from etf_otel.otlp_json import iter_spans  # noqa: E402
 
 from .chunks import MISSING, case_stream, chunk, finished, fragment  # noqa: E402
-from .test_audit import CALL_A, Process, call, clean_turn, consume  # noqa: E402
-
-
-@pytest.fixture
-def process(tmp_path: Path) -> Iterator[Callable[..., Process]]:
-    """Instrumented processes exporting OTLP JSON lines (as ``test_audit.process``)."""
-    previous = set_strict(True)
-    made: list[Process] = []
-
-    def make(name: str = "traces.jsonl", service: str = "agent") -> Process:
-        made.append(Process(tmp_path / name, service))
-        return made[-1]
-
-    try:
-        yield make
-    finally:
-        for one in made:
-            one.close()
-        set_strict(previous)
-
+from .conftest import Process  # noqa: E402
+from .test_audit import CALL_A, call, clean_turn, consume  # noqa: E402
 
 ALL_KINDS = {
     "orphaned_execution",
