@@ -750,6 +750,16 @@ class AuditReport:
         order = list(FindingKind)
         return sorted(self.kinds.items(), key=lambda item: order.index(item[0]))
 
+    def emit(self, json_output: bool) -> int:
+        """Print the report (``--json`` or the readable table) and return the exit code of SPEC 8."""
+        if json_output:
+            sys.stdout.write(json.dumps(self.to_dict()) + "\n")
+        else:
+            from rich.console import Console
+
+            self.render(Console())
+        return EXIT_FOUND if self.findings else EXIT_OK
+
     def render(self, console: Any) -> None:
         """A readable report with ``rich``: one table row per finding kind."""
         from rich.table import Table
@@ -967,8 +977,4 @@ def run_audit(
     if stats.spans == 0:
         print(f"etf-otel audit: no OTLP trace spans in {len(files)} input file(s)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if json_output:
-        sys.stdout.write(json.dumps(report.to_dict()) + "\n")
-    else:
-        report.render(Console())
-    return EXIT_FOUND if report.findings else EXIT_OK
+    return report.emit(json_output)

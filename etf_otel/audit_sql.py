@@ -38,7 +38,7 @@ from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from .audit import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK, AuditFinding, AuditReport, FindingKind, SpanData
+from .audit import EXIT_BAD_INPUT, AuditFinding, AuditReport, FindingKind, SpanData
 
 __all__ = [
     "DEFAULT_DATABASE",
@@ -391,7 +391,6 @@ def run_sql_audit(
     until: str | None = None,
 ) -> int:
     """``etf-otel audit --engine chdb PATH...`` or ``--clickhouse URL``: prints the report, returns the exit code."""
-    from rich.console import Console
 
     from .otlp_json import InputStats, OtlpInputError, expand_paths, iter_spans
 
@@ -429,8 +428,4 @@ def run_sql_audit(
     finally:
         if backend is not None:
             backend.close()
-    if json_output:
-        sys.stdout.write(json.dumps(report.to_dict()) + "\n")
-    else:
-        report.render(Console())
-    return EXIT_FOUND if report.findings else EXIT_OK
+    return report.emit(json_output)

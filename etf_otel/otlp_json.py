@@ -320,11 +320,7 @@ def _lines(
 ) -> Iterator[SpanData]:
     while True:
         try:
-            for request in _requests_of_value(value, stats):
-                stats.records += 1
-                for span in spans_of_request(request):
-                    stats.spans += 1
-                    yield span
+            yield from _spans_of_value(value, stats)
         except ValueError as error:
             raise OtlpInputError(f"{path}:{line_number}: {error}") from None
         progressed()
@@ -342,6 +338,15 @@ def _lines(
         except ValueError as error:
             reason = "truncated JSON line" if not line.endswith(b"\n") or "Unterminated" in str(error) else "bad JSON"
             raise OtlpInputError(f"{path}:{line_number}: {reason}: {error}") from None
+
+
+def _spans_of_value(value: object, stats: InputStats) -> Iterator[SpanData]:
+    """The spans of one parsed JSON value (a request, or several), counted in ``stats``."""
+    for request in _requests_of_value(value, stats):
+        stats.records += 1
+        for span in spans_of_request(request):
+            stats.spans += 1
+            yield span
 
 
 def _documents(path: str, data: bytes, first_line: int, stats: InputStats) -> Iterator[SpanData]:
@@ -367,11 +372,7 @@ def _documents(path: str, data: bytes, first_line: int, stats: InputStats) -> It
         line = first_line + text.count("\n", 0, position)
         position = end
         try:
-            for request in _requests_of_value(value, stats):
-                stats.records += 1
-                for span in spans_of_request(request):
-                    stats.spans += 1
-                    yield span
+            yield from _spans_of_value(value, stats)
         except ValueError as error:
             raise OtlpInputError(f"{path}:{line}: {error}") from None
 

@@ -269,7 +269,7 @@ def run_phoenix_audit(
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
-    from .audit import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK, AuditReport, FindingKind, audit_spans
+    from .audit import EXIT_BAD_INPUT, AuditReport, FindingKind, audit_spans
 
     if url is None:
         print("etf-otel audit: --project needs --phoenix URL", file=sys.stderr)
@@ -309,10 +309,7 @@ def run_phoenix_audit(
     if stats.spans == 0:
         print(f"etf-otel audit: no spans in Phoenix project {project!r} at {url}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if json_output:
-        sys.stdout.write(json.dumps(report.to_dict()) + "\n")
-    else:
-        report.render(Console())
+    code = report.emit(json_output)
     if FindingKind.ORPHANED_EXECUTION in report.kinds or FindingKind.UNANSWERED_CALL in report.kinds:
         print(LINKS_NOTE, file=sys.stderr)
-    return EXIT_FOUND if report.findings else EXIT_OK
+    return code

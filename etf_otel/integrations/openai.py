@@ -69,9 +69,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _fingerprint(messages: Sequence[Any]) -> bytes:
-    encoded = json.dumps([_plain(m) for m in messages], sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(encoded.encode("utf-8", "surrogatepass")).digest()
+def _message_digests(messages: Sequence[Any]) -> list[bytes]:
+    """One SHA-256 per message, so a request's prefix and whole history share the work."""
+    return [
+        hashlib.sha256(
+            json.dumps(_plain(m), sort_keys=True, default=str, separators=(",", ":")).encode("utf-8", "surrogatepass")
+        ).digest()
+        for m in messages
+    ]
+
+
+def _fingerprint(digests: Sequence[bytes]) -> bytes:
+    return hashlib.sha256(b"".join(digests)).digest()
 
 
 def _role(message: Any) -> object:
@@ -167,13 +176,14 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             messages = list(kwargs.get("messages") or ())
             conversation: Conversation | None = None
             tool_ids: list[str | None] | None = None
+            digests = _message_digests(messages)
             follow_up = split_follow_up(messages)
             if follow_up is not None:
                 position, tool_ids = follow_up
-                conversation = self._conversations.get(_fingerprint(messages[:position]))
+                conversation = self._conversations.get(_fingerprint(digests[:position]))
             if conversation is None:
                 conversation, tool_ids = Conversation(), None
-            self._conversations.put(_fingerprint(messages), conversation)
+            self._conversations.put(_fingerprint(digests), conversation)
             return {"conversation": conversation, "provider_name": provider, "tool_message_ids": tool_ids}
         return None
 
