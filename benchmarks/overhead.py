@@ -444,7 +444,11 @@ def bench_assembler(rounds: int, quick: bool) -> Figure:
 # --- 4. memory ----------------------------------------------------------------------------
 
 OPENING_CHUNKS = 1 + 4 * 2  # role, then each of the 4 calls: its opening chunk and one argument piece
-_TELEMETRY_FILES = (os.sep + os.path.join("etf_otel", "_telemetry.py"), os.sep + "opentelemetry" + os.sep)
+_TELEMETRY_FILES = (
+    os.sep + os.path.join("etf_otel", "_telemetry.py"),
+    os.sep + os.path.join("etf_otel", "_counters.py"),
+    os.sep + "opentelemetry" + os.sep,
+)
 
 
 def _shared_state_bytes(snapshot: tracemalloc.Snapshot) -> int:

@@ -21,7 +21,9 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
+from . import _counters
 from . import attributes as A
+from ._counters import totals_for
 from ._safety import internal_errors_swallowed
 from ._version import __version__
 from .completeness import Conversation, Finding
@@ -139,24 +141,7 @@ class Telemetry:
         self.proposals = _ProposalRegistry(max_proposals)
         self._base: dict[str, AttributeValue] = {A.GEN_AI_PROVIDER_NAME: provider_name} if provider_name else {}
 
-        self.fragments = meter.create_counter(
-            A.METRIC_FRAGMENTS, unit="{fragment}", description="Streamed tool-call fragments observed."
-        )
-        self.id_transitions = meter.create_counter(
-            A.METRIC_ID_TRANSITIONS, unit="{fragment}", description="Identity decisions by transition and id kind."
-        )
-        self.identity_errors = meter.create_counter(
-            A.METRIC_IDENTITY_ERRORS, unit="{fragment}", description="Fragments rejected by the identity rules."
-        )
-        self.integrity_violations = meter.create_counter(
-            A.METRIC_INTEGRITY_VIOLATIONS, unit="{violation}", description="Linkage and assembly integrity problems."
-        )
-        self.tool_calls = meter.create_counter(
-            A.METRIC_TOOL_CALLS, unit="{call}", description="Finalized tool calls by verdict."
-        )
-        self.streams = meter.create_counter(
-            A.METRIC_STREAMS, unit="{stream}", description="Streamed responses by end state."
-        )
+        self.counters = totals_for(meter_provider)
         self.execute_duration = meter.create_histogram(
             A.METRIC_EXECUTE_TOOL_DURATION,
             unit="s",
@@ -230,25 +215,29 @@ class Telemetry:
                 conversation.proposed(call.id for call in result.calls if call.id is not None)
 
     def _count_response(self, result: AssemblyResult, state: StreamState, base: dict[str, AttributeValue]) -> None:
-        self.fragments.add(result.fragments, base)
-        for (transition, kind), count in result.transition_counts().items():
-            self.id_transitions.add(count, {A.ETF_ID_TRANSITION: transition.value, A.ETF_ID_KIND: kind.value, **base})
-        for (category, kind, prior, empty), count in result.identity_errors().items():
-            self.identity_errors.add(
-                count,
-                {
-                    A.ETF_ERROR_CATEGORY: category.value,
-                    A.ETF_ID_KIND: kind.value,
-                    A.ETF_ID_PRIOR_PRESENT: prior,
-                    A.ETF_ID_EMPTY: empty,
-                    **base,
-                },
-            )
-        self.streams.add(1, {A.ETF_STREAM_STATE: state.value, **base})
-        # One measurement per distinct (verdict, tool name) of the response, not per call.
-        calls = Counter((call.verdict.value, self.tool_name_label(call.name)) for call in result.calls)
-        for (verdict, name), count in calls.items():
-            self.tool_calls.add(count, {A.ETF_TOOL_CALL_VERDICT: verdict, A.GEN_AI_TOOL_NAME: name, **base})
+        provider = base.get(A.GEN_AI_PROVIDER_NAME)
+        transitions = result.transition_counts()
+        errors = result.identity_errors()
+        # One point per distinct (verdict, tool name) of the response, not per call.
+        calls = Counter((call.verdict.value, self.tool_name_label(call.name), provider) for call in result.calls)
+        counters = self.counters
+        with counters.lock:
+            totals = counters.table(_counters.FRAGMENTS)
+            totals[provider,] = totals.get((provider,), 0) + result.fragments
+            totals = counters.table(_counters.ID_TRANSITIONS)
+            for (transition, kind), count in transitions.items():
+                key: _counters.Key = (transition.value, kind.value, provider)
+                totals[key] = totals.get(key, 0) + count
+            totals = counters.table(_counters.IDENTITY_ERRORS)
+            for (category, kind, prior, empty), count in errors.items():
+                key = (category.value, kind.value, prior, empty, provider)
+                totals[key] = totals.get(key, 0) + count
+            totals = counters.table(_counters.STREAMS)
+            key = (state.value, provider)
+            totals[key] = totals.get(key, 0) + 1
+            totals = counters.table(_counters.TOOL_CALLS)
+            for call_key, count in calls.items():
+                totals[call_key] = totals.get(call_key, 0) + count
 
     def _record_call(
         self,
@@ -342,10 +331,9 @@ class Telemetry:
 
     def count_findings(self, findings: Iterable[Finding], base: dict[str, AttributeValue] | None = None) -> None:
         """Count linkage findings on ``etf.integrity.violations``."""
+        provider = (self._base if base is None else base).get(A.GEN_AI_PROVIDER_NAME)
         for finding in findings:
-            self.integrity_violations.add(
-                1, {A.ETF_ERROR_CATEGORY: finding.category.value, **(self._base if base is None else base)}
-            )
+            self.counters.add(_counters.INTEGRITY_VIOLATIONS, (finding.category.value, provider))
 
     def record_findings(self, findings: Sequence[Finding], span: Span | None = None) -> None:
         """Count linkage findings and add one ``etf.integrity.violation`` event each to ``span``."""
@@ -359,8 +347,9 @@ class Telemetry:
         """Count a wrapped assembler's divergences from the rules (``divergent_assembly``)."""
         target = span if span is not None else trace.get_current_span()
         for kind in kinds:
-            self.integrity_violations.add(
-                1, {A.ETF_ERROR_CATEGORY: ErrorCategory.DIVERGENT_ASSEMBLY.value, **self._base}
+            self.counters.add(
+                _counters.INTEGRITY_VIOLATIONS,
+                (ErrorCategory.DIVERGENT_ASSEMBLY.value, self._base.get(A.GEN_AI_PROVIDER_NAME)),
             )
             if target.is_recording():
                 target.add_event(

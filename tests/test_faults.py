@@ -115,6 +115,9 @@ class RaisingMeter(metrics.NoOpMeter):
     def create_histogram(self, name: str, unit: str = "", description: str = "", **kwargs: Any) -> Any:
         return _RaisingInstrument()
 
+    def create_observable_counter(self, *args: Any, **kwargs: Any) -> Any:
+        raise InjectedFault("create_observable_counter")
+
 
 class RaisingMeterProvider(metrics.MeterProvider):
     def get_meter(self, name: str, version: str | None = None, schema_url: str | None = None, *args: Any) -> Any:
@@ -133,7 +136,7 @@ FAULTS = [
     "on_start",  # a span processor raises when any span starts
     "on_start_tool_call",  # ... only when an assemble_tool_call span starts (the response span is already open)
     "on_end",  # a span processor raises when any span ends
-    "meter",  # every instrument's add/record raises
+    "meter",  # registering an observable counter raises, and every instrument's add/record
     "record_response",  # our own code: the whole response recording raises
     "transition_counts",  # our own code: an attribute computation raises before any span
     "call_attributes",  # our own code: an attribute computation raises while a tool call span is open

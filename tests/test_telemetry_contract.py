@@ -136,6 +136,49 @@ def test_metrics_names_attributes_and_values(captured: Captured) -> None:
             assert not any("call-" in str(value) for value in attributes.values())
 
 
+def test_setups_sharing_a_meter_provider_count_into_the_same_counters(captured: Captured) -> None:
+    """The SDK keeps only the first observable counter of a name: a second setup must not be lost."""
+    first = captured.instrumentation(provider_name="openai")
+    second = captured.instrumentation(provider_name="openai")
+    _consume(first.stream(iter(case_stream(None))))
+    _consume(second.stream(iter(case_stream(None))))
+    _consume(second.stream(iter(case_stream(None))))
+    assert captured.metric_sum("etf.streams", etf__stream__state="completed") == 3
+    assert captured.metric_sum("etf.tool_call.fragments") == 6
+
+
+def test_counters_are_monotonic_sums_in_either_temporality() -> None:
+    """Totals are kept cumulatively; a delta reader gets what changed since its last collection."""
+    from opentelemetry.sdk.metrics import MeterProvider, ObservableCounter
+    from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader, Sum
+
+    from etf_otel.instrumentation import Instrumentation
+
+    delta = InMemoryMetricReader(preferred_temporality={ObservableCounter: AggregationTemporality.DELTA})
+    cumulative = InMemoryMetricReader()
+    instrumentation = Instrumentation(meter_provider=MeterProvider(metric_readers=[delta, cumulative]))
+
+    def streams(reader: InMemoryMetricReader) -> tuple[bool, AggregationTemporality, int]:
+        data = reader.get_metrics_data()
+        assert data is not None
+        metric = next(
+            metric
+            for scope in data.resource_metrics[0].scope_metrics
+            for metric in scope.metrics
+            if metric.name == "etf.streams"
+        )
+        assert isinstance(metric.data, Sum)
+        return metric.data.is_monotonic, metric.data.aggregation_temporality, metric.data.data_points[0].value
+
+    _consume(instrumentation.stream(iter(case_stream(None))))
+    _consume(instrumentation.stream(iter(case_stream(None))))
+    assert streams(delta) == (True, AggregationTemporality.DELTA, 2)
+    assert streams(cumulative) == (True, AggregationTemporality.CUMULATIVE, 2)
+    _consume(instrumentation.stream(iter(case_stream(None))))
+    assert streams(delta) == (True, AggregationTemporality.DELTA, 1)
+    assert streams(cumulative) == (True, AggregationTemporality.CUMULATIVE, 3)
+
+
 def test_tool_names_on_metrics_are_capped(captured: Captured) -> None:
     instrumentation = captured.instrumentation()
     instrumentation.telemetry.tool_name_label.__init__(2)  # type: ignore[misc]
