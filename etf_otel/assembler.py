@@ -97,7 +97,9 @@ class ReferenceAssembler:
         if type(choices) is not list:
             return
         slots = self._slots
-        for position, choice in enumerate(choices):
+        position = -1
+        for choice in choices:
+            position += 1
             if type(choice) is dict:
                 choice_index = choice.get("index", position)
                 delta = choice.get("delta")
@@ -123,46 +125,56 @@ class ReferenceAssembler:
                 except AttributeError:
                     tool_calls = None
             if type(tool_calls) is list:
+                # The usual shapes are read inline (this loop runs once per streamed fragment);
+                # anything else goes through _fragment.
                 for fragment in tool_calls:
-                    self._fragment(choice_index, fragment)
+                    if type(fragment) is dict:
+                        function = fragment.get("function", ABSENT)
+                        if type(function) is not dict:
+                            self._fragment(choice_index, fragment)
+                            continue
+                        index = fragment.get("index", ABSENT)
+                        id_ = fragment.get("id", ABSENT)
+                        name = function.get("name", ABSENT)
+                        arguments = function.get("arguments", ABSENT)
+                    else:
+                        # SDK objects: only ``id`` needs the absent/null distinction (from the
+                        # fields set); a missing ``function`` (None) raises and takes _fragment.
+                        try:
+                            id_ = fragment.id if "id" in fragment.__pydantic_fields_set__ else ABSENT
+                            index = fragment.index
+                            function = fragment.function
+                            name = function.name
+                            arguments = function.arguments
+                        except AttributeError:
+                            self._fragment(choice_index, fragment)
+                            continue
+                    if type(index) is int and index >= 0:
+                        slots.fragment(choice_index, index, id_, name, arguments)
+                    else:
+                        slots.unindexed(choice_index, id_, name, arguments)
             if type(finish_reason) is str and finish_reason:
                 slots.terminal(choice_index, finish_reason)
 
     def _fragment(self, choice: int, fragment: object) -> None:
-        if type(fragment) is dict:
-            index = fragment.get("index", ABSENT)
-            id_ = fragment.get("id", ABSENT)
-            function = fragment.get("function", ABSENT)
+        """Any fragment shape the inline path of :meth:`feed` does not read.
+
+        A fragment that is not an object has no usable index; a ``function`` that is not
+        an object has no usable name, and its value stands for the arguments (invalid).
+        """
+        if fragment is None or isinstance(fragment, (str, int, float, list)):
+            self._slots.unindexed(choice, inferable=False)
+            return
+        id_ = field(fragment, "id")
+        index = field(fragment, "index")
+        function = field(fragment, "function")
+        if function is ABSENT or function is None:
+            name = arguments = ABSENT
+        elif isinstance(function, (str, int, float, list)):
+            name, arguments = ABSENT, function
         else:
-            # SDK objects first: only ``id`` needs the absent/null distinction (from the fields
-            # set). Anything without those attributes (None, a number, ...) takes the slow path.
-            try:
-                id_ = fragment.id if "id" in fragment.__pydantic_fields_set__ else ABSENT  # type: ignore[attr-defined]
-                index = fragment.index  # type: ignore[attr-defined]
-                function = fragment.function  # type: ignore[attr-defined]
-            except AttributeError:
-                if fragment is None or isinstance(fragment, (str, int, float, list)):
-                    self._slots.unindexed(choice, inferable=False)
-                    return
-                id_ = field(fragment, "id")
-                index = getattr(fragment, "index", ABSENT)
-                function = getattr(fragment, "function", ABSENT)
-        if type(function) is dict:
-            name = function.get("name", ABSENT)
-            arguments = function.get("arguments", ABSENT)
-        else:
-            try:  # SDK objects: plain attribute reads
-                name = function.name
-                arguments = function.arguments
-            except AttributeError:
-                if function is ABSENT or function is None:
-                    name = arguments = ABSENT
-                elif isinstance(function, (str, int, float, list)):
-                    # Not an object: no usable name, and arguments that are not a string.
-                    name, arguments = ABSENT, function
-                else:
-                    name = getattr(function, "name", ABSENT)
-                    arguments = getattr(function, "arguments", ABSENT)
+            name = field(function, "name")
+            arguments = field(function, "arguments")
         if type(index) is int and index >= 0:
             self._slots.fragment(choice, index, id_, name, arguments)
         else:

@@ -60,6 +60,9 @@ MAX_REJECTED_KEPT: Final = 64
 _COMPACT_EVERY: Final = 256
 """Argument pieces joined into one string every this many, so tiny fragments cost no object each."""
 
+_INVALID_ARGUMENTS: Final = -(2**62)
+"""``_Slot.room`` once arguments that are not a string arrived: negative whatever comes after."""
+
 _STRICT_RULES: Final = IdentityRules.for_rules()
 
 
@@ -223,11 +226,10 @@ class AssemblyResult:
 class _Slot:
     __slots__ = (
         "arguments",
-        "arguments_chars",
-        "arguments_invalid",
         "categories",
         "choice",
         "closed_ns",
+        "compact_at",
         "fragments",
         "id",
         "index",
@@ -235,11 +237,14 @@ class _Slot:
         "opened_ns",
         "rejected",
         "rejected_count",
+        "room",
         "row",
         "tail",
     )
 
-    def __init__(self, choice: int, index: int, opened_ns: int | None, row: Mapping[str, IdDecision]) -> None:
+    def __init__(
+        self, choice: int, index: int, opened_ns: int | None, row: Mapping[str, IdDecision], room: int
+    ) -> None:
         self.choice = choice
         self.index = index
         self.id: str | None = None
@@ -247,14 +252,16 @@ class _Slot:
         """Decisions for the slot's identity state; ``id`` is set exactly when it is ESTABLISHED."""
         self.name: str | None = None
         self.arguments: list[str] = []
-        self.arguments_chars = 0
-        self.arguments_invalid = False
+        self.room = room
+        """Argument characters this slot may still take; negative once its arguments are invalid."""
         self.fragments = 0
         self.categories: dict[ErrorCategory, None] = {}
         self.rejected: list[RejectedFragment] = []
         self.rejected_count = 0
         self.tail = 0
         """Index in ``arguments`` from which pieces have not been compacted yet."""
+        self.compact_at = _COMPACT_EVERY
+        """Length of ``arguments`` at which the pieces from ``tail`` on are joined."""
         self.opened_ns = opened_ns
         self.closed_ns: int | None = None
 
@@ -313,7 +320,7 @@ class ResponseSlots:
         return self._result is not None
 
     def _open(self, choice: int, index: int) -> _Slot:
-        slot = _Slot(choice, index, self._clock() if self._clock else None, self._initial_row)
+        slot = _Slot(choice, index, self._clock() if self._clock else None, self._initial_row, self._max_argument_chars)
         self._slots[choice, index] = slot
         return slot
 
@@ -392,7 +399,7 @@ class ResponseSlots:
 
         This runs once per streamed fragment, so it is one function with no helper calls.
         """
-        self._fragment_count += 1
+        count = self._fragment_count = self._fragment_count + 1
         slot = self._slots.get((choice, index))
         if slot is None:
             slot = self._open(choice, index)
@@ -418,8 +425,8 @@ class ResponseSlots:
             slot.id = id  # type: ignore[assignment]  # adopts_id implies a non-empty str
         slot.row = decision.next_row
 
-        name_category: ErrorCategory | None = None
-        if name is not ABSENT and name is not None:
+        if name is not None and name is not ABSENT:
+            name_category: ErrorCategory | None = None
             if type(name) is str:
                 if name and name != slot.name:
                     if slot.name is None:
@@ -428,33 +435,29 @@ class ResponseSlots:
                         name_category = ErrorCategory.NAME_CONFLICT
             else:
                 name_category = ErrorCategory.MISSING_NAME
-        if name_category is not None:
-            if category is None:
-                category = name_category
-            else:  # both the id and the name were rejected: the slot keeps both categories
-                slot.categories[category] = None
-                slot.categories[name_category] = None
+            if name_category is not None:
+                if category is None:
+                    category = name_category
+                else:  # both the id and the name were rejected: the slot keeps both categories
+                    slot.categories[category] = None
+                    slot.categories[name_category] = None
 
         if type(arguments) is str:
-            if not slot.arguments_invalid:
-                slot.arguments_chars += len(arguments)
-                if slot.arguments_chars > self._max_argument_chars:
-                    slot.arguments_invalid = True
-                    slot.arguments.clear()
-                    slot.tail = 0
-                else:
-                    parts = slot.arguments
-                    parts.append(arguments)
-                    if len(parts) - slot.tail >= _COMPACT_EVERY:
-                        parts[slot.tail :] = ["".join(parts[slot.tail :])]
-                        slot.tail += 1
-        elif arguments is not ABSENT and arguments is not None:
-            slot.arguments_invalid = True
+            room = slot.room = slot.room - len(arguments)
+            if room >= 0:
+                parts = slot.arguments
+                parts.append(arguments)
+                if len(parts) >= slot.compact_at:
+                    _compact(parts, slot)
+            elif room + len(arguments) >= 0:  # this piece crossed the cap: all pieces are dropped
+                slot.arguments.clear()
+        elif arguments is not None and arguments is not ABSENT:
+            slot.room = _INVALID_ARGUMENTS  # what arrived so far is kept; nothing more is taken
 
-        if self._fragment_count <= self._max_diagnostics:
-            self._diagnostics.append((slot.choice, slot.index, self._fragment_count, decision, category))
+        if count <= self._max_diagnostics:
+            self._diagnostics.append((choice, index, count, decision, category))
         else:
-            self._diagnose(slot.choice, slot.index, decision, category)
+            self._diagnose(choice, index, decision, category)
         if category is not None:
             slot.categories[category] = None
             slot.rejected_count += 1
@@ -462,7 +465,7 @@ class ResponseSlots:
                 return
             slot.rejected.append(
                 RejectedFragment(
-                    fragment=self._fragment_count,
+                    fragment=count,
                     category=category,
                     id_kind=decision.id_kind,
                     prior_id_present=decision.prior_id_present,
@@ -526,7 +529,7 @@ class ResponseSlots:
                 categories[ErrorCategory.MISSING_ID] = None
             if slot.name is None:
                 categories[ErrorCategory.MISSING_NAME] = None
-            if slot.arguments_invalid or not _is_json_object(arguments):
+            if slot.room < 0 or not _is_json_object(arguments):
                 categories[ErrorCategory.INVALID_ARGUMENTS] = None
             if slot.id is not None and id_counts[slot.id] > 1:
                 categories[ErrorCategory.DUPLICATE_CALL_ID] = None
@@ -569,6 +572,13 @@ class ResponseSlots:
         self._diagnostics = []
         self._overflow = {}
         return self._result
+
+
+def _compact(parts: list[str], slot: _Slot) -> None:
+    """Join the pieces from ``slot.tail`` on into one: tiny fragments then cost no object each."""
+    parts[slot.tail :] = ["".join(parts[slot.tail :])]
+    slot.tail += 1
+    slot.compact_at = slot.tail + _COMPACT_EVERY
 
 
 _INFER_INDEX: Final[dict[Incoming, IdDecision]] = {
