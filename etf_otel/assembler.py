@@ -168,11 +168,11 @@ class ReferenceAssembler:
         id_ = field(fragment, "id")
         index = field(fragment, "index")
         function = field(fragment, "function")
-        if function is ABSENT or function is None:
-            name = arguments = ABSENT
-        elif isinstance(function, (str, int, float, list)):
-            name, arguments = ABSENT, function
-        else:
+        name: object = ABSENT
+        arguments: object = ABSENT
+        if isinstance(function, (str, int, float, list)):
+            arguments = function
+        elif function is not ABSENT and function is not None:
             name = field(function, "name")
             arguments = field(function, "arguments")
         if type(index) is int and index >= 0:
