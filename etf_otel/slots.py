@@ -22,6 +22,7 @@ in :meth:`~ResponseSlots.finish`.
 from __future__ import annotations
 
 import json
+import operator
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -59,6 +60,9 @@ MAX_REJECTED_KEPT: Final = 64
 
 _COMPACT_EVERY: Final = 256
 """Argument pieces joined into one string every this many, so tiny fragments cost no object each."""
+
+_DECISION: Final = operator.itemgetter(3)
+"""The decision of a diagnostics entry ``(choice, index, fragment, decision, category)``."""
 
 _INVALID_ARGUMENTS: Final = -(2**62)
 """``_Slot.room`` once arguments that are not a string arrived: negative whatever comes after."""
@@ -165,6 +169,8 @@ class AssemblyResult:
     dispatchable: bool
     _diagnostics: tuple[tuple[int, int | None, int, IdDecision, ErrorCategory | None], ...]
     _overflow: tuple[tuple[tuple[int, int | None, IdDecision, ErrorCategory | None], int], ...] = ()
+    _decision_counts: tuple[tuple[IdDecision, int], ...] = ()
+    _identity_errors: tuple[tuple[tuple[IdDecision, ErrorCategory], int], ...] = ()
 
     @property
     def diagnostics_dropped(self) -> int:
@@ -200,25 +206,15 @@ class AssemblyResult:
 
     def transition_counts(self) -> Counter[tuple[Transition, IdKind]]:
         """How often each (transition, incoming id kind) pair occurred: the metric's input."""
-        by_decision: Counter[IdDecision] = Counter(entry[3] for entry in self._diagnostics)
-        for (_, _, decision, _), count in self._overflow:
-            by_decision[decision] += count
         counts: Counter[tuple[Transition, IdKind]] = Counter()
-        # Count the few shared decision objects by identity first: no enum hashing per fragment.
-        for decision, count in by_decision.items():
+        for decision, count in self._decision_counts:
             counts[decision.transition, decision.id_kind] += count
         return counts
 
     def identity_errors(self) -> Counter[tuple[ErrorCategory, IdKind, bool, bool]]:
         """Rejected fragments by (category, id kind, prior id present, empty): the metric's input."""
-        rejected: Counter[tuple[IdDecision, ErrorCategory]] = Counter(
-            [(entry[3], entry[4]) for entry in self._diagnostics if entry[4] is not None]
-        )
-        for (_, _, decision, category), count in self._overflow:
-            if category is not None:
-                rejected[decision, category] += count
         counts: Counter[tuple[ErrorCategory, IdKind, bool, bool]] = Counter()
-        for (decision, category), count in rejected.items():
+        for (decision, category), count in self._identity_errors:
             counts[category, decision.id_kind, decision.prior_id_present, decision.id_empty] += count
         return counts
 
@@ -277,6 +273,7 @@ class ResponseSlots:
         "_clock",
         "_diagnostics",
         "_done",
+        "_errors",
         "_finish_reasons",
         "_fragment_count",
         "_max_argument_chars",
@@ -306,6 +303,8 @@ class ResponseSlots:
         self._slots: dict[tuple[int, int], _Slot] = {}
         self._diagnostics: list[tuple[int, int | None, int, IdDecision, ErrorCategory | None]] = []
         self._response_rejections: dict[Rejection, None] = {}
+        self._errors: dict[tuple[IdDecision, ErrorCategory], int] = {}
+        """Rejected fragments by (decision, category): counted when they happen, which is rare."""
         self._finish_reasons: dict[int, str] = {}
         self._done = False
         self._fragment_count = 0
@@ -352,6 +351,7 @@ class ResponseSlots:
         self._fragment_count += 1
         decision = _MISSING_INDEX[incoming]
         self._diagnose(choice, None, decision, ErrorCategory.MISSING_INDEX)
+        self._count_error(decision, ErrorCategory.MISSING_INDEX)
         self._response_rejections[Rejection(choice, None, ErrorCategory.MISSING_INDEX)] = None
 
     def _diagnose(self, choice: int, index: int | None, decision: IdDecision, category: ErrorCategory | None) -> None:
@@ -361,6 +361,10 @@ class ResponseSlots:
         else:
             key = (choice, index, decision, category)
             self._overflow[key] = self._overflow.get(key, 0) + 1
+
+    def _count_error(self, decision: IdDecision, category: ErrorCategory) -> None:
+        key = (decision, category)
+        self._errors[key] = self._errors.get(key, 0) + 1
 
     def _infer_index(self, choice: int, id: object, incoming: Incoming) -> int | None:  # noqa: A002
         """The only index this fragment can belong to, or ``None`` when that is ambiguous.
@@ -459,6 +463,7 @@ class ResponseSlots:
         else:
             self._diagnose(choice, index, decision, category)
         if category is not None:
+            self._count_error(decision, category)
             slot.categories[category] = None
             slot.rejected_count += 1
             if slot.rejected_count > MAX_REJECTED_KEPT:
@@ -510,15 +515,21 @@ class ResponseSlots:
         slots = sorted(self._slots.values(), key=lambda slot: (slot.choice, slot.index))
         id_counts = Counter(slot.id for slot in slots if slot.id is not None)
         transitions: dict[tuple[int, int], Counter[Transition]] = {}
-        compatible = Counter([(entry[0], entry[1], entry[3]) for entry in self._diagnostics if entry[3].compatibility])
-        for (choice, index, decision, _), count in self._overflow.items():
-            if decision.compatibility:
-                compatible[choice, index, decision] += count
-        for (choice, index, decision), count in compatible.items():  # compatible decisions always have an index
-            counter = transitions.get((choice, index))  # type: ignore[arg-type]
-            if counter is None:
-                counter = transitions[choice, index] = Counter()  # type: ignore[index]
-            counter[decision.transition] += count
+        by_decision = Counter(map(_DECISION, self._diagnostics))  # one pass, at C speed
+        for (_, _, decision, _), count in self._overflow.items():
+            by_decision[decision] += count
+        if any(decision.compatibility for decision in by_decision):  # rare: only then per slot
+            compatible = Counter(
+                [(entry[0], entry[1], entry[3]) for entry in self._diagnostics if entry[3].compatibility]
+            )
+            for (choice, index, decision, _), count in self._overflow.items():
+                if decision.compatibility:
+                    compatible[choice, index, decision] += count
+            for (choice, index, decision), count in compatible.items():  # compatible decisions always have an index
+                counter = transitions.get((choice, index))  # type: ignore[arg-type]
+                if counter is None:
+                    counter = transitions[choice, index] = Counter()  # type: ignore[index]
+                counter[decision.transition] += count
 
         calls: list[ToolCall] = []
         rejections: list[Rejection] = list(self._response_rejections)
@@ -566,6 +577,8 @@ class ResponseSlots:
             dispatchable=ended and bool(calls) and not rejections,
             _diagnostics=tuple(self._diagnostics),
             _overflow=tuple(self._overflow.items()),
+            _decision_counts=tuple(by_decision.items()),
+            _identity_errors=tuple(self._errors.items()),
         )
         # Release the per-fragment state: memory per response ends with the response.
         self._slots = {}
