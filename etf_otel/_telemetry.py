@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -37,11 +37,11 @@ DEFAULT_MAX_REJECTED_EVENTS = 16
 DEFAULT_MAX_CONTENT_CHARS = 4096
 DEFAULT_MAX_PROPOSALS = 4096
 
-_COMPAT_SPAN_COUNTERS = (
-    (Transition.KEEP_NULL, A.ETF_ID_KEPT_NULL),
-    (Transition.KEEP_EMPTY, A.ETF_ID_KEPT_EMPTY),
-    (Transition.INFER_INDEX, A.ETF_ID_INFERRED_INDEX),
-)
+_COMPAT_SPAN_COUNTERS: dict[Transition, str] = {
+    Transition.KEEP_NULL: A.ETF_ID_KEPT_NULL,
+    Transition.KEEP_EMPTY: A.ETF_ID_KEPT_EMPTY,
+    Transition.INFER_INDEX: A.ETF_ID_INFERRED_INDEX,
+}
 
 
 def capture_content_enabled() -> bool:
@@ -75,23 +75,26 @@ def _finding_attributes(finding: Finding) -> dict[str, AttributeValue]:
 
 
 class _ProposalRegistry:
-    """Bounded map from preserved call id to its record (oldest forgotten first)."""
+    """Bounded map from preserved call id to its record (oldest forgotten first).
+
+    A plain dict keeps insertion order; a re-proposed id is moved to the end by removing it first.
+    """
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._records: OrderedDict[str, ProposalRecord] = OrderedDict()
+        self._records: dict[str, ProposalRecord] = {}
         self._lock = threading.Lock()
 
     def add(self, call_id: str, record: ProposalRecord) -> None:
+        records = self._records
         with self._lock:
-            self._records[call_id] = record
-            self._records.move_to_end(call_id)
-            while len(self._records) > self._capacity:
-                self._records.popitem(last=False)
+            records.pop(call_id, None)
+            records[call_id] = record
+            if len(records) > self._capacity:
+                del records[next(iter(records))]
 
     def get(self, call_id: str) -> ProposalRecord | None:
-        with self._lock:
-            return self._records.get(call_id)
+        return self._records.get(call_id)  # one dict read: atomic under the GIL, like the writes
 
 
 class _ToolNameCap:
@@ -249,20 +252,43 @@ class Telemetry:
         ended_ns: int,
         base: dict[str, AttributeValue],
     ) -> None:
-        attributes: dict[str, AttributeValue] = {
-            A.ETF_CHOICE_INDEX: call.choice,
-            A.ETF_TOOL_CALL_INDEX: call.index,
-            A.ETF_TOOL_CALL_FRAGMENTS: call.fragments,
-            A.ETF_TOOL_CALL_VERDICT: call.verdict.value,
-            **base,
-        }
-        if call.name is not None:
-            attributes[A.GEN_AI_TOOL_NAME] = call.name
-        if call.id is not None:
-            attributes[A.GEN_AI_TOOL_CALL_ID] = call.id
+        """One ``assemble_tool_call`` span, and the call's proposal record.
+
+        Everything known before the span starts is passed as start attributes (one
+        validation pass in the SDK, and samplers see it); only a rejected call (status,
+        events) or content capture touches the span afterwards.
+        """
         span: Span | None = None
         try:
-            span = self._start_call_span(call, attributes, parent, started_ns)
+            attributes: dict[str, AttributeValue] = {
+                A.ETF_CHOICE_INDEX: call.choice,
+                A.ETF_TOOL_CALL_INDEX: call.index,
+                A.ETF_TOOL_CALL_FRAGMENTS: call.fragments,
+                A.ETF_TOOL_CALL_VERDICT: call.verdict.value,
+                **base,
+            }
+            name = call.name
+            if name is not None:
+                attributes[A.GEN_AI_TOOL_NAME] = name
+            if call.id is not None:
+                attributes[A.GEN_AI_TOOL_CALL_ID] = call.id
+            for transition, count in call.transitions:
+                counter = _COMPAT_SPAN_COUNTERS.get(transition)
+                if counter is not None:
+                    attributes[counter] = count
+            if call.categories:
+                attributes[A.ETF_TOOL_CALL_CATEGORIES] = [category.value for category in call.categories]
+                attributes[A.ERROR_TYPE] = call.categories[0].value
+            span = self.tracer.start_span(
+                f"{A.SPAN_ASSEMBLE_TOOL_CALL} {name}" if name else A.SPAN_ASSEMBLE_TOOL_CALL,
+                context=parent,
+                kind=SpanKind.INTERNAL,
+                attributes=attributes,
+                start_time=call.opened_ns if call.opened_ns is not None else started_ns,
+            )
+            if call.categories or self.capture_content:
+                with internal_errors_swallowed("describing a tool call"):
+                    self._describe_call(span, call)
         finally:
             try:
                 if span is not None:
@@ -273,38 +299,19 @@ class Telemetry:
                     self.proposals.add(
                         call.id,
                         ProposalRecord(
-                            span_context=span.get_span_context() if span is not None else None,
-                            dispatchable=dispatchable and call.proposed,
-                            verdict=call.verdict,
-                            first_category=call.categories[0] if call.categories else blocked_by,
-                            name=call.name,
-                            arguments_hash=hash(call.arguments),
+                            span.get_span_context() if span is not None else None,
+                            dispatchable and call.verdict is Verdict.PROPOSED,
+                            call.verdict,
+                            call.categories[0] if call.categories else blocked_by,
+                            name,
+                            hash(call.arguments),
                         ),
                     )
 
-    def _start_call_span(
-        self, call: ToolCall, attributes: dict[str, AttributeValue], parent: Context | None, started_ns: int
-    ) -> Span:
-        span = self.tracer.start_span(
-            f"{A.SPAN_ASSEMBLE_TOOL_CALL} {call.name}" if call.name else A.SPAN_ASSEMBLE_TOOL_CALL,
-            context=parent,
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            start_time=call.opened_ns if call.opened_ns is not None else started_ns,
-        )
-        with internal_errors_swallowed("describing a tool call"):
-            self._describe_call(span, call)
-        return span
-
     def _describe_call(self, span: Span, call: ToolCall) -> None:
+        """A rejected call's status and events, and (opted in) its arguments."""
         if span.is_recording():
-            for transition, name in _COMPAT_SPAN_COUNTERS:
-                count = call.transition_count(transition)
-                if count:
-                    span.set_attribute(name, count)
             if call.categories:
-                span.set_attribute(A.ETF_TOOL_CALL_CATEGORIES, [category.value for category in call.categories])
-                span.set_attribute(A.ERROR_TYPE, call.categories[0].value)
                 span.set_status(Status(StatusCode.ERROR))
             shown = call.rejected_fragments[: self.max_rejected_events]
             for rejected in shown:

@@ -34,7 +34,7 @@ from etf_otel.assembler import DONE, ReferenceAssembler
 from etf_otel.completeness import Conversation
 from etf_otel.diagnostics import ErrorCategory
 from etf_otel.instrumentation import GuardRefusedError, Instrumentation
-from etf_otel.slots import AssemblyResult, ToolCall
+from etf_otel.slots import AssemblyResult
 
 from .chunks import chunk, finished, fragment
 
@@ -139,7 +139,7 @@ FAULTS = [
     "meter",  # registering an observable counter raises, and every instrument's add/record
     "record_response",  # our own code: the whole response recording raises
     "transition_counts",  # our own code: an attribute computation raises before any span
-    "call_attributes",  # our own code: an attribute computation raises while a tool call span is open
+    "call_attributes",  # our own code: describing a rejected call raises while its span is open
     "observe",  # our own code: observing a chunk raises
     "start_execution",  # our own code: starting an execute_tool span raises
     "end_execution",  # our own code: ending an execute_tool span raises
@@ -175,7 +175,7 @@ class Rig:
         elif fault == "transition_counts":
             monkeypatch.setattr(AssemblyResult, "transition_counts", _raise)
         elif fault == "call_attributes":
-            monkeypatch.setattr(ToolCall, "transition_count", _raise)
+            monkeypatch.setattr(Telemetry, "_describe_call", _raise)
         elif fault == "observe":
             monkeypatch.setattr(ReferenceAssembler, "feed", _raise)
         elif fault == "start_execution":
@@ -364,7 +364,7 @@ def test_telemetry_faults_are_logged_at_debug_without_the_message(
 ) -> None:
     rig = Rig(fault, monkeypatch)
     instrumentation = rig.instrumentation()
-    list(instrumentation.stream(gen(TWO_CALLS)))
+    list(instrumentation.stream(gen(REJECTED if fault == "call_attributes" else TWO_CALLS)))
     instrumentation.host(lambda call: None)(host_calls(TWO_CALLS)[0])
     ours = [r for r in debug_logs.records if r.name == "etf_otel"]
     assert ours, "a swallowed telemetry error must be logged"
