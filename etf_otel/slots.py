@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -608,11 +609,18 @@ _DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
 builds a decoder and its scanner on every call."""
 
 
+_JSON_WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
+_SCAN_JSON: Final = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__
+"""The C scanner under ``JSONDecoder.decode``, called directly: no Python frames per call."""
+
+
 def _is_json_object(text: str) -> bool:
     """True when ``text`` is exactly one JSON object (no NaN/Infinity, which JSON lacks)."""
-    if not text or text.lstrip()[:1] != "{":
+    start = 0 if text[:1] == "{" else _JSON_WHITESPACE.match(text).end()  # type: ignore[union-attr]
+    if text[start : start + 1] != "{":
         return False
     try:
-        return isinstance(_DECODER.decode(text), dict)
-    except (ValueError, RecursionError):
+        _, end = _SCAN_JSON(text, start)
+    except (StopIteration, ValueError, RecursionError):
         return False
+    return end == len(text) or _JSON_WHITESPACE.match(text, end).end() == len(text)  # type: ignore[union-attr]

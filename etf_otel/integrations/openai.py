@@ -63,20 +63,22 @@ def detect_provider(base_url: object) -> str | None:
 
 
 def _plain(value: Any) -> Any:
+    if type(value) is dict:
+        return value
     dump = getattr(value, "model_dump", None)
     if callable(dump):
         return dump(exclude_unset=True, warnings=False)
     return value
 
 
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, default=str, separators=(",", ":"))
+"""One shared encoder: ``json.dumps`` with options builds a new encoder on every call."""
+
+
 def _message_digests(messages: Sequence[Any]) -> list[bytes]:
     """One SHA-256 per message, so a request's prefix and whole history share the work."""
-    return [
-        hashlib.sha256(
-            json.dumps(_plain(m), sort_keys=True, default=str, separators=(",", ":")).encode("utf-8", "surrogatepass")
-        ).digest()
-        for m in messages
-    ]
+    encode = _CANONICAL_JSON.encode
+    return [hashlib.sha256(encode(_plain(m)).encode("utf-8", "surrogatepass")).digest() for m in messages]
 
 
 def _fingerprint(digests: Sequence[bytes]) -> bytes:
@@ -156,6 +158,7 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             capture_content=kwargs.get("capture_content"),
         )
         self._provider_override: str | None = kwargs.get("provider_name")
+        self._last_provider: tuple[object, str | None] | None = None
         self._conversations = _ConversationIndex(kwargs.get("max_conversations", DEFAULT_MAX_CONVERSATIONS))
         wrap_function_wrapper(_MODULE, "Completions.create", self._create)
         wrap_function_wrapper(_MODULE, "AsyncCompletions.create", self._async_create)
@@ -167,12 +170,21 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         _remove_own_wrapper(completions.AsyncCompletions, self._async_create)
         self._instrumentation = None
 
+    def _provider_of(self, base_url: object) -> str | None:
+        """:func:`detect_provider`, remembered for the last base URL object seen (usually the only one)."""
+        cached = self._last_provider
+        if cached is not None and cached[0] is base_url:
+            return cached[1]
+        provider = detect_provider(base_url)
+        self._last_provider = (base_url, provider)
+        return provider
+
     def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
         """Everything the stream wrapper needs, decided before the request is sent."""
         with internal_errors_swallowed("preparing an openai request"):
             if self._instrumentation is None or not kwargs.get("stream"):
                 return None
-            provider = self._provider_override or detect_provider(getattr(instance._client, "base_url", ""))
+            provider = self._provider_override or self._provider_of(getattr(instance._client, "base_url", ""))
             messages = list(kwargs.get("messages") or ())
             conversation: Conversation | None = None
             tool_ids: list[str | None] | None = None
