@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import Final, NamedTuple
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
@@ -54,9 +53,12 @@ def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "…[truncated]"
 
 
-@dataclass(frozen=True, slots=True)
-class ProposalRecord:
-    """What this process knows about one preserved call id, for links and guard mode."""
+class ProposalRecord(NamedTuple):
+    """What this process knows about one preserved call id, for links and guard mode.
+
+    A named tuple: one is made per finalized call, and a tuple is built several times
+    faster than a frozen dataclass.
+    """
 
     span_context: SpanContext | None
     dispatchable: bool
@@ -65,6 +67,10 @@ class ProposalRecord:
     """The call's own first category, or else the one that blocked its response."""
     name: str | None
     arguments_hash: int
+
+
+_RECORDING_A_CALL: Final = internal_errors_swallowed("recording a tool call")
+"""Stateless, so one instance serves every call."""
 
 
 def _finding_attributes(finding: Finding) -> dict[str, AttributeValue]:
@@ -207,8 +213,9 @@ class Telemetry:
             # one trace holds the response, its calls and (through links) their executions.
             response_context = trace.set_span_in_context(stream_span, parent)
             blocked_by = result.rejections[0].category if result.rejections else None
+            guard = _RECORDING_A_CALL
             for call in result.calls:
-                with internal_errors_swallowed("recording a tool call"):
+                with guard:
                     self._record_call(
                         call, result.dispatchable, blocked_by, response_context, started_ns, ended_ns, base
                     )
@@ -221,15 +228,18 @@ class Telemetry:
         provider = base.get(A.GEN_AI_PROVIDER_NAME)
         transitions = result.transition_counts()
         errors = result.identity_errors()
-        # One point per distinct (verdict, tool name) of the response, not per call.
-        calls = Counter((call.verdict.value, self.tool_name_label(call.name), provider) for call in result.calls)
+        label = self.tool_name_label
+        calls: dict[_counters.Key, int] = {}  # one point per distinct (verdict, tool name), not per call
+        for call in result.calls:
+            key: _counters.Key = (call.verdict.value, label(call.name), provider)
+            calls[key] = calls.get(key, 0) + 1
         counters = self.counters
         with counters.lock:
             totals = counters.table(_counters.FRAGMENTS)
             totals[provider,] = totals.get((provider,), 0) + result.fragments
             totals = counters.table(_counters.ID_TRANSITIONS)
             for (transition, kind), count in transitions.items():
-                key: _counters.Key = (transition.value, kind.value, provider)
+                key = (transition.value, kind.value, provider)
                 totals[key] = totals.get(key, 0) + count
             totals = counters.table(_counters.IDENTITY_ERRORS)
             for (category, kind, prior, empty), count in errors.items():
@@ -265,8 +275,9 @@ class Telemetry:
                 A.ETF_TOOL_CALL_INDEX: call.index,
                 A.ETF_TOOL_CALL_FRAGMENTS: call.fragments,
                 A.ETF_TOOL_CALL_VERDICT: call.verdict.value,
-                **base,
             }
+            if base:
+                attributes.update(base)
             name = call.name
             if name is not None:
                 attributes[A.GEN_AI_TOOL_NAME] = name

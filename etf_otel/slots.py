@@ -547,8 +547,9 @@ class ResponseSlots:
                 categories[ErrorCategory.DUPLICATE_CALL_ID] = None
             if not ended:
                 categories[ErrorCategory.TRUNCATED_STREAM] = None
-            rejections.extend(Rejection(slot.choice, slot.index, category) for category in categories)
-            counted = transitions.get((slot.choice, slot.index))
+            if categories:
+                rejections.extend(Rejection(slot.choice, slot.index, category) for category in categories)
+            counted = transitions.get((slot.choice, slot.index)) if transitions else None
             calls.append(
                 ToolCall(
                     choice=slot.choice,
