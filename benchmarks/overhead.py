@@ -13,7 +13,10 @@ beside it.
    round runs one batch bare and one batch between ``instrument()`` and ``uninstrument()``
    (outside the timed region). The figure is the median of the per-round ratios
    instrumented / bare. Two shapes: 4 calls x 50 argument fragments (207 SSE events) and
-   2 calls x 5 fragments (15 events).
+   2 calls x 5 fragments (15 events). A third configuration measured in the same rounds is
+   the floor (``SpansAlone``): a wrapper that emits only the spans of SPEC section 6 for the
+   response, with the same attributes, and does nothing else. With the SDK no
+   instrumentation that records those spans can cost less than that.
 2. The observer alone, on chunks the ``openai`` client parsed once (real SDK objects): a bare
    loop over them versus consuming ``Instrumentation(tp, mp).stream(iter(chunks))``.
 
@@ -66,11 +69,15 @@ from typing import Any
 
 import httpx2
 import openai
+import wrapt
 from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.resources.chat.completions import Completions as ChatCompletions
+from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind
 
 from etf_otel import ReferenceAssembler, __version__
 from etf_otel.diagnostics import StreamState
@@ -250,32 +257,98 @@ class Figure:
 # --- 1. openai end to end -----------------------------------------------------------------
 
 
+class SpansAlone:
+    """The floor: a wrapper of ``create`` that emits only the spans SPEC section 6 asks for.
+
+    One ``assemble_response`` span and one ``assemble_tool_call`` span per call, with the same
+    attributes etf-otel sets, through the same providers, when the stream ends, and nothing
+    else (no identity rules, no metrics, no linkage). No instrumentation that records those
+    spans with the SDK can cost less; etf-otel's ratio is read against this one.
+    """
+
+    def __init__(self, tracer_provider: TracerProvider, calls: int, fragments: int) -> None:
+        self.tracer = tracer_provider.get_tracer("etf_otel")
+        self.calls = calls
+        self.fragments = fragments
+        self._original: Any = None
+
+    def _spans(self) -> None:
+        now = time.time_ns()
+        response = self.tracer.start_span(
+            "assemble_response",
+            kind=SpanKind.INTERNAL,
+            start_time=now,
+            attributes={
+                "etf.stream.state": "completed",
+                "gen_ai.response.finish_reasons": ["tool_calls"],
+                "etf.stream.slots": self.calls,
+                "etf.stream.fragments": fragment_count(self.calls, self.fragments),
+                "etf.stream.dispatchable": True,
+            },
+        )
+        context = trace.set_span_in_context(response)
+        for position in range(self.calls):
+            name = TOOLS[position % len(TOOLS)][0]
+            self.tracer.start_span(
+                f"assemble_tool_call {name}",
+                context=context,
+                kind=SpanKind.INTERNAL,
+                start_time=now,
+                attributes={
+                    "etf.choice.index": 0,
+                    "etf.tool_call.index": position,
+                    "etf.tool_call.fragments": 1 + self.fragments,
+                    "etf.tool_call.verdict": "proposed",
+                    "gen_ai.tool.name": name,
+                    "gen_ai.tool.call.id": f"call_{position}",
+                },
+            ).end(end_time=now)
+        response.end(end_time=now)
+
+    def _create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        def observed(stream: Any) -> Any:
+            yield from stream
+            self._spans()
+
+        return observed(wrapped(*args, **kwargs))
+
+    def instrument(self) -> None:
+        self._original = ChatCompletions.__dict__["create"]
+        wrapt.wrap_function_wrapper(ChatCompletions, "create", self._create)
+
+    def uninstrument(self) -> None:
+        ChatCompletions.create = self._original  # type: ignore[method-assign]
+
+
 def bench_openai(calls: int, fragments: int, target: float, rounds: int, batch: int) -> Figure:
     providers = Providers.create()
     client = openai_client(sse_body(response_chunks(calls, fragments)))
     events = consume(client) + 1  # + [DONE]
-    bare: list[float] = []
-    instrumented: list[float] = []
-    ratios: list[float] = []
+    floor = SpansAlone(providers.tracer_provider, calls, fragments)
+    modes = ("bare", "instrumented", "spans_alone")
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
     for round_ in range(rounds):
-        times: dict[str, float] = {}
-        for mode in ("bare", "instrumented") if round_ % 2 == 0 else ("instrumented", "bare"):
+        for mode in modes[round_ % 3 :] + modes[: round_ % 3]:  # rotate the order every round
             instrumentor = None
             if mode == "instrumented":
                 instrumentor = instrument_openai(
                     tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider
                 )
+            elif mode == "spans_alone":
+                floor.instrument()
             try:
                 consume(client)  # warm the batch: first call after (un)wrapping
-                times[mode] = timed(lambda: consume(client), batch)
+                times[mode].append(timed(lambda: consume(client), batch))
             finally:
                 if instrumentor is not None:
                     instrumentor.uninstrument()
-        bare.append(times["bare"])
-        instrumented.append(times["instrumented"])
-        ratios.append(times["instrumented"] / times["bare"])
+                elif mode == "spans_alone":
+                    floor.uninstrument()
     providers.shutdown()
+    ratios = [i / b for i, b in zip(times["instrumented"], times["bare"], strict=True)]
+    floor_ratios = [f / b for f, b in zip(times["spans_alone"], times["bare"], strict=True)]
     q1, ratio, q3 = quartiles(ratios)
+    floor_q1, floor_ratio, floor_q3 = quartiles(floor_ratios)
     return Figure(
         key=f"openai_stream_{calls}x{fragments}",
         label=f"openai stream, {calls} calls x {fragments} fragments ({events} events)",
@@ -283,12 +356,17 @@ def bench_openai(calls: int, fragments: int, target: float, rounds: int, batch: 
         value=ratio,
         target=target,
         higher_is_better=False,
-        baseline=statistics.median(bare) * 1e3,
+        baseline=statistics.median(times["bare"]) * 1e3,
         baseline_label="bare ms/stream",
-        measured=statistics.median(instrumented) * 1e3,
+        measured=statistics.median(times["instrumented"]) * 1e3,
         spread=(q1, q3),
         rounds=rounds,
         notes="median of per-round ratios instrumented/bare; measured = instrumented ms/stream",
+        extra={
+            "spans_alone_ratio": floor_ratio,
+            "spans_alone_spread": (floor_q1, floor_q3),
+            "spans_alone_ms": statistics.median(times["spans_alone"]) * 1e3,
+        },
     )
 
 
@@ -577,6 +655,17 @@ def print_table(figures: Sequence[Figure], meta: dict[str, Any]) -> None:
             f"{op} {_fmt(figure.target, figure.unit)}" if has_target else "",
             result,
         )
+        if "spans_alone_ratio" in figure.extra:
+            low, high = figure.extra["spans_alone_spread"]
+            table.add_row(
+                "  floor: the SDK spans alone, nothing else",
+                "",
+                _fmt(figure.extra["spans_alone_ms"]),
+                _fmt(figure.extra["spans_alone_ratio"], "x"),
+                f"{_fmt(low)} - {_fmt(high)}",
+                "",
+                "info",
+            )
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)
