@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Final
 
 __all__ = [
     "ErrorCategory",
@@ -142,6 +143,13 @@ class StreamState(str, Enum):
     ABANDONED = "abandoned"
     FAILED = "failed"
 
+
+VALUE_OF: Final[dict[Enum, str]] = {
+    member: member.value for kind in (ErrorCategory, IdKind, Transition, Verdict, StreamState) for member in kind
+}
+"""``member.value`` as one dict read, for the per-call paths: ``Enum.value`` is a Python-level
+descriptor (about 120 ns a read on CPython 3.11), a dict read a fraction of that. Members of
+different enums that are equal as strings share a key, and then their value too."""
 
 KNOWN_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call", "error"})
 OTHER_FINISH_REASON = "_OTHER"
