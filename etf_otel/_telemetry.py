@@ -104,6 +104,11 @@ class _ProposalRegistry:
     def get(self, call_id: str) -> ProposalRecord | None:
         return self._records.get(call_id)  # one dict read: atomic under the GIL, like the writes
 
+    def clear(self) -> None:
+        """Forget every record (guard mode then refuses every earlier call as orphaned)."""
+        with self._lock:
+            self._records.clear()
+
 
 class _ToolNameCap:
     """Bounds the distinct ``gen_ai.tool.name`` values on metrics; the rest become ``_OTHER``."""
