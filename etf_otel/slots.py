@@ -257,8 +257,9 @@ class _Slot:
         self.room = room
         """Argument characters this slot may still take; negative once its arguments are invalid."""
         self.fragments = 0
-        self.categories: dict[ErrorCategory, None] = {}
-        self.rejected: list[RejectedFragment] = []
+        self.categories: dict[ErrorCategory, None] | None = None
+        """Created with the first category: most slots never get one."""
+        self.rejected: list[RejectedFragment] | None = None
         self.rejected_count = 0
         self.tail = 0
         """Index in ``arguments`` from which pieces have not been compacted yet."""
@@ -266,6 +267,12 @@ class _Slot:
         """Length of ``arguments`` at which the pieces from ``tail`` on are joined."""
         self.opened_ns = opened_ns
         self.closed_ns: int | None = None
+
+    def add_category(self, category: ErrorCategory) -> None:
+        if self.categories is None:
+            self.categories = {category: None}
+        else:
+            self.categories[category] = None
 
 
 class ResponseSlots:
@@ -407,7 +414,8 @@ class ResponseSlots:
     ) -> None:
         """Apply one fragment to slot ``(choice, index)``, creating the slot if new.
 
-        This runs once per streamed fragment, so it is one function with no helper calls.
+        This runs once per streamed fragment, so its common path calls no helper: only a
+        rejected fragment, a runaway argument list or a diagnostics overflow leaves it.
         """
         count = self._fragment_count = self._fragment_count + 1
         slot = self._slots.get((choice, index))
@@ -449,8 +457,8 @@ class ResponseSlots:
                 if category is None:
                     category = name_category
                 else:  # both the id and the name were rejected: the slot keeps both categories
-                    slot.categories[category] = None
-                    slot.categories[name_category] = None
+                    slot.add_category(category)
+                    slot.add_category(name_category)
 
         if type(arguments) is str:
             room = slot.room = slot.room - len(arguments)
@@ -469,22 +477,28 @@ class ResponseSlots:
         else:
             self._diagnose(choice, index, decision, category)
         if category is not None:
-            self._count_error(decision, category)
-            slot.categories[category] = None
-            slot.rejected_count += 1
-            if slot.rejected_count > MAX_REJECTED_KEPT:
-                return
-            slot.rejected.append(
-                RejectedFragment(
-                    fragment=count,
-                    category=category,
-                    id_kind=decision.id_kind,
-                    prior_id_present=decision.prior_id_present,
-                    id_empty=decision.id_empty,
-                    transition=decision.transition,
-                    time_ns=self._clock() if self._clock else None,
-                )
-            )
+            self._reject(slot, count, decision, category)
+
+    def _reject(self, slot: _Slot, fragment: int, decision: IdDecision, category: ErrorCategory) -> None:
+        """Record a rejected fragment: its category, and its bounded description while room is left."""
+        self._count_error(decision, category)
+        slot.add_category(category)
+        slot.rejected_count += 1
+        if slot.rejected_count > MAX_REJECTED_KEPT:
+            return
+        rejected = RejectedFragment(
+            fragment=fragment,
+            category=category,
+            id_kind=decision.id_kind,
+            prior_id_present=decision.prior_id_present,
+            id_empty=decision.id_empty,
+            transition=decision.transition,
+            time_ns=self._clock() if self._clock else None,
+        )
+        if slot.rejected is None:
+            slot.rejected = [rejected]
+        else:
+            slot.rejected.append(rejected)
 
     def close(self, choice: int, index: int) -> None:
         """The protocol marked slot ``(choice, index)`` complete; it ends its span there."""
@@ -540,7 +554,7 @@ class ResponseSlots:
         calls: list[ToolCall] = []
         rejections: list[Rejection] = list(self._response_rejections)
         for slot in slots:
-            categories = dict(slot.categories)
+            categories = dict(slot.categories) if slot.categories else {}
             arguments = "".join(slot.arguments)
             if slot.id is None:
                 categories[ErrorCategory.MISSING_ID] = None
@@ -565,7 +579,7 @@ class ResponseSlots:
                     _REJECTED if categories else _PROPOSED,
                     tuple(categories),
                     slot.fragments,
-                    tuple(slot.rejected),
+                    tuple(slot.rejected) if slot.rejected else (),
                     slot.rejected_count,
                     tuple(sorted(counted.items(), key=lambda item: item[0].value)) if counted else (),
                     slot.opened_ns,
