@@ -38,3 +38,8 @@ def test_overhead_quick_json_reports_every_figure() -> None:
         assert figure["unit"] and figure["label"]
         if figure["target"] is not None:
             assert isinstance(figure["passed"], bool), key
+    floors = {key for key, figure in document["figures"].items() if "floor" in figure["extra"]}
+    assert floors == {"openai_stream_4x50", "openai_stream_2x5", "observer_us_per_fragment", "observer_us_per_call"}
+    for key in floors:
+        floor = document["figures"][key]["extra"]["floor"]
+        assert isinstance(floor, float) and floor == floor, key
