@@ -513,9 +513,7 @@ def bench_observer(rounds: int, quick: bool) -> list[Figure]:
             spread=(q1c, q3c),
             rounds=rounds,
             notes="measured = all added cost of a 2-call stream (us)",
-            extra=_floor(
-                "floor: those field reads and the SDK spans of SPEC 6, nothing else", call_floor, per_call_floor
-            ),
+            extra=_floor("floor: those reads and the SDK spans, only", call_floor, per_call_floor),
         ),
         Figure(
             key="record_response_us_per_call",
