@@ -233,8 +233,6 @@ class Telemetry:
 
     def _count_response(self, result: AssemblyResult, state: StreamState, base: dict[str, AttributeValue]) -> None:
         provider = base.get(A.GEN_AI_PROVIDER_NAME)
-        transitions = result.transition_counts()
-        errors = result.identity_errors()
         label = self.tool_name_label
         calls: dict[_counters.Key, int] = {}  # one point per distinct (verdict, tool name), not per call
         for call in result.calls:
@@ -245,12 +243,18 @@ class Telemetry:
             totals = counters.table(_counters.FRAGMENTS)
             totals[provider,] = totals.get((provider,), 0) + result.fragments
             totals = counters.table(_counters.ID_TRANSITIONS)
-            for (transition, kind), count in transitions.items():
-                key = (VALUE_OF[transition], VALUE_OF[kind], provider)
+            for decision, count in result.decision_counts:
+                key = (VALUE_OF[decision.transition], VALUE_OF[decision.id_kind], provider)
                 totals[key] = totals.get(key, 0) + count
             totals = counters.table(_counters.IDENTITY_ERRORS)
-            for (category, kind, prior, empty), count in errors.items():
-                key = (VALUE_OF[category], VALUE_OF[kind], prior, empty, provider)
+            for (decision, category), count in result.identity_error_counts:
+                key = (
+                    VALUE_OF[category],
+                    VALUE_OF[decision.id_kind],
+                    decision.prior_id_present,
+                    decision.id_empty,
+                    provider,
+                )
                 totals[key] = totals.get(key, 0) + count
             totals = counters.table(_counters.STREAMS)
             key = (VALUE_OF[state], provider)

@@ -210,6 +210,16 @@ class AssemblyResult:
             for choice, index, fragment, decision, category in self._diagnostics
         )
 
+    @property
+    def decision_counts(self) -> tuple[tuple[IdDecision, int], ...]:
+        """How often each identity decision was taken (the shared decision objects, counted)."""
+        return self._decision_counts
+
+    @property
+    def identity_error_counts(self) -> tuple[tuple[tuple[IdDecision, ErrorCategory], int], ...]:
+        """Rejected fragments by (decision, category)."""
+        return self._identity_errors
+
     def transition_counts(self) -> Counter[tuple[Transition, IdKind]]:
         """How often each (transition, incoming id kind) pair occurred: the metric's input."""
         counts: Counter[tuple[Transition, IdKind]] = Counter()

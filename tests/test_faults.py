@@ -138,7 +138,7 @@ FAULTS = [
     "on_end",  # a span processor raises when any span ends
     "meter",  # registering an observable counter raises, and every instrument's add/record
     "record_response",  # our own code: the whole response recording raises
-    "transition_counts",  # our own code: an attribute computation raises before any span
+    "decision_counts",  # our own code: reading the counts for the metrics raises before any span
     "call_attributes",  # our own code: describing a rejected call raises while its span is open
     "observe",  # our own code: observing a chunk raises
     "start_execution",  # our own code: starting an execute_tool span raises
@@ -172,8 +172,8 @@ class Rig:
         )
         if fault == "record_response":
             monkeypatch.setattr(Telemetry, "record_response", _raise)
-        elif fault == "transition_counts":
-            monkeypatch.setattr(AssemblyResult, "transition_counts", _raise)
+        elif fault == "decision_counts":
+            monkeypatch.setattr(AssemblyResult, "decision_counts", property(_raise))
         elif fault == "call_attributes":
             monkeypatch.setattr(Telemetry, "_describe_call", _raise)
         elif fault == "observe":
