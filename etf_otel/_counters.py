@@ -35,8 +35,11 @@ Key = tuple[AttributeValue | None, ...]
 """The attribute values of one point, in the order of its counter's ``attributes``; ``None`` omits one."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CounterSpec:
+    """One counter. Compared and hashed by identity: the specs are module constants, used as
+    dict keys on every response (a generated field-wise ``__hash__`` costs more than that)."""
+
     name: str
     unit: str
     description: str
