@@ -30,6 +30,9 @@ beside it.
      metric points and its proposal record.
    * For the record (no target): ``Telemetry.record_response`` alone, per call, timed on the
      finalized 32-call result.
+   * The floor of both, measured in the same rounds: a generator that reads from each SDK
+     chunk exactly the fields the identity rules need and, at the end, emits the spans of
+     SPEC section 6 with etf-otel's attributes (``emit_spec_spans``), and does nothing else.
 3. The reference assembler alone (feed every chunk, then ``finish()``) versus the ``openai``
    SDK's own accumulator ``ChatCompletionStreamState.handle_chunk`` on the same parsed
    4 x 50 chunks (the SDK side is not asked for its final completion: it does less).
