@@ -125,13 +125,24 @@ class CounterTotals:
 
 
 _by_provider: weakref.WeakKeyDictionary[object, CounterTotals] = weakref.WeakKeyDictionary()
+_global_totals: CounterTotals | None = None
 _by_provider_lock = threading.Lock()
 
 
 def totals_for(meter_provider: metrics.MeterProvider | None) -> CounterTotals:
-    """The totals of ``meter_provider`` (the global one when ``None``), created once."""
-    provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+    """The totals of ``meter_provider`` (the global one when ``None``), created once.
+
+    The global provider has one set of totals whether it was set before or after they were
+    created: before, the API's proxy meter forwards the counters to the provider set later.
+    """
+    global _global_totals
+    global_provider = metrics.get_meter_provider()
+    provider = meter_provider if meter_provider is not None else global_provider
     with _by_provider_lock:
+        if provider is global_provider:
+            if _global_totals is None:
+                _global_totals = CounterTotals(metrics.get_meter(A.INSTRUMENTATION_NAME, __version__))
+            return _global_totals
         try:
             totals = _by_provider.get(provider)
         except TypeError:  # a provider that cannot be weakly referenced: its own totals

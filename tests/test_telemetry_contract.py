@@ -147,6 +147,41 @@ def test_setups_sharing_a_meter_provider_count_into_the_same_counters(captured: 
     assert captured.metric_sum("etf.tool_call.fragments") == 6
 
 
+_GLOBAL_PROVIDER_SET_LATE = """
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from etf_otel.instrumentation import Instrumentation
+from tests.chunks import case_stream
+
+before = Instrumentation()  # no provider set yet: counters go through the API's proxy
+list(before.stream(iter(case_stream(None))))
+reader = InMemoryMetricReader()
+provider = MeterProvider(metric_readers=[reader])
+metrics.set_meter_provider(provider)
+list(before.stream(iter(case_stream(None))))
+list(Instrumentation().stream(iter(case_stream(None))))
+list(Instrumentation(meter_provider=provider).stream(iter(case_stream(None))))
+data = reader.get_metrics_data()
+print(sum(point.value for resource in data.resource_metrics for scope in resource.scope_metrics
+          for metric in scope.metrics if metric.name == "etf.streams" for point in metric.data.data_points))
+"""
+
+
+def test_setups_before_and_after_the_global_meter_provider_is_set_all_count() -> None:
+    """The global provider set late: the proxy's counters and the later setups' must not collide."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run(
+        [sys.executable, "-c", _GLOBAL_PROVIDER_SET_LATE], capture_output=True, text=True, timeout=60, cwd=root
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "4"
+
+
 def test_counters_are_monotonic_sums_in_either_temporality() -> None:
     """Totals are kept cumulatively; a delta reader gets what changed since its last collection."""
     from opentelemetry.sdk.metrics import MeterProvider, ObservableCounter
