@@ -280,6 +280,7 @@ class Telemetry:
         events) or content capture touches the span afterwards.
         """
         span: Span | None = None
+        name = call.name
         try:
             attributes: dict[str, AttributeValue] = {
                 A.ETF_CHOICE_INDEX: call.choice,
@@ -289,7 +290,6 @@ class Telemetry:
             }
             if base:
                 attributes.update(base)
-            name = call.name
             if name is not None:
                 attributes[A.GEN_AI_TOOL_NAME] = name
             if call.id is not None:
