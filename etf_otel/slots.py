@@ -542,8 +542,9 @@ class ResponseSlots:
         if self._result is not None:
             return self._result
         ended = self.ended_properly
-        slots = sorted(self._slots.values(), key=lambda slot: (slot.choice, slot.index))
-        id_counts = Counter(slot.id for slot in slots if slot.id is not None)
+        slots = [slot for _, slot in sorted(self._slots.items())]  # by (choice, index); keys are unique
+        ids = [slot.id for slot in slots if slot.id is not None]
+        duplicated = {id_ for id_, count in Counter(ids).items() if count > 1} if len(set(ids)) < len(ids) else ()
         transitions: dict[tuple[int, int], Counter[Transition]] = {}
         by_decision = Counter(map(_DECISION, self._diagnostics))  # one pass, at C speed
         for (_, _, decision, _), count in self._overflow.items():
@@ -572,7 +573,7 @@ class ResponseSlots:
                 categories[ErrorCategory.MISSING_NAME] = None
             if slot.room < 0 or not _is_json_object(arguments):
                 categories[ErrorCategory.INVALID_ARGUMENTS] = None
-            if slot.id is not None and id_counts[slot.id] > 1:
+            if duplicated and slot.id in duplicated:
                 categories[ErrorCategory.DUPLICATE_CALL_ID] = None
             if not ended:
                 categories[ErrorCategory.TRUNCATED_STREAM] = None
