@@ -102,7 +102,8 @@ class _ProposalRegistry:
                 del records[next(iter(records))]
 
     def get(self, call_id: str) -> ProposalRecord | None:
-        return self._records.get(call_id)  # one dict read: atomic under the GIL, like the writes
+        with self._lock:  # ``add`` removes a re-proposed id before inserting it again
+            return self._records.get(call_id)
 
     def clear(self) -> None:
         """Forget every record (guard mode then refuses every earlier call as orphaned)."""
