@@ -56,6 +56,7 @@ __all__ = [
     "audit_spans",
     "check_trace",
     "run_audit",
+    "span_events",
     "to_record",
 ]
 
@@ -145,6 +146,20 @@ class SpanData:
     links: list[tuple[str, str]] = field(default_factory=list)
     status_code: int = 0
     service: str | None = None
+
+
+def span_events(
+    raw: object, decode_attributes: Callable[[Any], dict[str, object]]
+) -> list[tuple[str, dict[str, object]]]:
+    """``SpanData.events`` from a source's list of event objects (each with a name and
+    attributes); ``decode_attributes`` is the source's own reading of an attribute set."""
+    events: list[tuple[str, dict[str, object]]] = []
+    if isinstance(raw, list):
+        for event in raw:
+            if isinstance(event, dict):
+                name = event.get("name")
+                events.append((name if isinstance(name, str) else "", decode_attributes(event.get("attributes"))))
+    return events
 
 
 @dataclass(slots=True)

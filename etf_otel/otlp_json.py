@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
-from .audit import SpanData
+from .audit import SpanData, span_events
 
 __all__ = [
     "InputStats",
@@ -216,13 +216,7 @@ def _decode_span(span: Any, service: str | None) -> SpanData:
                 link_span = _decode_id(_first(link, "spanId", "span_id"), 8)
                 if link_trace is not None and link_span is not None:
                     links.append((link_trace, link_span))
-    events: list[tuple[str, dict[str, object]]] = []
-    raw_events = span.get("events")
-    if isinstance(raw_events, list):
-        for event in raw_events:
-            if isinstance(event, dict):
-                name = event.get("name")
-                events.append((name if isinstance(name, str) else "", _decode_attributes(event.get("attributes"))))
+    events = span_events(span.get("events"), _decode_attributes)
     name = span.get("name")
     return SpanData(
         trace_id=trace_id,

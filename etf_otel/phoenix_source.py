@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .audit import SpanData
+from .audit import SpanData, span_events
 
 __all__ = [
     "DEFAULT_PROJECT",
@@ -130,13 +130,7 @@ def span_from_phoenix(span: Any) -> SpanData:
     span_id = _hex_id(context.get("span_id"), 8, "span id")
     if trace_id is None or span_id is None:
         raise ValueError(f"span {str(span.get('name'))[:60]!r} without a valid trace_id and span_id")
-    events: list[tuple[str, dict[str, object]]] = []
-    raw_events = span.get("events")
-    if isinstance(raw_events, list):
-        for event in raw_events:
-            if isinstance(event, Mapping):
-                name = event.get("name")
-                events.append((name if isinstance(name, str) else "", _flat(event.get("attributes"))))
+    events = span_events(span.get("events"), _flat)
     name = span.get("name")
     status = span.get("status_code")
     return SpanData(
