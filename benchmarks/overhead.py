@@ -83,7 +83,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import SpanKind
 
 from etf_otel import ReferenceAssembler, __version__
-from etf_otel.diagnostics import StreamState
+from etf_otel.core.vocabulary import StreamState
 from etf_otel.instrumentation import Instrumentation
 from etf_otel.integrations.openai import instrument_openai
 

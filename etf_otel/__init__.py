@@ -4,11 +4,11 @@ The pure core (identity rules, slot model, reference assembler) imports no
 OpenTelemetry; the instrumentation wraps any assembler and any host around it.
 """
 
-from ._version import __version__
-from .assembler import DONE, ReferenceAssembler, assemble
-from .diagnostics import ErrorCategory, FragmentDiagnostic, IdKind, StreamState, Transition, Verdict
-from .identity import ABSENT, CompatibilityRule, IdentityRules
-from .slots import AssemblyResult, Rejection, ResponseSlots, ToolCall
+from etf_otel._version import __version__
+from etf_otel.core.identity import ABSENT, CompatibilityRule, IdentityRules
+from etf_otel.core.slots import AssemblyResult, Rejection, ResponseSlots, ToolCall
+from etf_otel.core.vocabulary import ErrorCategory, FragmentDiagnostic, IdKind, StreamState, Transition, Verdict
+from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler, assemble
 
 __all__ = [
     "ABSENT",

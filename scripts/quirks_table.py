@@ -2,7 +2,7 @@
 """Write ``docs/quirks.md``: every quirk stream run through every assembler, wrapped by etf-otel.
 
 Nothing in the table is written by hand: each row is one stream of
-``etf_otel.replay_assemblers.QUIRK_STREAMS``, each cell what ``run_assembler`` observed
+``etf_otel.cli.replay_assemblers.QUIRK_STREAMS``, each cell what ``run_assembler`` observed
 with the installed ``openai``, ``langchain-core`` and ``langchain-openai`` (the divergence
 kinds are the ones the instrumentation recorded). Run it from the repository root with the
 project's virtual environment: ``.venv/bin/python scripts/quirks_table.py`` (``--check``
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from etf_otel.replay_assemblers import QUIRK_STREAMS, AssemblerComparison, run_assembler  # noqa: E402
+from etf_otel.cli.replay_assemblers import QUIRK_STREAMS, AssemblerComparison, run_assembler  # noqa: E402
 
 OUTPUT = ROOT / "docs" / "quirks.md"
 

@@ -18,9 +18,9 @@ from etf_otel import (
     Verdict,
     assemble,
 )
-from etf_otel.assembler import field
-from etf_otel.identity import ABSENT, IdState
-from etf_otel.slots import ResponseSlots
+from etf_otel.core.identity import ABSENT, IdState
+from etf_otel.core.slots import ResponseSlots
+from etf_otel.protocols.chat_completions import field
 
 from .chunks import MISSING, case_stream, chunk, finished, fragment
 

@@ -20,11 +20,11 @@ from langchain_openai.chat_models.base import _convert_delta_to_message_chunk
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from etf_otel import attributes as A
-from etf_otel._local_sse import LocalChatServer, Script
-from etf_otel.assembler import DONE
-from etf_otel.divergence import DivergenceKind
+from etf_otel.cli.local_sse import LocalChatServer, Script
+from etf_otel.cli.replay_assemblers import QUIRK_STREAMS, render_comparison, run_assembler
+from etf_otel.core.divergence import DivergenceKind
 from etf_otel.instrumentation import Instrumentation, instrument_assembler
+from etf_otel.instrumentation import attributes as A
 from etf_otel.integrations.langchain import (
     LANGCHAIN_ADAPTER,
     LangChainAccumulator,
@@ -40,7 +40,7 @@ from etf_otel.integrations.openai_state import (
     instrument_openai_state,
     instrument_stream_manager,
 )
-from etf_otel.replay_assemblers import QUIRK_STREAMS, render_comparison, run_assembler
+from etf_otel.protocols.chat_completions import DONE
 
 from .conftest import Captured
 

@@ -14,8 +14,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from etf_otel.assembler import ReferenceAssembler
-from etf_otel.audit import (
+from etf_otel.audit.checks import (
     AuditReport,
     FindingKind,
     Partitioner,
@@ -24,9 +23,10 @@ from etf_otel.audit import (
     audit_spans,
     run_audit,
 )
-from etf_otel.completeness import Conversation
+from etf_otel.audit.sources.otlp_json import iter_spans
+from etf_otel.core.linkage import Conversation
 from etf_otel.instrumentation import GuardRefusedError, Instrumentation
-from etf_otel.otlp_json import iter_spans
+from etf_otel.protocols.chat_completions import ReferenceAssembler
 
 from .chunks import MISSING, case_stream, chunk, finished, fragment
 from .conftest import Process
@@ -536,7 +536,7 @@ def test_arguments() -> None:
 
 
 def test_any_value_decoding() -> None:
-    from etf_otel.otlp_json import decode_any_value
+    from etf_otel.audit.sources.otlp_json import decode_any_value
 
     assert decode_any_value({"stringValue": "x"}) == "x"
     assert decode_any_value({"boolValue": True}) is True

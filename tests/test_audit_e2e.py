@@ -32,10 +32,10 @@ from typing import Any
 
 import pytest
 
-from etf_otel.audit import AuditReport, SpanData, audit_spans
+from etf_otel.audit.checks import AuditReport, SpanData, audit_spans
+from etf_otel.audit.sources.otlp_json import iter_spans
+from etf_otel.audit.sources.phoenix import PhoenixError, iter_phoenix_spans
 from etf_otel.cli import main
-from etf_otel.otlp_json import iter_spans
-from etf_otel.phoenix_source import PhoenixError, iter_phoenix_spans
 
 from .support.otlp_receiver import OtlpReceiver
 from .support.phoenix import PhoenixServer, phoenix_executable
@@ -301,7 +301,7 @@ def test_application_spans_into_phoenix_and_a_file_agree(tmp_path: Path, phoenix
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    from etf_otel.completeness import Conversation
+    from etf_otel.core.linkage import Conversation
     from etf_otel.instrumentation import Instrumentation
 
     from .chunks import case_stream

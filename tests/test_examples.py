@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from etf_otel._local_sse import DONE, LocalChatServer, Script, chunk
+from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

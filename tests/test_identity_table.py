@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from etf_otel import CompatibilityRule, ErrorCategory, IdKind, ReferenceAssembler, Transition
-from etf_otel.identity import STRICT_TABLE, IdentityRules, IdState, Incoming
+from etf_otel.core.identity import STRICT_TABLE, IdentityRules, IdState, Incoming
 
 from .chunks import MISSING, chunk, fragment
 

@@ -9,7 +9,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from etf_otel import assemble
-from etf_otel.completeness import Conversation
+from etf_otel.core.linkage import Conversation
 
 from .chunks import MISSING, case_stream, chunk, finished, fragment
 from .conftest import Captured

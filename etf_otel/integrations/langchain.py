@@ -21,7 +21,7 @@ and parses the arguments into ``tool_calls`` (dicts) and ``invalid_tool_calls``.
   the response).
 
 LangChain parses arguments, so arguments are compared as JSON values (see
-:mod:`etf_otel.divergence`). The calls are listed in ``tool_call_chunks`` order, each as
+:mod:`etf_otel.core.divergence`). The calls are listed in ``tool_call_chunks`` order, each as
 its ``tool_calls`` entry (parsed arguments) or its ``invalid_tool_calls`` entry (raw text).
 ``langchain-core`` (and, for the conversion, ``langchain-openai``) are imported lazily.
 """
@@ -31,10 +31,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .._safety import internal_errors_swallowed
-from ..divergence import AssembledCall
-from ..instrumentation import Instrumentation, _disabled, _instrumentation
-from .openai_state import observed_assembler
+from etf_otel.core.divergence import AssembledCall
+from etf_otel.instrumentation.safety import internal_errors_swallowed
+from etf_otel.instrumentation.wrappers import Instrumentation, _disabled, _instrumentation
+from etf_otel.integrations.openai_state import observed_assembler
 
 __all__ = [
     "LANGCHAIN_ADAPTER",
@@ -156,7 +156,7 @@ def message_calls(message: Any) -> list[AssembledCall]:
 
 
 LANGCHAIN_ADAPTER: dict[str, Any] = {"feed": ("add",), "finish": "result", "done": None, "calls": message_calls}
-"""How :func:`~etf_otel.instrumentation.instrument_assembler` drives a :class:`LangChainAccumulator`."""
+"""How :func:`~etf_otel.instrumentation.wrappers.instrument_assembler` drives a :class:`LangChainAccumulator`."""
 
 
 def instrument_langchain(
@@ -213,7 +213,7 @@ def _rebuilt_chunk(message: Any) -> dict[str, Any]:
 
 def _openai_instrumented() -> bool:
     try:
-        from .openai import OpenAIInstrumentor
+        from etf_otel.integrations.openai import OpenAIInstrumentor
 
         return bool(OpenAIInstrumentor().is_instrumented_by_opentelemetry)
     except Exception:  # pragma: no cover - opentelemetry-instrumentation missing

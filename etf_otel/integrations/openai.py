@@ -29,10 +29,10 @@ from urllib.parse import urlsplit
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from wrapt import BoundFunctionWrapper, FunctionWrapper, wrap_function_wrapper
 
-from .._safety import internal_errors_swallowed
-from ..assembler import field
-from ..completeness import Conversation
-from ..instrumentation import Instrumentation
+from etf_otel.core.linkage import Conversation
+from etf_otel.instrumentation.safety import internal_errors_swallowed
+from etf_otel.instrumentation.wrappers import Instrumentation
+from etf_otel.protocols.chat_completions import field
 
 __all__ = ["OpenAIInstrumentor", "detect_provider", "instrument_openai"]
 

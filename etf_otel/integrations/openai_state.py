@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 import wrapt
 
-from .._safety import internal_errors_swallowed
-from ..divergence import AssembledCall
-from ..instrumentation import (
+from etf_otel.core.divergence import AssembledCall
+from etf_otel.core.slots import AssemblyResult
+from etf_otel.instrumentation.safety import internal_errors_swallowed
+from etf_otel.instrumentation.wrappers import (
     Instrumentation,
     ObservedAssembler,
     ObservedAsyncStream,
@@ -47,7 +48,6 @@ from ..instrumentation import (
     _disabled,
     _instrumentation,
 )
-from ..slots import AssemblyResult
 
 __all__ = [
     "OPENAI_STATE_ADAPTER",
@@ -84,7 +84,7 @@ OPENAI_STATE_ADAPTER: dict[str, Any] = {
     "done": None,
     "calls": completion_calls,
 }
-"""How :func:`~etf_otel.instrumentation.instrument_assembler` drives a ``ChatCompletionStreamState``."""
+"""How :func:`~etf_otel.instrumentation.wrappers.instrument_assembler` drives a ``ChatCompletionStreamState``."""
 
 
 class ComparisonObserver(ResponseObserver):

@@ -10,8 +10,8 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from .diagnostics import bounded_finish_reason
-from .slots import AssemblyResult
+from etf_otel.core.slots import AssemblyResult
+from etf_otel.core.vocabulary import bounded_finish_reason
 
 __all__ = ["ReplayReport", "build_report", "render_report"]
 

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from . import __version__
-from .assembler import ReferenceAssembler
-from .audit import add_audit_arguments, run_audit
-from .identity import CompatibilityRule
-from .recording import RecordingError, read_chunks
-from .replay import build_report, render_report
+from etf_otel._version import __version__
+from etf_otel.audit.checks import add_audit_arguments, run_audit
+from etf_otel.cli.recording import RecordingError, read_chunks
+from etf_otel.cli.replay_report import build_report, render_report
+from etf_otel.core.identity import CompatibilityRule
+from etf_otel.protocols.chat_completions import ReferenceAssembler
 
 __all__ = ["main"]
 
@@ -85,7 +85,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.export:
         _export_replay(chunks, args)
     if args.assembler:
-        from .replay_assemblers import render_comparison, run_assembler
+        from etf_otel.cli.replay_assemblers import render_comparison, run_assembler
 
         try:
             comparison = run_assembler(args.assembler, chunks, args.allow)
@@ -107,8 +107,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _export_replay(chunks: list[object], args: argparse.Namespace) -> None:
     """Run the recording through the real instrumentation, exporting to ``args.export``."""
-    from ._sdk_setup import setup_sdk
-    from .instrumentation import Instrumentation
+    from etf_otel.cli.sdk_setup import setup_sdk
+    from etf_otel.instrumentation.wrappers import Instrumentation
 
     setup = setup_sdk("etf-otel-replay", args.export)
     assert setup is not None
@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             until=args.until,
         )
     if args.command == "demo":
-        from ._demo import run_demo
+        from etf_otel.cli.demo import run_demo
 
         return run_demo(args.export)
     raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover - argparse rejects it

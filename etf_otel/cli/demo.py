@@ -26,12 +26,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from rich.console import Console
 from rich.table import Table
 
-from . import attributes as A
-from ._local_sse import DONE, LocalChatServer, Script, chunk
-from ._sdk_setup import setup_sdk
-from .assembler import ReferenceAssembler
-from .instrumentation import GuardRefusedError
-from .slots import AssemblyResult, ToolCall
+from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
+from etf_otel.cli.sdk_setup import setup_sdk
+from etf_otel.core.slots import AssemblyResult, ToolCall
+from etf_otel.instrumentation import attributes as A
+from etf_otel.instrumentation.wrappers import GuardRefusedError
+from etf_otel.protocols.chat_completions import ReferenceAssembler
 
 __all__ = ["run_demo"]
 
@@ -269,7 +269,7 @@ def run_demo(export: str | None = None, console: Console | None = None) -> int:
     """Run the whole demo; returns 0 when every case behaved as the rules say."""
     import openai
 
-    from .integrations.openai import OpenAIInstrumentor
+    from etf_otel.integrations.openai import OpenAIInstrumentor
 
     console = console or Console()
     summary_exporter = InMemorySpanExporter()

@@ -9,7 +9,7 @@ Two engines run them:
 * ``--engine chdb PATH...``: OTLP JSON files loaded into that same table inside embedded chDB
   (extra ``etf-otel[chdb]``), so the SQL runs on every test run without a server.
 
-Both print the same report as the Python streaming audit (:class:`etf_otel.audit.AuditReport`).
+Both print the same report as the Python streaming audit (:class:`etf_otel.audit.checks.AuditReport`).
 
 Where the two audits can differ (documented, and kept out of the agreement test): the Python audit breaks
 some ties by the order spans arrive in, which a table does not have; SQL breaks them by start time, then
@@ -38,7 +38,7 @@ from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from .audit import EXIT_BAD_INPUT, AuditFinding, AuditReport, FindingKind, SpanData
+from etf_otel.audit.checks import EXIT_BAD_INPUT, AuditFinding, AuditReport, FindingKind, SpanData
 
 __all__ = [
     "DEFAULT_DATABASE",
@@ -77,7 +77,7 @@ class SqlAuditError(Exception):
 
 def read_sql(name: str) -> str:
     """The text of ``etf_otel/sql/<name>``."""
-    return resources.files("etf_otel").joinpath("sql").joinpath(name).read_text(encoding="utf-8")
+    return resources.files("etf_otel.audit").joinpath("sql").joinpath(name).read_text(encoding="utf-8")
 
 
 def statements(text: str) -> list[str]:
@@ -392,7 +392,7 @@ def run_sql_audit(
 ) -> int:
     """``etf-otel audit --engine chdb PATH...`` or ``--clickhouse URL``: prints the report, returns the exit code."""
 
-    from .otlp_json import InputStats, OtlpInputError, expand_paths, iter_spans
+    from etf_otel.audit.sources.otlp_json import InputStats, OtlpInputError, expand_paths, iter_spans
 
     stats = InputStats()
     backend: ChdbEngine | ClickHouseEngine | None = None

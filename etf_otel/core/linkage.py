@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .diagnostics import ErrorCategory
+from etf_otel.core.vocabulary import ErrorCategory
 
 __all__ = ["DEFAULT_MAX_PENDING", "Conversation", "Finding"]
 

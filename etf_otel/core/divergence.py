@@ -1,7 +1,7 @@
 """Where a third-party assembler's output differs from what the identity rules preserve.
 
 Pure comparison of two lists of calls for one response: the calls the rules produced
-(:class:`~etf_otel.slots.ToolCall`) and the ``(id, name, arguments)`` triples a wrapped
+(:class:`~etf_otel.core.slots.ToolCall`) and the ``(id, name, arguments)`` triples a wrapped
 assembler produced. The result is a list of bounded sub-kinds of ``divergent_assembly``;
 the values themselves are never part of it.
 
@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from enum import Enum
 
-from .slots import ToolCall
+from etf_otel.core.slots import ToolCall
 
 __all__ = ["AssembledCall", "DivergenceKind", "compare"]
 

@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-from .diagnostics import ErrorCategory, FragmentDiagnostic, IdKind, StreamState, Transition, Verdict
-from .identity import ABSENT, CompatibilityRule, IdDecision, IdentityRules, IdState, Incoming, classify
+from etf_otel.core.identity import ABSENT, CompatibilityRule, IdDecision, IdentityRules, IdState, Incoming, classify
+from etf_otel.core.vocabulary import ErrorCategory, FragmentDiagnostic, IdKind, StreamState, Transition, Verdict
 
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_CHARS",

@@ -27,12 +27,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from rich.console import Console
 from rich.table import Table
 
-from . import attributes as A
-from .assembler import DONE, ReferenceAssembler
-from .identity import CompatibilityRule
-from .instrumentation import Instrumentation
-from .replay import build_report
-from .slots import AssemblyResult
+from etf_otel.cli.replay_report import build_report
+from etf_otel.core.identity import CompatibilityRule
+from etf_otel.core.slots import AssemblyResult
+from etf_otel.instrumentation import attributes as A
+from etf_otel.instrumentation.wrappers import Instrumentation
+from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler
 
 __all__ = [
     "ASSEMBLERS",
@@ -112,7 +112,7 @@ class _Driver:
 
 def _driver(name: str) -> _Driver:
     if name == "openai":
-        from .integrations.openai_state import completion_calls, instrument_openai_state
+        from etf_otel.integrations.openai_state import completion_calls, instrument_openai_state
 
         return _Driver(
             lambda etf: instrument_openai_state(instrumentation=etf),
@@ -122,13 +122,13 @@ def _driver(name: str) -> _Driver:
             _sdk_chunks,
         )
     if name == "langchain":
-        from .integrations.langchain import instrument_langchain, message_calls
+        from etf_otel.integrations.langchain import instrument_langchain, message_calls
 
         return _Driver(
             lambda etf: instrument_langchain(instrumentation=etf), "add", "result", message_calls, _until_done
         )
     if name == "reference":
-        from .instrumentation import reference_calls
+        from etf_otel.instrumentation.wrappers import reference_calls
 
         return _Driver(
             lambda etf: etf.assembler(ReferenceAssembler(rules=etf.rules)), "feed", "finish", reference_calls, list
@@ -149,7 +149,7 @@ def run_assembler(
     etf = Instrumentation(tracer_provider, meter_provider, allow=allow)
     calls: list[tuple[object, object, object]] | None = None
     raised: str | None = None
-    with tracer_provider.get_tracer("etf_otel.replay").start_as_current_span("replay"):
+    with tracer_provider.get_tracer("etf_otel.cli.replay_report").start_as_current_span("replay"):
         wrapped = driver.wrap(etf)
         try:
             for chunk in driver.chunks(chunks):

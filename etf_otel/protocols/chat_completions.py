@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from .identity import ABSENT, CompatibilityRule, IdentityRules
-from .slots import DEFAULT_MAX_ARGUMENT_CHARS, AssemblyResult, ResponseSlots
+from etf_otel.core.identity import ABSENT, CompatibilityRule, IdentityRules
+from etf_otel.core.slots import DEFAULT_MAX_ARGUMENT_CHARS, AssemblyResult, ResponseSlots
 
 __all__ = ["DONE", "ReferenceAssembler", "assemble", "field"]
 

@@ -5,7 +5,7 @@ Phoenix stores what it receives over OTLP and serves it again on its REST API:
 (``{"data": [...], "next_cursor": str | null}``), newest first; the cursor is an
 inclusive lower bound on the span row id, so spans that arrive while the pages are
 read are not seen, and no span is seen twice. Each span is converted to the audit's
-protocol-neutral :class:`~etf_otel.audit.SpanData` as soon as its page arrives: memory
+protocol-neutral :class:`~etf_otel.audit.checks.SpanData` as soon as its page arrives: memory
 is one page plus what the audit keeps.
 
 What Phoenix does not keep, and what that means for the audit:
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .audit import SpanData, span_events
+from etf_otel.audit.checks import SpanData, span_events
 
 __all__ = [
     "DEFAULT_PROJECT",
@@ -263,7 +263,7 @@ def run_phoenix_audit(
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
-    from .audit import EXIT_BAD_INPUT, AuditReport, FindingKind, audit_spans
+    from etf_otel.audit.checks import EXIT_BAD_INPUT, AuditReport, FindingKind, audit_spans
 
     if url is None:
         print("etf-otel audit: --project needs --phoenix URL", file=sys.stderr)

@@ -20,7 +20,7 @@ from typing import IO
 
 import sseclient
 
-from .assembler import DONE
+from etf_otel.protocols.chat_completions import DONE
 
 __all__ = ["RecordingError", "read_chunks"]
 

@@ -6,7 +6,7 @@ rules over the same chunks, so diagnostics exist even when the wrapped assembler
 opaque, and emits spans and metrics once per call and per response when the stream
 ends: by exhaustion, by an error, by ``close()``/``break``/leaving ``with``, or when an
 abandoned stream is garbage collected. Every telemetry step runs inside
-:func:`~etf_otel._safety.internal_errors_swallowed`; only the host's own exceptions (and,
+:func:`~etf_otel.instrumentation.safety.internal_errors_swallowed`; only the host's own exceptions (and,
 in opt-in guard mode, :class:`GuardRefusedError`) ever reach the application.
 """
 
@@ -28,15 +28,15 @@ from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
-from . import attributes as A
-from ._safety import internal_errors_swallowed
-from ._telemetry import ProposalRecord, Telemetry
-from .assembler import DONE, ReferenceAssembler, field
-from .completeness import Conversation, Finding
-from .diagnostics import ErrorCategory, Phase, StreamState
-from .divergence import AssembledCall, DivergenceKind, compare
-from .identity import ABSENT, CompatibilityRule, IdentityRules
-from .slots import AssemblyResult
+from etf_otel.core.divergence import AssembledCall, DivergenceKind, compare
+from etf_otel.core.identity import ABSENT, CompatibilityRule, IdentityRules
+from etf_otel.core.linkage import Conversation, Finding
+from etf_otel.core.slots import AssemblyResult
+from etf_otel.core.vocabulary import ErrorCategory, Phase, StreamState
+from etf_otel.instrumentation import attributes as A
+from etf_otel.instrumentation.safety import internal_errors_swallowed
+from etf_otel.instrumentation.telemetry import ProposalRecord, Telemetry
+from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler, field
 
 __all__ = [
     "GuardRefusedError",

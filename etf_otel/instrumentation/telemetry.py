@@ -20,14 +20,14 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from . import _counters
-from . import attributes as A
-from ._counters import totals_for
-from ._safety import internal_errors_swallowed
-from ._version import __version__
-from .completeness import Conversation, Finding
-from .diagnostics import VALUE_OF, ErrorCategory, StreamState, Transition, Verdict, bounded_finish_reason
-from .slots import AssemblyResult, ToolCall
+from etf_otel._version import __version__
+from etf_otel.core.linkage import Conversation, Finding
+from etf_otel.core.slots import AssemblyResult, ToolCall
+from etf_otel.core.vocabulary import VALUE_OF, ErrorCategory, StreamState, Transition, Verdict, bounded_finish_reason
+from etf_otel.instrumentation import attributes as A
+from etf_otel.instrumentation import counters as _counters
+from etf_otel.instrumentation.counters import totals_for
+from etf_otel.instrumentation.safety import internal_errors_swallowed
 
 __all__ = ["ProposalRecord", "Telemetry", "capture_content_enabled"]
 

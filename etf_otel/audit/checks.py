@@ -3,7 +3,7 @@
 The pipeline has three parts, so that another span source (for example a Phoenix server)
 can feed the same checker:
 
-1. a **source** yields protocol-neutral :class:`SpanData` (``etf_otel.otlp_json`` reads OTLP
+1. a **source** yields protocol-neutral :class:`SpanData` (``etf_otel.audit.sources.otlp_json`` reads OTLP
    JSON files; anything else only has to build ``SpanData``);
 2. :class:`Partitioner` groups the compact :class:`SpanRecord` of each span by trace;
 3. :func:`check_trace` decides the findings of one trace; :class:`AuditReport` aggregates.
@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import IO, Any
 
-from . import attributes as A
-from .diagnostics import ErrorCategory, StreamState, Verdict
+from etf_otel.core.vocabulary import ErrorCategory, StreamState, Verdict
+from etf_otel.instrumentation import attributes as A
 
 __all__ = [
     "AuditFinding",
@@ -909,7 +909,7 @@ def run_audit(
         if phoenix is not None or project is not None:
             print("etf-otel audit: --phoenix takes no SQL option (--engine, --clickhouse, ...)", file=sys.stderr)
             return EXIT_BAD_INPUT
-        from .audit_sql import run_sql_audit
+        from etf_otel.audit.sources.sql import run_sql_audit
 
         return run_sql_audit(
             paths,
@@ -921,7 +921,7 @@ def run_audit(
             until=until,
         )
     if phoenix is not None or project is not None:
-        from .phoenix_source import run_phoenix_audit
+        from etf_otel.audit.sources.phoenix import run_phoenix_audit
 
         return run_phoenix_audit(phoenix, project, paths, json_output=json_output, progress=progress)
     if not paths:
@@ -930,7 +930,7 @@ def run_audit(
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from .otlp_json import InputStats, OtlpInputError, expand_paths, iter_spans, total_bytes
+    from etf_otel.audit.sources.otlp_json import InputStats, OtlpInputError, expand_paths, iter_spans, total_bytes
 
     errors = Console(stderr=True)
     stats = InputStats()

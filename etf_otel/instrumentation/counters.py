@@ -9,7 +9,7 @@ is the same: a monotonic sum per attribute set, cumulative or delta as the reade
 
 One :class:`CounterTotals` exists per meter provider (:func:`totals_for`): the SDK keeps
 the callbacks of the first observable counter registered under a name and silently
-ignores later ones, so every :class:`~etf_otel._telemetry.Telemetry` of a provider must
+ignores later ones, so every :class:`~etf_otel.instrumentation.telemetry.Telemetry` of a provider must
 share the same totals.
 """
 
@@ -25,9 +25,9 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.util.types import AttributeValue
 
-from . import attributes as A
-from ._safety import internal_errors_swallowed
-from ._version import __version__
+from etf_otel._version import __version__
+from etf_otel.instrumentation import attributes as A
+from etf_otel.instrumentation.safety import internal_errors_swallowed
 
 __all__ = ["COUNTERS", "CounterSpec", "CounterTotals", "totals_for"]
 

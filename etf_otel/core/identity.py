@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
-from .diagnostics import ErrorCategory, IdKind, Transition
+from etf_otel.core.vocabulary import ErrorCategory, IdKind, Transition
 
 __all__ = [
     "ABSENT",

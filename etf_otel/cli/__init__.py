@@ -1,0 +1,5 @@
+"""The command line: the only layer that prints or exits."""
+
+from etf_otel.cli.main import main
+
+__all__ = ["main"]
