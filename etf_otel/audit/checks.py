@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import IO, Any
 
-from etf_otel.core.vocabulary import ErrorCategory, StreamState, Verdict
+from etf_otel.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
+from etf_otel.core.vocabulary import OTHER, ErrorCategory, StreamState, Verdict
 from etf_otel.instrumentation import attributes as A
 
 __all__ = [
@@ -60,9 +61,6 @@ __all__ = [
     "to_record",
 ]
 
-EXIT_OK = 0
-EXIT_FOUND = 1
-EXIT_BAD_INPUT = 2
 
 DEFAULT_MEMORY_SPANS = 200_000
 """Records grouped in memory before spilling to partitioned temporary files."""
@@ -299,7 +297,7 @@ def to_record(span: SpanData) -> SpanRecord:
         record.call_id = _string(attributes.get(A.GEN_AI_TOOL_CALL_ID))
         record.error_type = _string(attributes.get(A.ERROR_TYPE))
         if record.error_type is None and span.status_code == 2:
-            record.error_type = "_OTHER"
+            record.error_type = OTHER
         record.refused = attributes.get(A.ETF_GUARD_REFUSED) is True
     record.problems = tuple(problems)
     return record

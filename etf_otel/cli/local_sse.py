@@ -51,12 +51,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, TypeAlias, cast
 
+from etf_otel.protocols.chat_completions import DONE
+
 __all__ = ["DONE", "LocalChatServer", "RecordedRequest", "Script", "chunk"]
 
 _logger = logging.getLogger(__name__)
 
-DONE = "[DONE]"
-"""The SSE sentinel that ends a Chat Completions stream; put it in :attr:`Script.events` as is."""
 
 _CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
 

@@ -15,16 +15,13 @@ from rich.console import Console
 
 from etf_otel._version import __version__
 from etf_otel.audit.checks import add_audit_arguments, run_audit
+from etf_otel.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 from etf_otel.cli.recording import RecordingError, read_chunks
 from etf_otel.cli.replay_report import build_report, render_report
 from etf_otel.core.identity import CompatibilityRule
 from etf_otel.protocols.chat_completions import ReferenceAssembler
 
 __all__ = ["main"]
-
-EXIT_OK = 0
-EXIT_FOUND = 1
-EXIT_BAD_INPUT = 2
 
 
 class _Parser(argparse.ArgumentParser):

@@ -20,16 +20,13 @@ from typing import IO
 
 import sseclient
 
+from etf_otel.errors import RecordingError
 from etf_otel.protocols.chat_completions import DONE
 
 __all__ = ["RecordingError", "read_chunks"]
 
 _SSE_FIELDS = ("data:", "event:", "id:", "retry:", ":")
 _JSON_TYPE_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
-
-
-class RecordingError(Exception):
-    """The recording cannot be read; ``str()`` is a one-line reason."""
 
 
 def read_chunks(path: str | Path) -> Iterator[object]:

@@ -152,7 +152,9 @@ descriptor (about 120 ns a read on CPython 3.11), a dict read a fraction of that
 different enums that are equal as strings share a key, and then their value too."""
 
 KNOWN_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call", "error"})
-OTHER_FINISH_REASON = "_OTHER"
+OTHER: Final = "_OTHER"
+"""The one value every bounded attribute falls back to for anything outside its closed set."""
+OTHER_FINISH_REASON: Final = OTHER
 
 
 def bounded_finish_reason(reason: str) -> str:

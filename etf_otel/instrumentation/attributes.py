@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from etf_otel.core.vocabulary import OTHER
+
 INSTRUMENTATION_NAME: Final = "etf_otel"
 """Tracer and meter name (SPEC section 6)."""
 
@@ -88,7 +90,7 @@ EXECUTE_TOOL_DURATION_BUCKETS: Final = (
 )
 """Explicit seconds buckets: the SDK's defaults assume milliseconds."""
 
-TOOL_NAME_OTHER: Final = "_OTHER"
+TOOL_NAME_OTHER: Final = OTHER
 """The metric value for tool names past the cap of distinct names."""
 
 # --- configuration -------------------------------------------------------------------------

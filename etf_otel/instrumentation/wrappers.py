@@ -33,6 +33,7 @@ from etf_otel.core.identity import ABSENT, CompatibilityRule, IdentityRules
 from etf_otel.core.linkage import Conversation, Finding
 from etf_otel.core.slots import AssemblyResult
 from etf_otel.core.vocabulary import ErrorCategory, Phase, StreamState
+from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import attributes as A
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.telemetry import ProposalRecord, Telemetry
@@ -67,18 +68,6 @@ def _disabled() -> bool:
 
 def _suppressed() -> bool:
     return bool(otel_context.get_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY))
-
-
-class GuardRefusedError(Exception):
-    """Guard mode refused to execute a call that is not a valid proposal.
-
-    ``category`` is the low-cardinality reason (an error category of SPEC section 4).
-    The message names the category only, never the id or the arguments.
-    """
-
-    def __init__(self, category: ErrorCategory) -> None:
-        super().__init__(f"etf-otel guard refused to execute a tool call: {category.value}")
-        self.category = category
 
 
 class ResponseObserver:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
 from etf_otel.audit.checks import SpanData, span_events
+from etf_otel.errors import OtlpInputError
 
 __all__ = [
     "InputStats",
@@ -46,10 +47,6 @@ __all__ = [
 _GZIP_MAGIC = b"\x1f\x8b"
 _OTHER_SIGNALS = ("resourceMetrics", "resource_metrics", "resourceLogs", "resource_logs")
 _STATUS_CODES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
-
-
-class OtlpInputError(Exception):
-    """Input that cannot be read as OTLP JSON traces; ``str()`` is a one-line reason."""
 
 
 @dataclass

@@ -41,6 +41,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from etf_otel.audit.checks import SpanData, span_events
+from etf_otel.errors import PhoenixError
 
 __all__ = [
     "DEFAULT_PROJECT",
@@ -62,10 +63,6 @@ MAX_PAGE_BYTES = 256 * 1024 * 1024
 
 _STATUS_CODES = {"UNSET": 0, "OK": 1, "ERROR": 2}
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-class PhoenixError(Exception):
-    """Phoenix could not be read; ``str()`` is a one-line reason."""
 
 
 @dataclass
@@ -263,7 +260,8 @@ def run_phoenix_audit(
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
-    from etf_otel.audit.checks import EXIT_BAD_INPUT, AuditReport, FindingKind, audit_spans
+    from etf_otel.audit.checks import AuditReport, FindingKind, audit_spans
+    from etf_otel.cli.exit_codes import EXIT_BAD_INPUT
 
     if url is None:
         print("etf-otel audit: --project needs --phoenix URL", file=sys.stderr)

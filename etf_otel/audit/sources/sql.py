@@ -38,7 +38,9 @@ from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from etf_otel.audit.checks import EXIT_BAD_INPUT, AuditFinding, AuditReport, FindingKind, SpanData
+from etf_otel.audit.checks import AuditFinding, AuditReport, FindingKind, SpanData
+from etf_otel.cli.exit_codes import EXIT_BAD_INPUT
+from etf_otel.errors import SqlAuditError
 
 __all__ = [
     "DEFAULT_DATABASE",
@@ -69,10 +71,6 @@ INSERT_BATCH_ROWS = 200_000
 _STATUS = {0: "Unset", 1: "Ok", 2: "Error"}
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-class SqlAuditError(Exception):
-    """Bad usage, unreachable server or unreadable input; ``str()`` is a one-line reason."""
 
 
 def read_sql(name: str) -> str:
