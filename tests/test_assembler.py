@@ -20,7 +20,7 @@ from etf_otel import (
 )
 from etf_otel.core.identity import ABSENT, IdState
 from etf_otel.core.slots import ResponseSlots
-from etf_otel.protocols.chat_completions import field
+from etf_otel.protocols.base import field
 
 from .chunks import MISSING, case_stream, chunk, finished, fragment
 
@@ -476,7 +476,7 @@ def test_slot_close_records_the_end_time() -> None:
     slots.close(0, 0)
     slots.close(0, 0)
     slots.close(0, 5)
-    slots.end_of_stream()
+    slots.end()
     call = slots.finish().calls[0]
     assert (call.opened_ns, call.closed_ns) == (0, 1)
 
@@ -592,7 +592,7 @@ def test_diagnostics_past_the_cap_are_counted_not_listed() -> None:
     slots.fragment(0, 0, "call-b", arguments="}")
     for _ in range(70):
         slots.fragment(0, 0, "call-c")
-    slots.end_of_stream()
+    slots.end()
     result = slots.finish()
     call = result.calls[0]
     assert len(result.diagnostics) == 3 and result.diagnostics_dropped == 669

@@ -53,6 +53,8 @@ __all__ = [
     "IdentityRules",
     "IdState",
     "Incoming",
+    "classify",
+    "incoming_key",
 ]
 
 
@@ -215,6 +217,18 @@ def _rows_by_state(table: Mapping[tuple[IdState, Incoming], IdDecision]) -> dict
 STRICT_TABLE: Final[Mapping[tuple[IdState, Incoming], IdDecision]] = _build(_STRICT_ROWS)
 """Every ``(state, incoming)`` pair the strict rules can meet, with its decision."""
 
+_ABSENT, _NULL, _EMPTY, _NEW, _SAME, _DIFFERENT, _NUMBER, _ARRAY, _OBJECT = (
+    Incoming.ABSENT.value,
+    Incoming.NULL.value,
+    Incoming.EMPTY.value,
+    Incoming.NEW.value,
+    Incoming.SAME.value,
+    Incoming.DIFFERENT.value,
+    Incoming.NUMBER.value,
+    Incoming.ARRAY.value,
+    Incoming.OBJECT.value,
+)
+
 _CLASS_OF_TYPE: Final[dict[type, Incoming]] = {
     type(None): Incoming.NULL,
     bool: Incoming.BOOLEAN,
@@ -226,24 +240,40 @@ _CLASS_OF_TYPE: Final[dict[type, Incoming]] = {
 }
 
 
-def classify(state: IdState, current_id: str | None, incoming: object) -> Incoming:
-    """Return the table class of ``incoming`` given the slot's state and id."""
-    if isinstance(incoming, str):
+def incoming_key(current_id: str | None, incoming: object) -> str:
+    """The table class of ``incoming`` (an ``Incoming`` value) for a slot holding ``current_id``.
+
+    ``current_id`` is the established id, or ``None`` while the slot has none (states
+    ``NONE`` and ``EMPTY`` classify alike). This is the only classifier: the per-fragment
+    path of the slot model calls it and then reads the table row, so the table is the one
+    source of every decision. It returns the enum's value rather than the member because
+    rows are keyed by those strings (hashing an ``Enum`` member runs Python code).
+    """
+    if type(incoming) is str:
         if not incoming:
-            return Incoming.EMPTY
-        if state is IdState.ESTABLISHED:
-            return Incoming.SAME if incoming == current_id else Incoming.DIFFERENT
-        return Incoming.NEW
+            return _EMPTY
+        if current_id is None:
+            return _NEW
+        return _SAME if incoming == current_id else _DIFFERENT
     if incoming is ABSENT:
-        return Incoming.ABSENT
+        return _ABSENT
+    if incoming is None:
+        return _NULL
     found = _CLASS_OF_TYPE.get(type(incoming))
     if found is not None:
-        return found
+        return found.value
+    if isinstance(incoming, str):  # a str subclass: the same classes as a str
+        return incoming_key(current_id, str(incoming))
     if isinstance(incoming, (int, float)):
-        return Incoming.NUMBER
+        return _NUMBER
     if isinstance(incoming, (list, tuple)):
-        return Incoming.ARRAY
-    return Incoming.OBJECT
+        return _ARRAY
+    return _OBJECT
+
+
+def classify(state: IdState, current_id: str | None, incoming: object) -> Incoming:
+    """Return the table class of ``incoming`` given the slot's state and id."""
+    return Incoming(incoming_key(current_id if state is IdState.ESTABLISHED else None, incoming))
 
 
 class IdentityRules:
@@ -253,7 +283,7 @@ class IdentityRules:
     tables costs tens of microseconds, so :meth:`for_rules` caches one per rule set.
     """
 
-    __slots__ = ("initial_row", "rules", "table")
+    __slots__ = ("initial_row", "rows", "rules", "table")
 
     def __init__(self, rules: Iterable[CompatibilityRule | str] = ()) -> None:
         enabled = frozenset(CompatibilityRule(rule) for rule in rules)
@@ -262,7 +292,9 @@ class IdentityRules:
             rows.update(_RULE_ROWS[rule])
         self.rules: frozenset[CompatibilityRule] = enabled
         self.table: Mapping[tuple[IdState, Incoming], IdDecision] = _build(rows)
-        self.initial_row: Mapping[str, IdDecision] = _rows_by_state(self.table)[IdState.NONE]
+        self.rows: Mapping[IdState, Mapping[str, IdDecision]] = _rows_by_state(self.table)
+        """The decisions of each state, keyed by ``Incoming`` value (what the slot model reads)."""
+        self.initial_row: Mapping[str, IdDecision] = self.rows[IdState.NONE]
         """The decisions for a new slot, keyed by ``Incoming`` value (see ``IdDecision.next_row``)."""
 
     @classmethod
@@ -275,7 +307,8 @@ class IdentityRules:
 
     def decide(self, state: IdState, current_id: str | None, incoming: object) -> IdDecision:
         """Decide what ``incoming`` does to a slot in ``state`` holding ``current_id``."""
-        return self.table[state, classify(state, current_id, incoming)]
+        established = current_id if state is IdState.ESTABLISHED else None
+        return self.rows[state][incoming_key(established, incoming)]
 
     def __repr__(self) -> str:
         names = ", ".join(sorted(rule.value for rule in self.rules))

@@ -1,14 +1,17 @@
 """The protocol-neutral slot model: per-response assembly state and final validation.
 
 A protocol adapter (Chat Completions today; the Responses API and Anthropic Messages
-later) turns its wire events into four calls on :class:`ResponseSlots`:
+later) turns its wire events into these calls on :class:`ResponseSlots`:
 
 * :meth:`~ResponseSlots.fragment`: an update to the slot ``(choice, index)``, carrying
   any of an id, a name and an argument delta (missing values are :data:`ABSENT`);
 * :meth:`~ResponseSlots.unindexed`: an update whose index was missing or unusable;
 * :meth:`~ResponseSlots.close`: the protocol says the slot is complete (optional);
-* :meth:`~ResponseSlots.terminal` / :meth:`~ResponseSlots.end_of_stream`: the response
-  ended properly (a finish reason, or the stream's end sentinel).
+* :meth:`~ResponseSlots.finish_reason`: the provider's reason for ending a choice (kept
+  for telemetry; it does not end anything by itself);
+* :meth:`~ResponseSlots.end`: the response ended properly. When that is, is the
+  protocol's rule (Chat Completions: ``[DONE]``, or a finish reason on every choice that
+  has tool calls), so the adapter decides and the slot model only records it.
 
 :meth:`~ResponseSlots.finish` then validates every slot (SPEC section 3) and returns an
 immutable :class:`AssemblyResult`. Slots live only inside one ``ResponseSlots``: nothing
@@ -26,11 +29,20 @@ import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Final
 
-from etf_otel.core.identity import ABSENT, CompatibilityRule, IdDecision, IdentityRules, IdState, Incoming, classify
-from etf_otel.core.vocabulary import ErrorCategory, FragmentDiagnostic, IdKind, StreamState, Transition, Verdict
+from etf_otel.core.identity import (
+    ABSENT,
+    CompatibilityRule,
+    IdDecision,
+    IdentityRules,
+    IdState,
+    Incoming,
+    classify,
+    incoming_key,
+)
+from etf_otel.core.results import AssemblyResult, RejectedFragment, Rejection, ToolCall
+from etf_otel.core.vocabulary import ErrorCategory, IdKind, StreamState, Transition, Verdict
 
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_CHARS",
@@ -93,147 +105,6 @@ _MISSING_INDEX: Final[dict[Incoming, IdDecision]] = {
     for incoming in _UNSLOTTED_CLASSES
 }
 
-_ABSENT, _NULL, _EMPTY, _NEW, _SAME, _DIFFERENT = (
-    Incoming.ABSENT.value,
-    Incoming.NULL.value,
-    Incoming.EMPTY.value,
-    Incoming.NEW.value,
-    Incoming.SAME.value,
-    Incoming.DIFFERENT.value,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class RejectedFragment:
-    """One fragment a slot rejected: enough for a bounded span event, nothing raw."""
-
-    fragment: int
-    category: ErrorCategory
-    id_kind: IdKind
-    prior_id_present: bool
-    id_empty: bool
-    transition: Transition
-    time_ns: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """A category that blocked a call or, with ``index`` ``None``, the whole response."""
-
-    choice: int | None
-    index: int | None
-    category: ErrorCategory
-
-
-class ToolCall(NamedTuple):
-    """One finalized slot.
-
-    ``id`` is the preserved id: the one established on this slot, or ``None``. An id
-    that was rejected never appears here. ``arguments`` is raw model output: it may hold
-    user data and must not reach telemetry unless content capture is on.
-
-    A named tuple rather than a frozen dataclass: one is built per call of every response,
-    and a frozen dataclass of these fields costs over a microsecond to build (each field
-    goes through ``object.__setattr__``), a tuple a fraction of that.
-    """
-
-    choice: int
-    index: int  # type: ignore[assignment]  # shadows tuple.index, as the wire field is called
-    id: str | None
-    name: str | None
-    arguments: str
-    verdict: Verdict
-    categories: tuple[ErrorCategory, ...]
-    fragments: int
-    rejected_fragments: tuple[RejectedFragment, ...]
-    """The first :data:`MAX_REJECTED_KEPT` rejected fragments; ``rejected_count`` counts all."""
-    rejected_count: int
-    transitions: tuple[tuple[Transition, int], ...]
-    opened_ns: int | None
-    closed_ns: int | None
-
-    @property
-    def proposed(self) -> bool:
-        return self.verdict is Verdict.PROPOSED
-
-    def transition_count(self, transition: Transition) -> int:
-        for name, count in self.transitions:
-            if name is transition:
-                return count
-        return 0
-
-
-@dataclass(frozen=True, slots=True)
-class AssemblyResult:
-    """What one response assembled to, after final validation."""
-
-    state: StreamState
-    finish_reasons: tuple[str, ...]
-    calls: tuple[ToolCall, ...]
-    rejections: tuple[Rejection, ...]
-    fragments: int
-    dispatchable: bool
-    _diagnostics: tuple[tuple[int, int | None, int, IdDecision, ErrorCategory | None], ...]
-    _overflow: tuple[tuple[tuple[int, int | None, IdDecision, ErrorCategory | None], int], ...] = ()
-    _decision_counts: tuple[tuple[IdDecision, int], ...] = ()
-    _identity_errors: tuple[tuple[tuple[IdDecision, ErrorCategory], int], ...] = ()
-
-    @property
-    def diagnostics_dropped(self) -> int:
-        """Fragments past the diagnostics cap: counted in the metrics, not listed individually."""
-        return sum(count for _, count in self._overflow)
-
-    @property
-    def proposals(self) -> tuple[ToolCall, ...]:
-        """The calls a host may execute: all of them, or none when the response is blocked."""
-        return self.calls if self.dispatchable else ()
-
-    @property
-    def categories(self) -> tuple[ErrorCategory, ...]:
-        """Every distinct category of this response, in first-seen order."""
-        return tuple(dict.fromkeys(rejection.category for rejection in self.rejections))
-
-    @property
-    def diagnostics(self) -> tuple[FragmentDiagnostic, ...]:
-        """One bounded diagnostic per identity decision, in arrival order."""
-        return tuple(
-            FragmentDiagnostic(
-                choice=choice,
-                index=index,
-                fragment=fragment,
-                id_kind=decision.id_kind,
-                prior_id_present=decision.prior_id_present,
-                id_empty=decision.id_empty,
-                transition=decision.transition,
-                category=category,
-            )
-            for choice, index, fragment, decision, category in self._diagnostics
-        )
-
-    @property
-    def decision_counts(self) -> tuple[tuple[IdDecision, int], ...]:
-        """How often each identity decision was taken (the shared decision objects, counted)."""
-        return self._decision_counts
-
-    @property
-    def identity_error_counts(self) -> tuple[tuple[tuple[IdDecision, ErrorCategory], int], ...]:
-        """Rejected fragments by (decision, category)."""
-        return self._identity_errors
-
-    def transition_counts(self) -> Counter[tuple[Transition, IdKind]]:
-        """How often each (transition, incoming id kind) pair occurred: the metric's input."""
-        counts: Counter[tuple[Transition, IdKind]] = Counter()
-        for decision, count in self._decision_counts:
-            counts[decision.transition, decision.id_kind] += count
-        return counts
-
-    def identity_errors(self) -> Counter[tuple[ErrorCategory, IdKind, bool, bool]]:
-        """Rejected fragments by (category, id kind, prior id present, empty): the metric's input."""
-        counts: Counter[tuple[ErrorCategory, IdKind, bool, bool]] = Counter()
-        for (decision, category), count in self._identity_errors:
-            counts[category, decision.id_kind, decision.prior_id_present, decision.id_empty] += count
-        return counts
-
 
 class _Slot:
     __slots__ = (
@@ -295,7 +166,7 @@ class ResponseSlots:
     __slots__ = (
         "_clock",
         "_diagnostics",
-        "_done",
+        "_ended",
         "_errors",
         "_finish_reasons",
         "_fragment_count",
@@ -329,7 +200,7 @@ class ResponseSlots:
         self._errors: dict[tuple[IdDecision, ErrorCategory], int] = {}
         """Rejected fragments by (decision, category): counted when they happen, which is rare."""
         self._finish_reasons: dict[int, str] = {}
-        self._done = False
+        self._ended = False
         self._fragment_count = 0
         self._result: AssemblyResult | None = None
 
@@ -432,22 +303,7 @@ class ResponseSlots:
         if slot is None:
             slot = self._open(choice, index)
         slot.fragments += 1
-        row = slot.row
-        # classify() inlined for the common kinds: this runs once per fragment.
-        if id is ABSENT:
-            decision = row[_ABSENT]
-        elif type(id) is str:
-            if not id:
-                decision = row[_EMPTY]
-            elif slot.id is None:
-                decision = row[_NEW]
-            else:
-                decision = row[_SAME] if id == slot.id else row[_DIFFERENT]
-        elif id is None:
-            decision = row[_NULL]
-        else:
-            state = IdState.NONE if slot.id is None else IdState.ESTABLISHED
-            decision = row[classify(state, slot.id, id).value]
+        decision = slot.row[incoming_key(slot.id, id)]
         category = decision.category
         if decision.adopts_id:
             slot.id = id  # type: ignore[assignment]  # adopts_id implies a non-empty str
@@ -516,32 +372,32 @@ class ResponseSlots:
         if slot is not None and slot.closed_ns is None and self._clock is not None:
             slot.closed_ns = self._clock()
 
-    def terminal(self, choice: int, reason: str) -> None:
-        """A finish reason arrived for ``choice``. The last one wins; it may come early or twice."""
+    def finish_reason(self, choice: int, reason: str) -> None:
+        """The protocol's finish reason for ``choice`` (the last one wins; it may come early or twice).
+
+        Recording a reason does not end the response: when a response has ended properly is
+        the protocol's rule, and its adapter says so with :meth:`end`.
+        """
         self._finish_reasons[choice] = reason
 
-    def end_of_stream(self) -> None:
-        """The protocol's end sentinel arrived (Chat Completions: ``[DONE]``)."""
-        self._done = True
+    def end(self) -> None:
+        """The response ended properly (a terminal event of its protocol arrived)."""
+        self._ended = True
 
     @property
-    def ended_properly(self) -> bool:
-        """Whether a terminal event arrived for the response.
+    def finish_reasons(self) -> Mapping[int, str]:
+        """The finish reasons recorded so far, by choice."""
+        return self._finish_reasons
 
-        ``[DONE]`` ends every choice. Without it, every choice that has tool calls needs
-        its own finish reason, and at least one finish reason must have arrived.
-        """
-        if self._done:
-            return True
-        if not self._finish_reasons:
-            return False
-        return all(choice in self._finish_reasons for choice, _ in self._slots)
+    def choices_with_slots(self) -> set[int]:
+        """The choices (scopes) that have at least one slot."""
+        return {choice for choice, _ in self._slots}
 
     def finish(self) -> AssemblyResult:
         """Validate every slot and return the result. Idempotent: later calls return it again."""
         if self._result is not None:
             return self._result
-        ended = self.ended_properly
+        ended = self._ended
         slots = [slot for _, slot in sorted(self._slots.items())]  # by (choice, index); keys are unique
         ids = [slot.id for slot in slots if slot.id is not None]
         duplicated = {id_ for id_, count in Counter(ids).items() if count > 1} if len(set(ids)) < len(ids) else ()

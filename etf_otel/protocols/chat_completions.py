@@ -1,11 +1,15 @@
-"""The reference assembler for streamed Chat Completions.
+"""The Chat Completions adapter, and the reference assembler for its streams.
 
-It is the Chat Completions adapter over the protocol-neutral :class:`ResponseSlots`:
-it reads ``choices[k].delta.tool_calls[]`` and ``finish_reason`` from each chunk and
-turns them into slot events. Chunks may be plain dicts (parsed JSON) or ``openai`` SDK
-objects; the SDK is never imported. For SDK objects the difference between a missing
-key and ``null`` (which the identity rules depend on) is read from pydantic's set of
-fields that were present in the payload.
+It lowers Chat Completions chunks onto the protocol-neutral :class:`ResponseSlots`: it
+reads ``choices[k].delta.tool_calls[]`` and ``finish_reason`` from each chunk and turns
+them into slot events, the choice being the slot's scope. The protocol's own end rule
+lives here, not in the slot model: a response ended properly when ``[DONE]`` arrived, or,
+without it, when every choice that has tool calls got its own ``finish_reason``.
+
+Chunks may be plain dicts (parsed JSON) or ``openai`` SDK objects; the SDK is never
+imported. For SDK objects the difference between a missing key and ``null`` (which the
+identity rules depend on) is read from pydantic's set of fields that were present in
+the payload.
 
 Odd field types are not errors here: the assembler never raises on JSON-shaped input,
 it records a diagnostic and lets final validation reject the call.
@@ -17,33 +21,14 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from etf_otel.core.identity import ABSENT, CompatibilityRule, IdentityRules
-from etf_otel.core.slots import DEFAULT_MAX_ARGUMENT_CHARS, AssemblyResult, ResponseSlots
+from etf_otel.core.results import AssemblyResult
+from etf_otel.core.slots import DEFAULT_MAX_ARGUMENT_CHARS, ResponseSlots
+from etf_otel.protocols.base import WireProtocol, field
 
-__all__ = ["DONE", "ReferenceAssembler", "assemble", "field"]
+__all__ = ["CHAT_COMPLETIONS", "DONE", "ReferenceAssembler", "assemble", "field"]
 
 DONE: Final = "[DONE]"
 """The Chat Completions end sentinel, as the SSE ``data:`` payload carries it."""
-
-
-def field(obj: object, name: str) -> object:
-    """``obj[name]`` for dicts, the attribute for SDK objects, :data:`ABSENT` when missing.
-
-    pydantic models answer every declared attribute (``None`` when the payload lacked
-    it), so presence is read from ``__pydantic_fields_set__`` and the model's extras.
-    """
-    if type(obj) is dict:
-        return obj.get(name, ABSENT)
-    fields_set = getattr(obj, "__pydantic_fields_set__", None)
-    if fields_set is not None:
-        if name in fields_set:
-            return getattr(obj, name, ABSENT)
-        extra = getattr(obj, "__pydantic_extra__", None)
-        if extra and name in extra:
-            return extra[name]
-        return ABSENT
-    if isinstance(obj, dict):
-        return obj.get(name, ABSENT)
-    return getattr(obj, name, ABSENT)
 
 
 class ReferenceAssembler:
@@ -53,7 +38,7 @@ class ReferenceAssembler:
     then call :meth:`finish`. One instance per response: slots never outlive it.
     """
 
-    __slots__ = ("_slots",)
+    __slots__ = ("_done", "_slots")
 
     def __init__(
         self,
@@ -66,6 +51,7 @@ class ReferenceAssembler:
         if rules is None:
             rules = IdentityRules.for_rules(allow)
         self._slots = ResponseSlots(rules, clock=clock, max_argument_chars=max_argument_chars)
+        self._done = False
 
     @property
     def slots(self) -> ResponseSlots:
@@ -85,14 +71,14 @@ class ReferenceAssembler:
             choices = chunk.get("choices")  # type: ignore[attr-defined]
         elif kind is str or kind is bytes:
             if chunk == DONE or chunk == b"[DONE]":
-                self._slots.end_of_stream()
+                self._done = True
             return
         else:
             try:  # SDK objects: a plain attribute read is the fast path
                 choices = chunk.choices  # type: ignore[attr-defined]
             except AttributeError:
                 if isinstance(chunk, (str, bytes)) and chunk in (DONE, b"[DONE]"):
-                    self._slots.end_of_stream()
+                    self._done = True
                 return
         if type(choices) is not list:
             return
@@ -154,7 +140,7 @@ class ReferenceAssembler:
                     else:
                         slots.unindexed(choice_index, id_, name, arguments)
             if type(finish_reason) is str and finish_reason:
-                slots.terminal(choice_index, finish_reason)
+                slots.finish_reason(choice_index, finish_reason)
 
     def _fragment(self, choice: int, fragment: object) -> None:
         """Any fragment shape the inline path of :meth:`feed` does not read.
@@ -181,11 +167,25 @@ class ReferenceAssembler:
             self._slots.unindexed(choice, id_, name, arguments)
 
     def feed_done(self) -> None:
-        self._slots.end_of_stream()
+        self._done = True
 
     def finish(self) -> AssemblyResult:
         """Finalize the response (idempotent). Call it when the stream ends, however it ends."""
-        return self._slots.finish()
+        slots = self._slots
+        if not slots.finished and self._ended_properly():
+            slots.end()
+        return slots.finish()
+
+    def _ended_properly(self) -> bool:
+        """``[DONE]`` ends every choice; without it, every choice with tool calls needs a finish reason.
+
+        At least one finish reason must have arrived: a stream with no tool calls and no
+        reason never ended.
+        """
+        if self._done:
+            return True
+        reasons = self._slots.finish_reasons
+        return bool(reasons) and all(choice in reasons for choice in self._slots.choices_with_slots())
 
 
 def assemble(chunks: Iterable[object], allow: Iterable[CompatibilityRule | str] = ()) -> AssemblyResult:
@@ -194,3 +194,12 @@ def assemble(chunks: Iterable[object], allow: Iterable[CompatibilityRule | str] 
     for chunk in chunks:
         assembler.feed(chunk)
     return assembler.finish()
+
+
+def _recognizes(event: object) -> bool:
+    """A chunk object (it has ``choices``), or the ``[DONE]`` sentinel."""
+    return (isinstance(event, dict) and "choices" in event) or event == DONE
+
+
+CHAT_COMPLETIONS: Final = WireProtocol(name="chat_completions", assembler=ReferenceAssembler, recognizes=_recognizes)
+"""The Chat Completions protocol: slot key ``(choice, tool_calls[i].index)``, identity ``tool_calls[i].id``."""
