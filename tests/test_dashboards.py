@@ -2,9 +2,11 @@
 
 Checks the Prometheus rules (``promtool check rules`` and ``promtool test rules``), every PromQL
 expression of the Grafana dashboard (through ``promtool check rules`` on a temporary rules file),
-the metric, label and label-value names against SPEC.md sections 4-6, and that the committed
-dashboard JSON is exactly what ``dashboards/grafana/generate.py`` builds and round-trips through
-the grafana-foundation-sdk models.
+the metric, label and label-value names against the reference in ``docs/`` (the category table of
+``docs/categories.md``, the metrics table of ``docs/telemetry.md``), those pages against the code
+(``ErrorCategory``, the constants of ``etf_otel/instrumentation/attributes.py``), and that the
+committed dashboard JSON is exactly what ``dashboards/grafana/generate.py`` builds and round-trips
+through the grafana-foundation-sdk models.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from grafana_foundation_sdk.models import dashboard as sdk_dashboard
 from grafana_foundation_sdk.models import prometheus as sdk_prometheus
 
 REPO = Path(__file__).resolve().parents[1]
-SPEC = REPO.parent / "shared" / "SPEC.md"
+CATEGORIES_DOC = REPO / "docs" / "categories.md"
+TELEMETRY_DOC = REPO / "docs" / "telemetry.md"
 RULES = REPO / "dashboards" / "prometheus" / "etf-otel-alerts.yml"
 RULES_TEST = REPO / "dashboards" / "prometheus" / "etf-otel-alerts.test.yml"
 GENERATOR = REPO / "dashboards" / "grafana" / "generate.py"
 DASHBOARD = REPO / "dashboards" / "grafana" / "etf-otel.json"
 
-# SPEC.md section 6: instrument -> Prometheus name (as produced by the OTel Prometheus exporter).
+# docs/telemetry.md, Metrics: instrument -> Prometheus name (as produced by the OTel Prometheus exporter).
 COUNTERS = {
     "etf_tool_call_fragments_total",
     "etf_tool_call_id_transitions_total",
@@ -45,7 +48,7 @@ COUNTERS = {
 HISTOGRAM = "gen_ai_execute_tool_duration_seconds"
 ALLOWED_METRICS = COUNTERS | {f"{HISTOGRAM}{suffix}" for suffix in ("_bucket", "_sum", "_count")}
 
-# Labels each metric carries in Prometheus (SPEC section 6 attributes, dots -> underscores),
+# Labels each metric carries in Prometheus (docs/telemetry.md attributes, dots -> underscores),
 # plus the target labels `job` and `instance`, and `le` on histogram buckets.
 TARGET_LABELS = {"job", "instance"}
 METRIC_LABELS: dict[str, set[str]] = {
@@ -67,7 +70,7 @@ METRIC_LABELS: dict[str, set[str]] = {
 }
 KNOWN_LABELS = TARGET_LABELS.union(*METRIC_LABELS.values())
 
-# SPEC section 4: the closed list of error categories.
+# docs/categories.md, Implemented categories: the closed list of error categories.
 ERROR_CATEGORIES = {
     "initial_null",
     "id_conflict",
@@ -85,7 +88,7 @@ ERROR_CATEGORIES = {
     "duplicate_result",
     "divergent_assembly",
 }
-# Closed value sets of other labels (SPEC sections 2, 5 and 6).
+# Closed value sets of other labels (docs/identity-rules.md and docs/telemetry.md).
 LABEL_VALUES: dict[str, set[str]] = {
     "etf_error_category": ERROR_CATEGORIES,
     "etf_stream_state": {"completed", "truncated", "abandoned", "failed"},
@@ -99,7 +102,7 @@ LABEL_VALUES: dict[str, set[str]] = {
         "keep_null",
         "keep_identical",
         "reject",
-        # compatibility transitions named in SPEC section 2
+        # compatibility transitions (docs/identity-rules.md, Compatibility rules)
         "keep_empty",
         "infer_index",
     },
@@ -242,21 +245,71 @@ def load_generator() -> ModuleType:
     return module
 
 
-def spec_section(number: int) -> str:
-    if not SPEC.exists():
-        pytest.skip(f"{SPEC} not found: shared/ must sit beside the repository")
-    text = SPEC.read_text(encoding="utf-8")
-    match = re.search(rf"^## {number}\..*?(?=^## )", text, re.M | re.S)
-    assert match, f"SPEC.md has no section {number}"
-    return match.group(0)
+BACKTICKED_RE = re.compile(r"`([^`]+)`")
+SEPARATOR_ROW_RE = re.compile(r"^\|[\s|:-]+\|$")
+HEADING_RE = re.compile(r"^(#{1,6}) (.+?)\s*$")
+
+
+def doc_section(path: Path, heading: str) -> str:
+    """The text of ``path`` under the heading ``heading``, up to the next heading of its level or above.
+
+    Fails (never skips) when the page or the heading is missing: the reference ships in the repository.
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines):
+        match = HEADING_RE.match(line)
+        if match and match.group(2) == heading:
+            level = len(match.group(1))
+            body: list[str] = []
+            for following in lines[number + 1 :]:
+                other = HEADING_RE.match(following)
+                if other and len(other.group(1)) <= level:
+                    break
+                body.append(following)
+            return "\n".join(body)
+    raise AssertionError(f"{path.relative_to(REPO)} has no heading {heading!r}")
+
+
+def markdown_table(section: str) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the first table in ``section``; cells are stripped, backticks kept."""
+    table: list[list[str]] = []
+    for line in section.splitlines():
+        if line.startswith("|"):
+            if not SEPARATOR_ROW_RE.match(line):
+                table.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif table:
+            break
+    assert table, "no table in section"
+    header, rows = table[0], table[1:]
+    assert all(len(row) == len(header) for row in rows), f"ragged table under {header}"
+    return header, rows
 
 
 def table_rows(section: str) -> list[list[str]]:
-    rows = []
-    for line in section.splitlines():
-        if line.startswith("|") and not re.match(r"^\|[\s|:-]+\|$", line):
-            rows.append([cell.strip().strip("`") for cell in line.strip("|").split("|")])
-    return rows[1:]  # without the header
+    """The rows of the first table in ``section``, without the header, each cell without backticks."""
+    return [[cell.strip("`") for cell in row] for row in markdown_table(section)[1]]
+
+
+def documented_categories(heading: str) -> dict[str, str]:
+    """``{category: phase}`` from the table under ``heading`` in docs/categories.md.
+
+    The category column is the one whose header mentions "category"; each cell must hold exactly
+    one name in backticks.
+    """
+    header, rows = markdown_table(doc_section(CATEGORIES_DOC, heading))
+    column = next(i for i, title in enumerate(header) if "category" in title)
+    phase = header.index("phase")
+    categories: dict[str, str] = {}
+    for row in rows:
+        names = BACKTICKED_RE.findall(row[column])
+        assert len(names) == 1, f"{heading}: one category in backticks per row, got {row[column]!r}"
+        assert names[0] not in categories, f"{heading}: {names[0]} listed twice"
+        categories[names[0]] = row[phase]
+    return categories
+
+
+IMPLEMENTED_CATEGORIES = "Implemented categories"
+PLANNED_CATEGORIES = "Planned categories (not implemented yet)"
 
 
 PROMTOOL = shutil.which("promtool") or ""
@@ -265,23 +318,115 @@ needs_promtool = pytest.mark.skipif(
 )
 
 
-# --- the lists above are SPEC's ----------------------------------------------------------------------
+# --- the lists above are the reference's, and the reference is the code's ---------------------------------
 
 
-def test_allowed_metrics_are_the_prometheus_names_of_spec_section_6() -> None:
-    rows = table_rows(spec_section(6).split("Metrics (", 1)[1])
+def test_allowed_metrics_are_the_prometheus_names_of_docs_telemetry() -> None:
+    rows = table_rows(doc_section(TELEMETRY_DOC, "Metrics"))
     names = {row[3] for row in rows}
     assert names == COUNTERS | {HISTOGRAM}
     for instrument, _kind, attributes, prometheus in rows:
-        spec_labels = {a.strip().split(" ")[0].strip("`").replace(".", "_") for a in attributes.split(",")}
+        doc_labels = {a.strip().split(" ")[0].strip("`").replace(".", "_") for a in attributes.split(",")}
         if prometheus == HISTOGRAM:
-            assert spec_labels == METRIC_LABELS[f"{HISTOGRAM}_sum"], instrument
+            assert doc_labels == METRIC_LABELS[f"{HISTOGRAM}_sum"], instrument
         else:
-            assert spec_labels == METRIC_LABELS[prometheus], instrument
+            assert doc_labels == METRIC_LABELS[prometheus], instrument
 
 
-def test_error_categories_are_spec_section_4() -> None:
-    assert {row[1] for row in table_rows(spec_section(4))} == ERROR_CATEGORIES
+def test_error_categories_are_the_implemented_table_of_docs_categories() -> None:
+    assert set(documented_categories(IMPLEMENTED_CATEGORIES)) == ERROR_CATEGORIES
+
+
+def test_docs_categories_are_exactly_the_error_category_enum_with_its_phases() -> None:
+    from etf_otel.core.vocabulary import ErrorCategory
+
+    documented = documented_categories(IMPLEMENTED_CATEGORIES)
+    assert documented == {category.value: category.phase.value for category in ErrorCategory}
+
+
+def test_planned_categories_are_listed_after_the_implemented_ones_and_not_implemented() -> None:
+    from etf_otel.core.vocabulary import ErrorCategory
+
+    planned = documented_categories(PLANNED_CATEGORIES)
+    assert planned, "the planned table is empty: remove its section instead"
+    implemented = {category.value for category in ErrorCategory}
+    assert set(planned) & implemented == set(), "implemented now: move it to the implemented table"
+    assert set(planned) & ERROR_CATEGORIES == set()
+    text = CATEGORIES_DOC.read_text(encoding="utf-8")
+    assert text.index(f"## {IMPLEMENTED_CATEGORIES}") < text.index(f"## {PLANNED_CATEGORIES}")
+
+
+def test_label_value_lists_are_the_code_vocabularies() -> None:
+    from etf_otel.core.vocabulary import IdKind, StreamState, Transition, Verdict
+
+    assert LABEL_VALUES["etf_stream_state"] == {state.value for state in StreamState}
+    assert LABEL_VALUES["etf_tool_call_verdict"] == {verdict.value for verdict in Verdict}
+    assert LABEL_VALUES["etf_id_kind"] == {kind.value for kind in IdKind}
+    assert LABEL_VALUES["etf_id_transition"] == {transition.value for transition in Transition}
+
+
+def attribute_constants() -> dict[str, str]:
+    """Every string constant of etf_otel/instrumentation/attributes.py, by name."""
+    from etf_otel.instrumentation import attributes
+
+    return {name: value for name, value in vars(attributes).items() if name.isupper() and isinstance(value, str)}
+
+
+# Named in docs/telemetry.md as planned; each must not be a constant yet (then it is no longer planned).
+PLANNED_TELEMETRY_NAMES = {"etf.protocol"}
+TELEMETRY_NAME_RE = re.compile(r"\b(?:etf|gen_ai)(?:\.[a-z0-9_]+)+|\berror\.type\b")
+
+
+def test_docs_metrics_table_is_the_code_instruments_units_and_attributes() -> None:
+    from etf_otel.instrumentation import attributes as A
+    from etf_otel.instrumentation.counters import COUNTERS as COUNTER_SPECS
+
+    code = {spec.name: (spec.unit, set(spec.attributes)) for spec in COUNTER_SPECS}
+    code[A.METRIC_EXECUTE_TOOL_DURATION] = ("s", {A.GEN_AI_TOOL_NAME, A.ERROR_TYPE})
+    metric_constants = {value for name, value in attribute_constants().items() if name.startswith("METRIC_")}
+    assert set(code) == metric_constants
+    header, rows = markdown_table(doc_section(TELEMETRY_DOC, "Metrics"))
+    assert header == ["instrument", "kind", "attributes", "Prometheus"]
+    documented: dict[str, tuple[str, set[str]]] = {}
+    for instrument, kind, attributes, _prometheus in rows:
+        (name,) = BACKTICKED_RE.findall(instrument)
+        (unit,) = BACKTICKED_RE.findall(kind)
+        documented[name] = (unit, {BACKTICKED_RE.findall(part)[0] for part in attributes.split(",")})
+    assert documented == code
+
+
+def test_docs_bounded_diagnostics_are_the_code_attributes_and_values() -> None:
+    from etf_otel.core.vocabulary import IdKind, Transition
+    from etf_otel.instrumentation import attributes as A
+
+    header, rows = markdown_table(doc_section(TELEMETRY_DOC, "Bounded diagnostics"))
+    assert header == ["attribute", "type", "values"]
+    by_name = {BACKTICKED_RE.findall(row[0])[0]: row for row in rows}
+    assert set(by_name) == {
+        A.ETF_ID_KIND,
+        A.ETF_ID_PRIOR_PRESENT,
+        A.ETF_ID_EMPTY,
+        A.ETF_ID_TRANSITION,
+        A.ETF_ERROR_CATEGORY,
+        A.ETF_TOOL_CALL_INDEX,
+        A.ETF_CHOICE_INDEX,
+    }
+    kinds = set(BACKTICKED_RE.findall(by_name[A.ETF_ID_KIND][2])) - {'""'}
+    assert kinds == {kind.value for kind in IdKind}
+    assert set(BACKTICKED_RE.findall(by_name[A.ETF_ID_TRANSITION][2])) == {t.value for t in Transition}
+
+
+def test_every_telemetry_name_in_docs_telemetry_is_a_code_constant() -> None:
+    """A misspelled attribute, event, span or metric name anywhere on the page fails here."""
+    constants = set(attribute_constants().values())
+    text = TELEMETRY_DOC.read_text(encoding="utf-8")
+    names = {name for span in BACKTICKED_RE.findall(text) for name in TELEMETRY_NAME_RE.findall(span)}
+    assert names - constants - PLANNED_TELEMETRY_NAMES == set(), "names the code does not emit"
+    assert PLANNED_TELEMETRY_NAMES & constants == set(), "implemented now: document it as current"
+    span_names = {attribute_constants()[name] for name in attribute_constants() if name.startswith("SPAN_")}
+    headings = {match.group(2) for line in text.splitlines() if (match := HEADING_RE.match(line))}
+    for span in span_names:
+        assert any(heading.strip("`").split(" ")[0] == span for heading in headings), f"no section for {span}"
 
 
 # --- Prometheus rules ---------------------------------------------------------------------------------
@@ -321,7 +466,7 @@ def test_every_rule_has_unit_tests_that_fire_and_that_must_not_fire() -> None:
     assert (fires | silent) - alerts == set(), "tests for rules that do not exist"
 
 
-def test_rules_use_only_spec_metric_label_and_category_names() -> None:
+def test_rules_use_only_contract_metric_label_and_category_names() -> None:
     problems = {name: problems_in(expr) for name, expr in rule_exprs().items()}
     assert {name: found for name, found in problems.items() if found} == {}
 
@@ -333,7 +478,7 @@ def test_rule_annotations_use_only_known_labels_and_categories() -> None:
         assert set(TEMPLATE_CATEGORY_RE.findall(text)) <= ERROR_CATEGORIES, rule["alert"]
 
 
-def test_unit_test_series_use_only_spec_names() -> None:
+def test_unit_test_series_use_only_contract_names() -> None:
     tests = yaml.safe_load(RULES_TEST.read_text(encoding="utf-8"))
     series = [s["series"] for case in tests["tests"] for s in case["input_series"]]
     problems = {s: problems_in(s) for s in series}
@@ -363,12 +508,12 @@ def test_rules_keep_job_and_provider_through_aggregation_and_are_documented() ->
 # --- Grafana dashboard ---------------------------------------------------------------------------------
 
 
-def test_dashboard_uses_only_spec_metric_label_and_value_names() -> None:
+def test_dashboard_uses_only_contract_metric_label_and_value_names() -> None:
     problems = {name: problems_in(expr) for name, expr in dashboard_exprs().items()}
     assert {name: found for name, found in problems.items() if found} == {}
 
 
-def test_dashboard_shows_every_spec_metric() -> None:
+def test_dashboard_shows_every_contract_metric() -> None:
     used: set[str] = set()
     for expr in dashboard_exprs().values():
         used |= analyse(expr)[0]

@@ -1,0 +1,210 @@
+"""The reference in ``docs/`` stands on its own in a clone and agrees with the code.
+
+* Every relative markdown link in README.md, dashboards/README.md and docs/*.md points at a
+  file of the repository, and every ``#anchor`` at a heading of its target page.
+* Nothing in the repository points outside it at ``../shared`` (the contract's working copy
+  that a clone does not have); the markdown pages do not cite "SPEC" either.
+* The identity table, the compatibility rules and the divergence sub-kinds written in the docs
+  are the code's, row by row.
+
+The category and telemetry tables are checked against the code in ``tests/test_dashboards.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from etf_otel.core.divergence import DivergenceKind
+from etf_otel.core.identity import STRICT_TABLE, CompatibilityRule, IdState, Incoming
+from etf_otel.core.vocabulary import ErrorCategory, Transition
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+PAGES = sorted([REPO / "README.md", REPO / "dashboards" / "README.md", *DOCS.glob("*.md")])
+
+FENCE_RE = re.compile(r"^(```|~~~).*?^\1\s*$", re.M | re.S)
+INLINE_CODE_RE = re.compile(r"`[^`\n]*`")
+LINK_RE = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+HEADING_RE = re.compile(r"^(#{1,6}) (.+?)\s*#*\s*$", re.M)
+BACKTICKED_RE = re.compile(r"`([^`]+)`")
+SEPARATOR_ROW_RE = re.compile(r"^\|[\s|:-]+\|$")
+
+# Where a mention of the shared working copy would leave a clone with a dangling pointer.
+NO_SHARED_DIRS = ("docs", "dashboards", "etf_otel", "examples", "scripts")
+NO_SHARED_FILES = ("README.md",)
+SHARED_MARKERS = ("../shared", "shared/SPEC.md", "shared/PROTOCOLS.md")
+SKIPPED_PARTS = {"__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+
+
+def prose(text: str) -> str:
+    """``text`` without fenced code blocks and inline code: links and headings live outside them."""
+    return INLINE_CODE_RE.sub("", FENCE_RE.sub("", text))
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lowercase, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link in a heading keeps its text
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    found: set[str] = set()
+    for match in HEADING_RE.finditer(FENCE_RE.sub("", page.read_text(encoding="utf-8"))):
+        base = slug(match.group(2))
+        anchor, number = base, 0
+        while anchor in found:
+            number += 1
+            anchor = f"{base}-{number}"
+        found.add(anchor)
+    return found
+
+
+def relative_links(page: Path) -> list[str]:
+    targets = LINK_RE.findall(prose(page.read_text(encoding="utf-8")))
+    return [target for target in targets if not re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I)]
+
+
+def section(page: Path, heading: str) -> str:
+    """The text under ``heading`` up to the next heading of its level or above; fails when missing."""
+    text = FENCE_RE.sub("", page.read_text(encoding="utf-8"))
+    for match in HEADING_RE.finditer(text):
+        if match.group(2) == heading:
+            level = len(match.group(1))
+            following = re.compile(rf"^#{{1,{level}}} ", re.M).search(text, match.end())
+            return text[match.end() : following.start() if following else len(text)]
+    raise AssertionError(f"{page.relative_to(REPO)} has no heading {heading!r}")
+
+
+def first_table(text: str) -> list[list[str]]:
+    """The rows (without header) of the first markdown table in ``text``."""
+    rows: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            if not SEPARATOR_ROW_RE.match(line):
+                rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif rows:
+            break
+    assert len(rows) > 1, "no table with rows"
+    return rows[1:]
+
+
+def scanned_files() -> list[Path]:
+    files = [REPO / name for name in NO_SHARED_FILES]
+    for directory in NO_SHARED_DIRS:
+        for path in sorted((REPO / directory).rglob("*")):
+            if path.is_file() and not SKIPPED_PARTS & set(path.relative_to(REPO).parts):
+                files.append(path)
+    return files
+
+
+# --- links ----------------------------------------------------------------------------------------
+
+
+def test_the_reference_pages_exist_and_the_index_lists_each_of_them() -> None:
+    pages = {path.name for path in DOCS.glob("*.md")} - {"README.md"}
+    assert {
+        "identity-rules.md",
+        "categories.md",
+        "telemetry.md",
+        "guarantees.md",
+        "cli.md",
+        "protocols.md",
+        "quirks.md",
+    } <= pages
+    indexed = {Path(target.split("#")[0]).name for target in relative_links(DOCS / "README.md")}
+    assert pages <= indexed, "pages missing from docs/README.md"
+
+
+def test_readme_links_to_the_reference() -> None:
+    assert "docs/README.md" in relative_links(REPO / "README.md")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(REPO)))
+def test_every_relative_link_resolves_to_a_file_and_heading_of_the_repository(page: Path) -> None:
+    problems: list[str] = []
+    for target in relative_links(page):
+        path_part, _, anchor = target.partition("#")
+        resolved = (page.parent / path_part).resolve() if path_part else page
+        if not resolved.is_relative_to(REPO):
+            problems.append(f"{target}: outside the repository")
+        elif not resolved.exists():
+            problems.append(f"{target}: no such file")
+        elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+            problems.append(f"{target}: no heading with anchor #{anchor}")
+    assert problems == []
+
+
+def test_link_check_reports_broken_targets(tmp_path: Path) -> None:
+    """The checks above can fail: a missing file, a missing anchor and an escape are all seen."""
+    page = DOCS / "telemetry.md"
+    assert "metrics" in anchors(page)
+    assert "no-such-heading" not in anchors(page)
+    text = "[a](nope.md) [b](telemetry.md#no-such-heading) [c](../../x.md) `[d](code.md)` [e](https://x.org)"
+    (tmp_path / "page.md").write_text(text, encoding="utf-8")
+    assert relative_links(tmp_path / "page.md") == ["nope.md", "telemetry.md#no-such-heading", "../../x.md"]
+
+
+# --- no pointers outside the repository -------------------------------------------------------------
+
+
+def test_nothing_in_the_repository_points_at_the_shared_working_copy() -> None:
+    found: list[str] = []
+    for path in scanned_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue  # binary files cannot hold a link
+        for marker in SHARED_MARKERS:
+            if marker in text:
+                found.append(f"{path.relative_to(REPO)}: {marker}")
+    assert found == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(REPO)))
+def test_markdown_pages_cite_the_reference_not_spec(page: Path) -> None:
+    assert re.findall(r".*\bSPEC\b.*", page.read_text(encoding="utf-8")) == []
+
+
+# --- the docs' tables are the code's ----------------------------------------------------------------
+
+
+def test_identity_table_in_docs_is_the_code_strict_table_row_by_row() -> None:
+    states = {state.value for state in IdState}
+    incomings = {incoming.value for incoming in Incoming}
+    documented: dict[tuple[IdState, Incoming], tuple[Transition, ErrorCategory | None]] = {}
+    for state_cell, incoming_cell, transition_cell, category_cell in first_table(
+        section(DOCS / "identity-rules.md", "The identity table")
+    ):
+        row_states = BACKTICKED_RE.findall(state_cell)
+        row_incomings = [name for name in BACKTICKED_RE.findall(incoming_cell) if name in incomings]
+        assert row_states and set(row_states) <= states, state_cell
+        assert row_incomings, incoming_cell
+        (transition,) = BACKTICKED_RE.findall(transition_cell)
+        categories = BACKTICKED_RE.findall(category_cell)
+        assert len(categories) <= 1, category_cell
+        decision = (Transition(transition), ErrorCategory(categories[0]) if categories else None)
+        for state in row_states:
+            for incoming in row_incomings:
+                key = (IdState(state), Incoming(incoming))
+                assert key not in documented, f"{key} documented twice"
+                documented[key] = decision
+    code = {key: (decision.transition, decision.category) for key, decision in STRICT_TABLE.items()}
+    assert documented == code
+
+
+def test_compatibility_rules_in_docs_are_the_code_rules_with_their_transitions() -> None:
+    rows = first_table(section(DOCS / "identity-rules.md", "Compatibility rules"))
+    documented = {BACKTICKED_RE.findall(rule)[0]: BACKTICKED_RE.findall(transition)[0] for rule, transition, _ in rows}
+    assert set(documented) == {rule.value for rule in CompatibilityRule}
+    assert documented == {"empty_continuation": "keep_empty", "infer_missing_index": "infer_index"}
+    assert set(documented.values()) <= {transition.value for transition in Transition}
+
+
+def test_divergence_sub_kinds_in_docs_are_the_code_kinds() -> None:
+    rows = first_table(section(DOCS / "categories.md", "Divergence sub-kinds (`etf.divergence.kind`)"))
+    documented = [BACKTICKED_RE.findall(row[0])[0] for row in rows]
+    assert len(documented) == len(set(documented))
+    assert set(documented) == {kind.value for kind in DivergenceKind}
