@@ -617,3 +617,11 @@ def test_done_as_a_string_subclass_and_objects_without_choices() -> None:
     assembler.feed(chunk(fragment(0, "call-a", "f", "{}")))
     assembler.feed(Sentinel("[DONE]"))
     assert assembler.finish().dispatchable
+
+
+@pytest.mark.parametrize("function", ["{}", '{"a":1}', 3, ["{}"]])
+def test_a_function_that_is_not_an_object_makes_the_arguments_invalid(function: Any) -> None:
+    """A string ``function`` is not arguments, even when it reads as a JSON object."""
+    result = assemble(finished(chunk(fragment(0, "call-a", "f")), chunk({"index": 0, "function": function})))
+    assert result.calls[0].categories == (E.INVALID_ARGUMENTS,)
+    assert not result.dispatchable

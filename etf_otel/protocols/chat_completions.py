@@ -31,6 +31,13 @@ DONE: Final = "[DONE]"
 """The Chat Completions end sentinel, as the SSE ``data:`` payload carries it."""
 
 
+_FUNCTION_NOT_AN_OBJECT: Final = object()
+"""The arguments of a fragment whose ``function`` is not an object: not a string, so invalid.
+
+Passing the value itself would let a string ``function`` (``"function": "{}"``) pass for
+valid arguments."""
+
+
 class ReferenceAssembler:
     """Assembles one streamed Chat Completions response by the rules of SPEC sections 2-3.
 
@@ -157,7 +164,7 @@ class ReferenceAssembler:
         name: object = ABSENT
         arguments: object = ABSENT
         if isinstance(function, (str, int, float, list)):
-            arguments = function
+            arguments = _FUNCTION_NOT_AN_OBJECT
         elif function is not ABSENT and function is not None:
             name = field(function, "name")
             arguments = field(function, "arguments")
