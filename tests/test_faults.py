@@ -32,8 +32,9 @@ from etf_otel.core.slots import AssemblyResult
 from etf_otel.core.vocabulary import ErrorCategory
 from etf_otel.instrumentation import GuardRefusedError, Instrumentation
 from etf_otel.instrumentation import attributes as A
+from etf_otel.instrumentation.registry import ToolNameCap as _ToolNameCap
 from etf_otel.instrumentation.safety import set_strict
-from etf_otel.instrumentation.telemetry import Telemetry, _ToolNameCap
+from etf_otel.instrumentation.telemetry import Telemetry
 from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler
 
 from .chunks import chunk, finished, fragment

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,11 +27,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from rich.console import Console
 from rich.table import Table
 
+from etf_otel.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
 from etf_otel.cli.sdk_setup import setup_sdk
 from etf_otel.core.slots import AssemblyResult, ToolCall
+from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import attributes as A
-from etf_otel.instrumentation.wrappers import GuardRefusedError
 from etf_otel.protocols.chat_completions import ReferenceAssembler
 
 __all__ = ["run_demo"]
@@ -118,7 +120,7 @@ class _Agent:
         self.client = client
         self.host = host
 
-    def stream(self, messages: list[Any]) -> tuple[AssemblyResult | None, str]:
+    def stream(self, messages: list[Any]) -> tuple[AssemblyResult, str]:
         """One model request: assemble its tool calls. Returns ``(result, failure)``."""
         assembler = ReferenceAssembler()
         try:
@@ -156,7 +158,6 @@ def _run_conversation(agent: _Agent, server: LocalChatServer, continuation_id: A
     messages: list[Any] = [{"role": "user", "content": "Read source.txt and save a short report."}]
     for _ in range(2):
         result, failure = agent.stream(messages)
-        assert result is not None
         outcome.state = failure or result.state.value
         outcome.categories += [category.value for category in result.categories]
         outcome.dispatched = outcome.dispatched and result.dispatchable
@@ -207,7 +208,6 @@ def _rejection_cases() -> list[tuple[str, str, Script]]:
 def _run_rejection(agent: _Agent, server: LocalChatServer, name: str, expected: str, script: Script) -> CaseOutcome:
     server.enqueue(script)
     result, failure = agent.stream([{"role": "user", "content": f"case: {name}"}])
-    assert result is not None
     outcome = CaseOutcome(name=name, expected=expected, state=failure or result.state.value)
     outcome.dispatched = result.dispatchable
     outcome.ids = [call.id for call in result.calls if call.id]
@@ -230,7 +230,6 @@ def _linkage_case(
     )
     messages: list[Any] = [{"role": "user", "content": f"linkage case: {name}"}]
     result, _ = agent.stream(messages)
-    assert result is not None
     agent.execute(result, messages)
     edit(messages)
     agent.stream(messages)
@@ -274,8 +273,7 @@ def run_demo(export: str | None = None, console: Console | None = None) -> int:
     console = console or Console()
     summary_exporter = InMemorySpanExporter()
     summary_reader = InMemoryMetricReader()
-    setup = setup_sdk("etf-otel-demo", export, extra_readers=[summary_reader], required=True)
-    assert setup is not None
+    setup = setup_sdk("etf-otel-demo", export, extra_readers=[summary_reader])
     tracer_provider, meter_provider = setup.tracer_provider, setup.meter_provider
     tracer_provider.add_span_processor(SimpleSpanProcessor(summary_exporter))
 
@@ -285,7 +283,9 @@ def run_demo(export: str | None = None, console: Console | None = None) -> int:
     )
     try:
         instrumentation = instrumentor.instrumentation
-        assert instrumentation is not None
+        if instrumentation is None:  # instrument() declined: the openai client is instrumented by another setup
+            print("etf-otel demo: the openai client is already instrumented by another setup", file=sys.stderr)
+            return EXIT_BAD_INPUT
         tracer = tracer_provider.get_tracer("etf_otel.demo")
         with tempfile.TemporaryDirectory(prefix="etf-demo-") as workdir, LocalChatServer() as server:
             client = openai.OpenAI(base_url=server.base_url, api_key="etf-demo", max_retries=0)
@@ -378,4 +378,4 @@ def _print_summary(
         if all_ok
         else "\n[bold red]some cases did not behave as expected[/bold red]"
     )
-    return 0 if all_ok else 1
+    return EXIT_OK if all_ok else EXIT_FOUND

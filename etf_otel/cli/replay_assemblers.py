@@ -31,7 +31,7 @@ from etf_otel.cli.replay_report import build_report
 from etf_otel.core.identity import CompatibilityRule
 from etf_otel.core.slots import AssemblyResult
 from etf_otel.instrumentation import attributes as A
-from etf_otel.instrumentation.wrappers import Instrumentation
+from etf_otel.instrumentation.setup import Instrumentation
 from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler
 
 __all__ = [
@@ -128,7 +128,7 @@ def _driver(name: str) -> _Driver:
             lambda etf: instrument_langchain(instrumentation=etf), "add", "result", message_calls, _until_done
         )
     if name == "reference":
-        from etf_otel.instrumentation.wrappers import reference_calls
+        from etf_otel.instrumentation.assemblers import reference_calls
 
         return _Driver(
             lambda etf: etf.assembler(ReferenceAssembler(rules=etf.rules)), "feed", "finish", reference_calls, list

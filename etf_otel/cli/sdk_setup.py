@@ -61,12 +61,11 @@ def setup_sdk(
     export_path: str | Path | None = None,
     *,
     extra_readers: Sequence[MetricReader] = (),
-    required: bool = False,
-) -> SdkSetup | None:
+) -> SdkSetup:
     """Providers exporting to ``export_path`` (OTLP JSON lines) or to OTLP when configured.
 
-    Without either, returns ``None`` unless ``required``: then the providers export nowhere
-    but to ``extra_readers`` (and span processors the caller adds).
+    Without either, the providers export nowhere but to ``extra_readers`` (and the span
+    processors the caller adds).
     """
     span_exporter: SpanExporter | None = None
     readers: list[MetricReader] = list(extra_readers)
@@ -81,8 +80,6 @@ def setup_sdk(
     elif otlp_configured():
         span_exporter, metric_exporter, destination = _otlp_exporters()
         readers.append(PeriodicExportingMetricReader(metric_exporter, 60_000))
-    elif not required:
-        return None
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or service_name})
     tracer_provider = TracerProvider(resource=resource)
     if span_exporter is not None:

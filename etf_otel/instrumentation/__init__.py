@@ -1,19 +1,25 @@
-"""Instrumentation: wrappers for any stream, assembler and tool host (OpenTelemetry API only)."""
+"""Instrumentation: wrappers for any stream, assembler and tool host (OpenTelemetry API only).
 
-from etf_otel.instrumentation.wrappers import (
-    GuardRefusedError,
-    Instrumentation,
-    ObservedAssembler,
-    ObservedAsyncStream,
-    ObservedHost,
-    ObservedStream,
-    ResponseObserver,
-    instrument_assembler,
-    instrument_host,
-    instrument_stream,
-)
+* :class:`Instrumentation` is one setup; its ``stream``, ``assembler`` and ``host``
+  methods wrap objects so that they share state (links, guard mode).
+* ``instrument_stream``, ``instrument_assembler`` and ``instrument_host`` do the same in one
+  line, sharing one setup per providers and options.
+* :class:`ChunkAssembler`, :class:`ToolHost` and :class:`AssemblerAdapter` describe what
+  the wrappers accept.
+"""
+
+from etf_otel.errors import GuardRefusedError
+from etf_otel.instrumentation.assemblers import AssemblerAdapter, ChunkAssembler, ObservedAssembler
+from etf_otel.instrumentation.convenience import SetupOptions, instrument_assembler, instrument_host, instrument_stream
+from etf_otel.instrumentation.host import ObservedHost, ToolHost
+from etf_otel.instrumentation.observer import ResponseObserver
+from etf_otel.instrumentation.setup import Instrumentation
+from etf_otel.instrumentation.streams import ObservedAsyncStream, ObservedStream
+from etf_otel.instrumentation.telemetry import Telemetry
 
 __all__ = [
+    "AssemblerAdapter",
+    "ChunkAssembler",
     "GuardRefusedError",
     "Instrumentation",
     "ObservedAssembler",
@@ -21,6 +27,9 @@ __all__ = [
     "ObservedHost",
     "ObservedStream",
     "ResponseObserver",
+    "SetupOptions",
+    "Telemetry",
+    "ToolHost",
     "instrument_assembler",
     "instrument_host",
     "instrument_stream",

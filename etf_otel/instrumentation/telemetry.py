@@ -10,14 +10,13 @@ are passed in or taken from the global defaults.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import Final, NamedTuple
+from typing import Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from etf_otel._version import __version__
@@ -27,6 +26,7 @@ from etf_otel.core.vocabulary import VALUE_OF, ErrorCategory, StreamState, Trans
 from etf_otel.instrumentation import attributes as A
 from etf_otel.instrumentation import counters as _counters
 from etf_otel.instrumentation.counters import totals_for
+from etf_otel.instrumentation.registry import ProposalRecord, ProposalRegistry, ToolNameCap
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 
 __all__ = ["ProposalRecord", "Telemetry", "capture_content_enabled"]
@@ -53,22 +53,6 @@ def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "…[truncated]"
 
 
-class ProposalRecord(NamedTuple):
-    """What this process knows about one preserved call id, for links and guard mode.
-
-    A named tuple: one is made per finalized call, and a tuple is built several times
-    faster than a frozen dataclass.
-    """
-
-    span_context: SpanContext | None
-    dispatchable: bool
-    verdict: Verdict
-    first_category: ErrorCategory | None
-    """The call's own first category, or else the one that blocked its response."""
-    name: str | None
-    arguments_hash: int
-
-
 _PROPOSED: Final = Verdict.PROPOSED  # a module global: reading it off the enum class is slower
 
 _RECORDING_A_CALL: Final = internal_errors_swallowed("recording a tool call")
@@ -80,55 +64,6 @@ def _finding_attributes(finding: Finding) -> dict[str, AttributeValue]:
     if finding.call_id is not None:  # only ever a preserved, proposed id
         attributes[A.GEN_AI_TOOL_CALL_ID] = finding.call_id
     return attributes
-
-
-class _ProposalRegistry:
-    """Bounded map from preserved call id to its record (oldest forgotten first).
-
-    A plain dict keeps insertion order; a re-proposed id is moved to the end by removing it first.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._records: dict[str, ProposalRecord] = {}
-        self._lock = threading.Lock()
-
-    def add(self, call_id: str, record: ProposalRecord) -> None:
-        records = self._records
-        with self._lock:
-            records.pop(call_id, None)
-            records[call_id] = record
-            if len(records) > self._capacity:
-                del records[next(iter(records))]
-
-    def get(self, call_id: str) -> ProposalRecord | None:
-        with self._lock:  # ``add`` removes a re-proposed id before inserting it again
-            return self._records.get(call_id)
-
-    def clear(self) -> None:
-        """Forget every record (guard mode then refuses every earlier call as orphaned)."""
-        with self._lock:
-            self._records.clear()
-
-
-class _ToolNameCap:
-    """Bounds the distinct ``gen_ai.tool.name`` values on metrics; the rest become ``_OTHER``."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._seen: set[str] = set()
-        self._lock = threading.Lock()
-
-    def __call__(self, name: str | None) -> str:
-        if not name:
-            return A.TOOL_NAME_OTHER
-        if name in self._seen:
-            return name
-        with self._lock:
-            if len(self._seen) < self._limit:
-                self._seen.add(name)
-                return name
-        return A.TOOL_NAME_OTHER
 
 
 class Telemetry:
@@ -154,8 +89,8 @@ class Telemetry:
         self.capture_content = capture_content_enabled() if capture_content is None else capture_content
         self.max_rejected_events = max_rejected_events
         self.max_content_chars = max_content_chars
-        self.tool_name_label = _ToolNameCap(max_tool_names)
-        self.proposals = _ProposalRegistry(max_proposals)
+        self.tool_name_label = ToolNameCap(max_tool_names)
+        self.proposals = ProposalRegistry(max_proposals)
         self._base: dict[str, AttributeValue] = {A.GEN_AI_PROVIDER_NAME: provider_name} if provider_name else {}
 
         self.counters = totals_for(meter_provider)
@@ -264,6 +199,7 @@ class Telemetry:
             for call_key, count in calls.items():
                 totals[call_key] = totals.get(call_key, 0) + count
 
+    # long: runs once per finalized call; one frame, start attributes in one pass (issue 7's budget)
     def _record_call(
         self,
         call: ToolCall,

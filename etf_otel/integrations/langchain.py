@@ -32,8 +32,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from etf_otel.core.divergence import AssembledCall
+from etf_otel.instrumentation._switches import _disabled
+from etf_otel.instrumentation.convenience import _instrumentation
 from etf_otel.instrumentation.safety import internal_errors_swallowed
-from etf_otel.instrumentation.wrappers import Instrumentation, _disabled, _instrumentation
+from etf_otel.instrumentation.setup import Instrumentation
 from etf_otel.integrations.openai_state import observed_assembler
 
 __all__ = [

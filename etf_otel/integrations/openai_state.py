@@ -38,16 +38,13 @@ import wrapt
 
 from etf_otel.core.divergence import AssembledCall
 from etf_otel.core.slots import AssemblyResult
+from etf_otel.instrumentation._switches import _disabled
+from etf_otel.instrumentation.assemblers import ObservedAssembler
+from etf_otel.instrumentation.convenience import _instrumentation
+from etf_otel.instrumentation.observer import ResponseObserver
 from etf_otel.instrumentation.safety import internal_errors_swallowed
-from etf_otel.instrumentation.wrappers import (
-    Instrumentation,
-    ObservedAssembler,
-    ObservedAsyncStream,
-    ObservedStream,
-    ResponseObserver,
-    _disabled,
-    _instrumentation,
-)
+from etf_otel.instrumentation.setup import Instrumentation
+from etf_otel.instrumentation.streams import ObservedAsyncStream, ObservedStream
 
 __all__ = [
     "OPENAI_STATE_ADAPTER",

@@ -1,0 +1,120 @@
+"""The observer beside one streamed response (SPEC section 6).
+
+A :class:`ResponseObserver` runs the reference identity rules over the same chunks the
+application consumes and reports the response once, when it ends: by exhaustion
+(:data:`EOF`), by an error (:data:`ERROR`), or by being closed or abandoned
+(:data:`CLOSED`). The stream and assembler wrappers drive it; it never raises into them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Final
+
+from opentelemetry import context as otel_context
+
+from etf_otel.core.identity import IdentityRules
+from etf_otel.core.linkage import Conversation, Finding
+from etf_otel.core.slots import AssemblyResult
+from etf_otel.core.vocabulary import StreamState
+from etf_otel.instrumentation.safety import internal_errors_swallowed
+from etf_otel.instrumentation.telemetry import Telemetry
+from etf_otel.protocols.chat_completions import ReferenceAssembler
+
+__all__ = ["CLOSED", "EOF", "ERROR", "ResponseObserver", "observe_failed"]
+
+EOF: Final = "eof"
+"""The stream was exhausted."""
+ERROR: Final = "error"
+"""The stream (or the wrapped assembler) raised."""
+CLOSED: Final = "closed"
+"""The stream was closed, left early or garbage collected before its end."""
+
+
+class ResponseObserver:
+    """Runs the identity rules beside one streamed response and reports it once at the end.
+
+    ``telemetry`` is the :class:`~etf_otel.instrumentation.telemetry.Telemetry` of one
+    setup (``Instrumentation.observer()`` passes its own). With a ``conversation`` it first
+    settles the previous response of that conversation (``tool_message_ids`` are the ids
+    the new request answers with, when known): the findings are counted at once and
+    recorded as events on this response's span.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_assembler",
+        "_base",
+        "_conversation",
+        "_done",
+        "_findings",
+        "_lock",
+        "_parent",
+        "_started_ns",
+        "telemetry",
+    )
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        rules: IdentityRules,
+        conversation: Conversation | None = None,
+        *,
+        provider_name: str | None = None,
+        tool_message_ids: Sequence[str | None] | None = None,
+    ) -> None:
+        self.telemetry = telemetry
+        self._assembler = ReferenceAssembler(rules=rules, clock=time.time_ns)
+        self._conversation = conversation
+        self._base = telemetry.base_attributes(provider_name)
+        self._parent = otel_context.get_current()
+        self._started_ns = time.time_ns()
+        self._lock = threading.Lock()
+        self._done = False
+        self._findings: list[Finding] = []
+        if conversation is not None:
+            with internal_errors_swallowed("settling the previous response"):
+                self._findings = conversation.next_request(tool_message_ids)
+                telemetry.count_findings(self._findings, self._base)
+
+    @property
+    def finished(self) -> bool:
+        return self._done
+
+    @property
+    def assembler(self) -> ReferenceAssembler:
+        return self._assembler
+
+    def observe(self, chunk: object) -> None:
+        try:
+            self._assembler.feed(chunk)
+        except Exception:  # pragma: no cover - the assembler never raises on JSON-shaped input
+            observe_failed()
+
+    def finish(self, how: str = EOF) -> AssemblyResult | None:
+        """Finalize once; later calls (a finalizer after ``close()``) do nothing."""
+        with self._lock:
+            if self._done:
+                return None
+            self._done = True
+        with internal_errors_swallowed("finalizing a response"):
+            result = self._assembler.finish()
+            if how == ERROR:
+                state = StreamState.FAILED
+            elif how == CLOSED and result.state is not StreamState.COMPLETED:
+                state = StreamState.ABANDONED
+            else:
+                state = result.state
+            self.telemetry.record_response(
+                result, state, self._parent, self._started_ns, self._conversation, self._base, self._findings
+            )
+            return result
+        return None
+
+
+def observe_failed() -> None:  # pragma: no cover - see ResponseObserver.observe
+    """Log (or, in strict mode, re-raise) the exception being handled while observing a chunk."""
+    with internal_errors_swallowed("observing a chunk"):
+        raise
