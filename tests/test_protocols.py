@@ -3,12 +3,15 @@ Chat Completions end rule lives in its adapter, not in the slot model."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from etf_otel import ErrorCategory, IdentityRules, ResponseSlots, StreamState
+from etf_otel import ABSENT, AssemblyResult, ErrorCategory, IdentityRules, ResponseSlots, StreamState
 from etf_otel.protocols import CHAT_COMPLETIONS, PROTOCOLS, StreamAssembler, WireProtocol, detect, get
 
 from .chunks import chunk, fragment
+from .conftest import Captured
 
 
 def test_protocols_are_found_by_name_and_descriptions_pass_through() -> None:
@@ -78,3 +81,70 @@ def test_chat_end_rule_every_choice_with_calls_needs_its_reason_unless_done(
     if done:
         adapter.feed("[DONE]")
     assert adapter.finish().state is state
+
+
+class _ToyProtocol:
+    """A made-up wire protocol, to show that a new protocol is one adapter and nothing more.
+
+    Events: ``{"open": key, "id": ..., "name": ...}``, ``{"delta": key, "text": ...}``,
+    ``{"close": key}`` and ``{"end": reason}``.
+    """
+
+    def __init__(self, *, rules: IdentityRules, clock: Callable[[], int] | None = None, **_: object) -> None:
+        self._slots = ResponseSlots(rules, clock=clock)
+
+    @property
+    def slots(self) -> ResponseSlots:
+        return self._slots
+
+    @property
+    def finished(self) -> bool:
+        return self._slots.finished
+
+    def feed(self, event: object) -> None:
+        if not isinstance(event, dict):
+            return
+        if "open" in event:
+            self._slots.fragment(0, event["open"], event.get("id", ABSENT), event.get("name", ABSENT))
+        elif "delta" in event:
+            self._slots.fragment(0, event["delta"], arguments=event["text"])
+        elif "close" in event:
+            self._slots.close(0, event["close"])
+        elif "end" in event:
+            self._slots.finish_reason(0, event["end"])
+            self._slots.end()
+
+    def feed_done(self) -> None:
+        return None
+
+    def finish(self) -> AssemblyResult:
+        return self._slots.finish()
+
+
+TOY = WireProtocol(name="toy", assembler=_ToyProtocol, recognizes=lambda event: False)
+
+
+def test_a_new_protocol_is_one_adapter_the_instrumentation_drives(captured: Captured) -> None:
+    events = [
+        {"open": 0, "id": "toy-1", "name": "read_page"},
+        {"delta": 0, "text": '{"page":'},
+        {"delta": 0, "text": "1}"},
+        {"close": 0},
+        {"end": "tool_use"},
+    ]
+    consumed = list(captured.instrumentation().stream(iter(events), protocol=TOY))
+    assert consumed == events
+    (call_span,) = captured.spans("assemble_tool_call")
+    assert call_span.attributes is not None
+    assert call_span.attributes["gen_ai.tool.call.id"] == "toy-1"
+    assert call_span.attributes["etf.tool_call.verdict"] == "proposed"
+    (response_span,) = captured.spans("assemble_response")
+    assert response_span.attributes is not None
+    assert response_span.attributes["etf.stream.state"] == "completed"
+
+
+def test_the_observer_takes_a_protocol_by_name(captured: Captured) -> None:
+    observer = captured.instrumentation().observer(protocol="chat_completions")
+    observer.observe(chunk(fragment(0, "call-1", "f", "{}"), finish_reason="tool_calls"))
+    result = observer.finish()
+    assert result is not None and result.dispatchable

@@ -14,7 +14,6 @@ and counted), and nothing outlives the next request except the conversation itse
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -34,13 +33,18 @@ class Finding:
 
 
 class Conversation:
-    """Linkage state of one conversation. Thread-safe; share it between stream and host."""
+    """Linkage state of one conversation; share it between the stream and the host of that conversation.
 
-    __slots__ = ("_executed", "_lock", "_max_pending", "_pending", "dropped")
+    Plain data with no lock of its own: the instrumentation makes every call into it
+    under one lock (:mod:`etf_otel.instrumentation.linkage`), so a stream and a host in
+    different threads may share it. Code that calls it directly from several threads
+    must serialize those calls itself.
+    """
+
+    __slots__ = ("_executed", "_max_pending", "_pending", "dropped")
 
     def __init__(self, max_pending: int = DEFAULT_MAX_PENDING) -> None:
         self._max_pending = max_pending
-        self._lock = threading.Lock()
         self._pending: dict[str, int] = {}  # proposed id -> number of results seen
         self._executed: set[str] = set()
         self.dropped = 0
@@ -48,28 +52,25 @@ class Conversation:
 
     @property
     def pending(self) -> tuple[str, ...]:
-        with self._lock:
-            return tuple(self._pending)
+        return tuple(self._pending)
 
     def proposed(self, call_ids: Iterable[str]) -> None:
         """Register the proposals of a response that is now dispatchable."""
-        with self._lock:
-            for call_id in call_ids:
-                self._pending[call_id] = 0
-                if len(self._pending) > self._max_pending:
-                    del self._pending[next(iter(self._pending))]
-                    self.dropped += 1
+        for call_id in call_ids:
+            self._pending[call_id] = 0
+            if len(self._pending) > self._max_pending:
+                del self._pending[next(iter(self._pending))]
+                self.dropped += 1
 
     def result(self, call_id: str | None) -> Finding | None:
         """A host produced a result for ``call_id``; returns the problem, if any."""
-        with self._lock:
-            if call_id is None or call_id not in self._pending:
-                return Finding(ErrorCategory.ORPHANED_RESULT)
-            seen = self._pending[call_id] = self._pending[call_id] + 1
-            self._executed.add(call_id)
-            if seen > 1:
-                return Finding(ErrorCategory.DUPLICATE_RESULT, call_id)
-            return None
+        if call_id is None or call_id not in self._pending:
+            return Finding(ErrorCategory.ORPHANED_RESULT)
+        seen = self._pending[call_id] = self._pending[call_id] + 1
+        self._executed.add(call_id)
+        if seen > 1:
+            return Finding(ErrorCategory.DUPLICATE_RESULT, call_id)
+        return None
 
     def next_request(self, tool_message_ids: Iterable[str | None] | None = None) -> list[Finding]:
         """The next model request starts: settle the previous response's proposals.
@@ -78,25 +79,24 @@ class Conversation:
         request carries) the messages are what answers a call; without them, a host result
         is. Either way the pending proposals are cleared afterwards.
         """
-        with self._lock:
-            findings: list[Finding] = []
-            if tool_message_ids is None:
-                answered = self._executed
-            else:
-                answered = set()
-                for call_id in tool_message_ids:
-                    if call_id is None or call_id not in self._pending:
-                        findings.append(Finding(ErrorCategory.ORPHANED_RESULT))
-                    elif call_id in answered:
-                        findings.append(Finding(ErrorCategory.DUPLICATE_RESULT, call_id))
-                    else:
-                        answered.add(call_id)
-            findings.extend(
-                Finding(ErrorCategory.UNANSWERED_CALL, call_id) for call_id in self._pending if call_id not in answered
-            )
-            self._pending.clear()
-            self._executed = set()
-            return findings
+        findings: list[Finding] = []
+        if tool_message_ids is None:
+            answered = self._executed
+        else:
+            answered = set()
+            for call_id in tool_message_ids:
+                if call_id is None or call_id not in self._pending:
+                    findings.append(Finding(ErrorCategory.ORPHANED_RESULT))
+                elif call_id in answered:
+                    findings.append(Finding(ErrorCategory.DUPLICATE_RESULT, call_id))
+                else:
+                    answered.add(call_id)
+        findings.extend(
+            Finding(ErrorCategory.UNANSWERED_CALL, call_id) for call_id in self._pending if call_id not in answered
+        )
+        self._pending.clear()
+        self._executed = set()
+        return findings
 
     def end(self) -> list[Finding]:
         """The turn is over: every proposal still without a result is unanswered."""

@@ -24,10 +24,6 @@ in :meth:`~ResponseSlots.finish`.
 
 from __future__ import annotations
 
-import json
-import operator
-import re
-from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Final
 
@@ -42,7 +38,9 @@ from etf_otel.core.identity import (
     incoming_key,
 )
 from etf_otel.core.results import AssemblyResult, RejectedFragment, Rejection, ToolCall
-from etf_otel.core.vocabulary import ErrorCategory, IdKind, StreamState, Transition, Verdict
+from etf_otel.core.slot_state import SlotState, compact
+from etf_otel.core.validation import count_decisions, final_calls
+from etf_otel.core.vocabulary import ErrorCategory, IdKind, StreamState, Transition
 
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_CHARS",
@@ -71,14 +69,6 @@ the metrics and span counters still see every fragment.
 MAX_REJECTED_KEPT: Final = 64
 """Rejected fragments of one slot kept for span events (the rest are counted)."""
 
-_COMPACT_EVERY: Final = 256
-"""Argument pieces joined into one string every this many, so tiny fragments cost no object each."""
-
-_PROPOSED, _REJECTED = Verdict.PROPOSED, Verdict.REJECTED  # globals: reading them off the enum class is slower
-
-_DECISION: Final = operator.itemgetter(3)
-"""The decision of a diagnostics entry ``(choice, index, fragment, decision, category)``."""
-
 _INVALID_ARGUMENTS: Final = -(2**62)
 """``_Slot.room`` once arguments that are not a string arrived: negative whatever comes after."""
 
@@ -104,56 +94,6 @@ _MISSING_INDEX: Final[dict[Incoming, IdDecision]] = {
     incoming: _special_decision(Transition.REJECT, ErrorCategory.MISSING_INDEX, incoming)
     for incoming in _UNSLOTTED_CLASSES
 }
-
-
-class _Slot:
-    __slots__ = (
-        "arguments",
-        "categories",
-        "choice",
-        "closed_ns",
-        "compact_at",
-        "fragments",
-        "id",
-        "index",
-        "name",
-        "opened_ns",
-        "rejected",
-        "rejected_count",
-        "room",
-        "row",
-        "tail",
-    )
-
-    def __init__(
-        self, choice: int, index: int, opened_ns: int | None, row: Mapping[str, IdDecision], room: int
-    ) -> None:
-        self.choice = choice
-        self.index = index
-        self.id: str | None = None
-        self.row = row
-        """Decisions for the slot's identity state; ``id`` is set exactly when it is ESTABLISHED."""
-        self.name: str | None = None
-        self.arguments: list[str] = []
-        self.room = room
-        """Argument characters this slot may still take; negative once its arguments are invalid."""
-        self.fragments = 0
-        self.categories: dict[ErrorCategory, None] | None = None
-        """Created with the first category: most slots never get one."""
-        self.rejected: list[RejectedFragment] | None = None
-        self.rejected_count = 0
-        self.tail = 0
-        """Index in ``arguments`` from which pieces have not been compacted yet."""
-        self.compact_at = _COMPACT_EVERY
-        """Length of ``arguments`` at which the pieces from ``tail`` on are joined."""
-        self.opened_ns = opened_ns
-        self.closed_ns: int | None = None
-
-    def add_category(self, category: ErrorCategory) -> None:
-        if self.categories is None:
-            self.categories = {category: None}
-        else:
-            self.categories[category] = None
 
 
 class ResponseSlots:
@@ -194,7 +134,7 @@ class ResponseSlots:
         self._max_argument_chars = max_argument_chars
         self._max_diagnostics = max_diagnostics
         self._overflow: dict[tuple[int, int | None, IdDecision, ErrorCategory | None], int] = {}
-        self._slots: dict[tuple[int, int], _Slot] = {}
+        self._slots: dict[tuple[int, int], SlotState] = {}
         self._diagnostics: list[tuple[int, int | None, int, IdDecision, ErrorCategory | None]] = []
         self._response_rejections: dict[Rejection, None] = {}
         self._errors: dict[tuple[IdDecision, ErrorCategory], int] = {}
@@ -212,8 +152,10 @@ class ResponseSlots:
     def finished(self) -> bool:
         return self._result is not None
 
-    def _open(self, choice: int, index: int) -> _Slot:
-        slot = _Slot(choice, index, self._clock() if self._clock else None, self._initial_row, self._max_argument_chars)
+    def _open(self, choice: int, index: int) -> SlotState:
+        slot = SlotState(
+            choice, index, self._clock() if self._clock else None, self._initial_row, self._max_argument_chars
+        )
         self._slots[choice, index] = slot
         return slot
 
@@ -332,7 +274,7 @@ class ResponseSlots:
                 parts = slot.arguments
                 parts.append(arguments)
                 if len(parts) >= slot.compact_at:
-                    _compact(parts, slot)
+                    compact(parts, slot)
             elif room + len(arguments) >= 0:  # this piece crossed the cap: all pieces are dropped
                 slot.arguments.clear()
         elif arguments is not None and arguments is not ABSENT:
@@ -345,7 +287,7 @@ class ResponseSlots:
         if category is not None:
             self._reject(slot, count, decision, category)
 
-    def _reject(self, slot: _Slot, fragment: int, decision: IdDecision, category: ErrorCategory) -> None:
+    def _reject(self, slot: SlotState, fragment: int, decision: IdDecision, category: ErrorCategory) -> None:
         """Record a rejected fragment: its category, and its bounded description while room is left."""
         self._count_error(decision, category)
         slot.add_category(category)
@@ -399,63 +341,11 @@ class ResponseSlots:
             return self._result
         ended = self._ended
         slots = [slot for _, slot in sorted(self._slots.items())]  # by (choice, index); keys are unique
-        ids = [slot.id for slot in slots if slot.id is not None]
-        duplicated = {id_ for id_, count in Counter(ids).items() if count > 1} if len(set(ids)) < len(ids) else ()
-        transitions: dict[tuple[int, int], Counter[Transition]] = {}
-        by_decision = Counter(map(_DECISION, self._diagnostics))  # one pass, at C speed
-        for (_, _, decision, _), count in self._overflow.items():
-            by_decision[decision] += count
-        if any(decision.compatibility for decision in by_decision):  # rare: only then per slot
-            compatible = Counter(
-                [(entry[0], entry[1], entry[3]) for entry in self._diagnostics if entry[3].compatibility]
-            )
-            for (choice, index, decision, _), count in self._overflow.items():
-                if decision.compatibility:
-                    compatible[choice, index, decision] += count
-            for (choice, index, decision), count in compatible.items():  # compatible decisions always have an index
-                counter = transitions.get((choice, index))  # type: ignore[arg-type]
-                if counter is None:
-                    counter = transitions[choice, index] = Counter()  # type: ignore[index]
-                counter[decision.transition] += count
-
-        calls: list[ToolCall] = []
-        rejections: list[Rejection] = list(self._response_rejections)
-        for slot in slots:
-            categories = dict(slot.categories) if slot.categories else {}
-            arguments = "".join(slot.arguments)
-            if slot.id is None:
-                categories[ErrorCategory.MISSING_ID] = None
-            if slot.name is None:
-                categories[ErrorCategory.MISSING_NAME] = None
-            if slot.room < 0 or not _is_json_object(arguments):
-                categories[ErrorCategory.INVALID_ARGUMENTS] = None
-            if duplicated and slot.id in duplicated:
-                categories[ErrorCategory.DUPLICATE_CALL_ID] = None
-            if not ended:
-                categories[ErrorCategory.TRUNCATED_STREAM] = None
-            if categories:
-                rejections.extend(Rejection(slot.choice, slot.index, category) for category in categories)
-            counted = transitions.get((slot.choice, slot.index)) if transitions else None
-            calls.append(
-                ToolCall(  # positional: the fields in their declared order
-                    slot.choice,
-                    slot.index,
-                    slot.id,
-                    slot.name,
-                    arguments,
-                    _REJECTED if categories else _PROPOSED,
-                    tuple(categories),
-                    slot.fragments,
-                    tuple(slot.rejected) if slot.rejected else (),
-                    slot.rejected_count,
-                    tuple(sorted(counted.items(), key=lambda item: item[0].value)) if counted else (),
-                    slot.opened_ns,
-                    slot.closed_ns,
-                )
-            )
+        by_decision, transitions = count_decisions(self._diagnostics, self._overflow)
+        calls, slot_rejections = final_calls(slots, ended, transitions)
+        rejections = [*self._response_rejections, *slot_rejections]
         if not ended and not slots:
             rejections.append(Rejection(None, None, ErrorCategory.TRUNCATED_STREAM))
-
         self._result = AssemblyResult(
             state=StreamState.COMPLETED if ended else StreamState.TRUNCATED,
             finish_reasons=tuple(self._finish_reasons[choice] for choice in sorted(self._finish_reasons)),
@@ -475,39 +365,6 @@ class ResponseSlots:
         return self._result
 
 
-def _compact(parts: list[str], slot: _Slot) -> None:
-    """Join the pieces from ``slot.tail`` on into one: tiny fragments then cost no object each."""
-    parts[slot.tail :] = ["".join(parts[slot.tail :])]
-    slot.tail += 1
-    slot.compact_at = slot.tail + _COMPACT_EVERY
-
-
 _INFER_INDEX: Final[dict[Incoming, IdDecision]] = {
     incoming: _special_decision(Transition.INFER_INDEX, None, incoming) for incoming in _UNSLOTTED_CLASSES
 }
-
-
-def _reject_constant(token: str) -> object:
-    raise ValueError(token)
-
-
-_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
-"""Shared like ``json``'s own default decoder: ``json.loads(text, parse_constant=...)``
-builds a decoder and its scanner on every call."""
-
-
-_JSON_WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
-_SCAN_JSON: Final = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__
-"""The C scanner under ``JSONDecoder.decode``, called directly: no Python frames per call."""
-
-
-def _is_json_object(text: str) -> bool:
-    """True when ``text`` is exactly one JSON object (no NaN/Infinity, which JSON lacks)."""
-    start = 0 if text[:1] == "{" else _JSON_WHITESPACE.match(text).end()  # type: ignore[union-attr]
-    if text[start : start + 1] != "{":
-        return False
-    try:
-        _, end = _SCAN_JSON(text, start)
-    except (StopIteration, ValueError, RecursionError):
-        return False
-    return end == len(text) or _JSON_WHITESPACE.match(text, end).end() == len(text)  # type: ignore[union-attr]

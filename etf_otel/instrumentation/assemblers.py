@@ -17,7 +17,6 @@ from typing import Any, Final, Protocol
 from etf_otel.core.divergence import AssembledCall, DivergenceKind, compare
 from etf_otel.instrumentation.observer import CLOSED, EOF, ERROR, ResponseObserver
 from etf_otel.instrumentation.safety import internal_errors_swallowed
-from etf_otel.protocols.chat_completions import DONE
 
 __all__ = [
     "DEFAULT_ADAPTER",
@@ -149,7 +148,7 @@ class ObservedAssembler:
 
         def done(*args: Any, **kwargs: Any) -> Any:
             outcome = method(*args, **kwargs)
-            observer.observe(DONE)
+            observer.assembler.feed_done()
             return outcome
 
         return done

@@ -26,6 +26,7 @@ from etf_otel.core.linkage import Conversation, Finding
 from etf_otel.core.vocabulary import ErrorCategory, Phase
 from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import attributes as A
+from etf_otel.instrumentation import linkage
 from etf_otel.instrumentation._switches import _suppressed
 from etf_otel.instrumentation.registry import ProposalRecord
 from etf_otel.instrumentation.safety import internal_errors_swallowed
@@ -155,7 +156,7 @@ class ObservedHost:
                 otel_context.detach(execution.token)
             with internal_errors_swallowed("checking an execution's linkage"):
                 if self._etf_conversation is not None and refusal is None:
-                    finding = self._etf_conversation.result(execution.call_id)
+                    finding = linkage.result(self._etf_conversation, execution.call_id)
                     if finding is not None:
                         telemetry.record_findings([finding], span)
                 if refusal is not None:

@@ -1,6 +1,7 @@
 """The observer beside one streamed response (SPEC section 6).
 
-A :class:`ResponseObserver` runs the reference identity rules over the same chunks the
+A :class:`ResponseObserver` runs the identity rules, through the adapter of the stream's
+wire protocol (Chat Completions unless told otherwise), over the same events the
 application consumes and reports the response once, when it ends: by exhaustion
 (:data:`EOF`), by an error (:data:`ERROR`), or by being closed or abandoned
 (:data:`CLOSED`). The stream and assembler wrappers drive it; it never raises into them.
@@ -19,9 +20,11 @@ from etf_otel.core.identity import IdentityRules
 from etf_otel.core.linkage import Conversation, Finding
 from etf_otel.core.slots import AssemblyResult
 from etf_otel.core.vocabulary import StreamState
+from etf_otel.instrumentation import linkage
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.telemetry import Telemetry
-from etf_otel.protocols.chat_completions import ReferenceAssembler
+from etf_otel.protocols import CHAT_COMPLETIONS, StreamAssembler, WireProtocol
+from etf_otel.protocols import get as get_protocol
 
 __all__ = ["CLOSED", "EOF", "ERROR", "ResponseObserver", "observe_failed"]
 
@@ -64,9 +67,10 @@ class ResponseObserver:
         *,
         provider_name: str | None = None,
         tool_message_ids: Sequence[str | None] | None = None,
+        protocol: WireProtocol | str = CHAT_COMPLETIONS,
     ) -> None:
         self.telemetry = telemetry
-        self._assembler = ReferenceAssembler(rules=rules, clock=time.time_ns)
+        self._assembler = get_protocol(protocol).assembler(rules=rules, clock=time.time_ns)
         self._conversation = conversation
         self._base = telemetry.base_attributes(provider_name)
         self._parent = otel_context.get_current()
@@ -76,7 +80,7 @@ class ResponseObserver:
         self._findings: list[Finding] = []
         if conversation is not None:
             with internal_errors_swallowed("settling the previous response"):
-                self._findings = conversation.next_request(tool_message_ids)
+                self._findings = linkage.next_request(conversation, tool_message_ids)
                 telemetry.count_findings(self._findings, self._base)
 
     @property
@@ -84,7 +88,8 @@ class ResponseObserver:
         return self._done
 
     @property
-    def assembler(self) -> ReferenceAssembler:
+    def assembler(self) -> StreamAssembler:
+        """The wire protocol's adapter assembling this response by the identity rules."""
         return self._assembler
 
     def observe(self, chunk: object) -> None:

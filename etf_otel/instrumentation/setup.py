@@ -19,6 +19,7 @@ from opentelemetry import metrics, trace
 
 from etf_otel.core.identity import CompatibilityRule, IdentityRules
 from etf_otel.core.linkage import Conversation
+from etf_otel.instrumentation import linkage
 from etf_otel.instrumentation._switches import _disabled, _suppressed
 from etf_otel.instrumentation.assemblers import (
     DEFAULT_ADAPTER,
@@ -33,6 +34,7 @@ from etf_otel.instrumentation.observer import ResponseObserver
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.streams import ObservedAsyncStream, ObservedStream
 from etf_otel.instrumentation.telemetry import Telemetry
+from etf_otel.protocols import CHAT_COMPLETIONS, WireProtocol
 
 __all__ = ["Instrumentation"]
 
@@ -67,9 +69,16 @@ class Instrumentation:
         *,
         provider_name: str | None = None,
         tool_message_ids: Sequence[str | None] | None = None,
+        protocol: WireProtocol | str = CHAT_COMPLETIONS,
     ) -> ResponseObserver:
+        """An observer for one response of ``protocol`` (a name of ``etf_otel.protocols.PROTOCOLS``)."""
         return ResponseObserver(
-            self.telemetry, self.rules, conversation, provider_name=provider_name, tool_message_ids=tool_message_ids
+            self.telemetry,
+            self.rules,
+            conversation,
+            provider_name=provider_name,
+            tool_message_ids=tool_message_ids,
+            protocol=protocol,
         )
 
     def stream(
@@ -79,8 +88,9 @@ class Instrumentation:
         conversation: Conversation | None = None,
         provider_name: str | None = None,
         tool_message_ids: Sequence[str | None] | None = None,
+        protocol: WireProtocol | str = CHAT_COMPLETIONS,
     ) -> Any:
-        """Wrap a sync or async iterable of chunks; returns it unchanged when disabled.
+        """Wrap a sync or async iterable of a ``protocol``'s events; returns it unchanged when disabled.
 
         ``tool_message_ids`` are the ``tool_call_id`` values of the tool messages the request
         that produced this stream carried; with a ``conversation`` they settle the previous
@@ -89,7 +99,9 @@ class Instrumentation:
         if _disabled() or _suppressed():
             return stream
         try:
-            observer = self.observer(conversation, provider_name=provider_name, tool_message_ids=tool_message_ids)
+            observer = self.observer(
+                conversation, provider_name=provider_name, tool_message_ids=tool_message_ids, protocol=protocol
+            )
             if hasattr(stream, "__aiter__"):
                 return ObservedAsyncStream(stream, observer)
             return ObservedStream(stream, observer)
@@ -208,4 +220,4 @@ class Instrumentation:
     def end_conversation(self, conversation: Conversation) -> None:
         """The turn is over: record every proposal that never got a result."""
         with internal_errors_swallowed("ending a conversation"):
-            self.telemetry.record_findings(conversation.end())
+            self.telemetry.record_findings(linkage.end(conversation))

@@ -25,6 +25,7 @@ from etf_otel.core.slots import AssemblyResult, ToolCall
 from etf_otel.core.vocabulary import VALUE_OF, ErrorCategory, StreamState, Transition, Verdict, bounded_finish_reason
 from etf_otel.instrumentation import attributes as A
 from etf_otel.instrumentation import counters as _counters
+from etf_otel.instrumentation import linkage
 from etf_otel.instrumentation.counters import totals_for
 from etf_otel.instrumentation.registry import ProposalRecord, ProposalRegistry, ToolNameCap
 from etf_otel.instrumentation.safety import internal_errors_swallowed
@@ -165,7 +166,7 @@ class Telemetry:
         finally:
             stream_span.end(end_time=ended_ns)
             if conversation is not None and result.dispatchable:
-                conversation.proposed(call.id for call in result.calls if call.id is not None)
+                linkage.proposed(conversation, [call.id for call in result.calls if call.id is not None])
 
     def _count_response(self, result: AssemblyResult, state: StreamState, base: dict[str, AttributeValue]) -> None:
         provider = base.get(A.GEN_AI_PROVIDER_NAME)
