@@ -47,7 +47,7 @@ LAYER_OF = {
     "protocols": "protocols",
     "errors": "errors",
     "instrumentation": "instrumentation",
-    "instrumentation.attributes": "attributes",
+    "attributes": "attributes",
     "integrations": "integrations",
     "audit": "audit",
     "cli": "cli",
@@ -301,9 +301,9 @@ FAKE = {
     "cli/main.py": "import sys\n\n\ndef run():\n    print(sys.argv)\n",
     "instrumentation/__init__.py": "from etf_otel.instrumentation.wrappers import wrap\n",
     "instrumentation/wrappers.py": "from etf_otel.instrumentation import telemetry\n\nwrap = telemetry\n",
-    "instrumentation/attributes.py": "NAME = 'x'\n",
+    "attributes.py": "NAME = 'x'\n",
     "instrumentation/telemetry.py": (
-        "from typing import TYPE_CHECKING\n\nfrom etf_otel.instrumentation import attributes\n\n"
+        "from typing import TYPE_CHECKING\n\nfrom etf_otel import attributes\n\n"
         "if TYPE_CHECKING:\n    from opentelemetry.sdk.trace import TracerProvider\n\n"
         "    from etf_otel.instrumentation.wrappers import wrap\n"
     ),

@@ -20,11 +20,11 @@ from langchain_openai.chat_models.base import _convert_delta_to_message_chunk
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
+from etf_otel import attributes as A
 from etf_otel.cli.local_sse import LocalChatServer, Script
 from etf_otel.cli.replay_assemblers import QUIRK_STREAMS, render_comparison, run_assembler
 from etf_otel.core.divergence import DivergenceKind
 from etf_otel.instrumentation import Instrumentation, instrument_assembler
-from etf_otel.instrumentation import attributes as A
 from etf_otel.integrations.langchain import (
     LANGCHAIN_ADAPTER,
     LangChainAccumulator,

@@ -14,16 +14,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from etf_otel.audit.checks import (
-    AuditReport,
-    FindingKind,
-    Partitioner,
-    SpanData,
-    add_audit_arguments,
-    audit_spans,
-    run_audit,
-)
+from etf_otel.audit import AuditReport, FindingKind, Partitioner, SpanData, audit_spans
 from etf_otel.audit.sources.otlp_json import iter_spans
+from etf_otel.cli.audit import add_audit_arguments, run_audit
 from etf_otel.core.linkage import Conversation
 from etf_otel.instrumentation import GuardRefusedError, Instrumentation
 from etf_otel.protocols.chat_completions import ReferenceAssembler

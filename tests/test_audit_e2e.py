@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from etf_otel.audit.checks import AuditReport, SpanData, audit_spans
+from etf_otel.audit import AuditReport, SpanData, audit_spans
 from etf_otel.audit.sources.otlp_json import iter_spans
 from etf_otel.audit.sources.phoenix import PhoenixError, iter_phoenix_spans
 from etf_otel.cli import main

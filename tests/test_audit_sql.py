@@ -22,7 +22,8 @@ from opentelemetry import context as otel_context  # noqa: E402
 from opentelemetry import trace  # noqa: E402
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
 
-from etf_otel.audit.checks import AuditReport, add_audit_arguments, audit_spans, run_audit  # noqa: E402
+from etf_otel.audit import AuditReport, audit_spans  # noqa: E402
+from etf_otel.audit.pipeline import sql_audit  # noqa: E402
 from etf_otel.audit.sources.otlp_json import iter_spans  # noqa: E402
 from etf_otel.audit.sources.sql import (  # noqa: E402
     ChdbEngine,
@@ -30,10 +31,9 @@ from etf_otel.audit.sources.sql import (  # noqa: E402
     TimeWindow,
     parse_time,
     read_sql,
-    run_sql_audit,
-    sql_audit,
     to_row,
 )
+from etf_otel.cli.audit import add_audit_arguments, run_audit, run_sql_audit  # noqa: E402
 from etf_otel.core.linkage import Conversation  # noqa: E402
 from etf_otel.instrumentation import GuardRefusedError  # noqa: E402
 from etf_otel.protocols.chat_completions import ReferenceAssembler  # noqa: E402
@@ -461,7 +461,7 @@ def test_sql_is_shipped_and_rows_follow_the_exporter() -> None:
     text = read_sql("audit_findings.sql")
     assert "{since_ns:Int64}" in text and "{until_ns:Int64}" in text
     assert "SpanAttributes Map(LowCardinality(String), String)" in read_sql("otel_traces.sql")
-    from etf_otel.audit.checks import SpanData
+    from etf_otel.audit import SpanData
 
     row = to_row(
         SpanData(

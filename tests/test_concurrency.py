@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from etf_otel.instrumentation import attributes as A
+from etf_otel import attributes as A
 
 from .chunks import chunk, fragment
 

@@ -4,7 +4,7 @@ Checks the Prometheus rules (``promtool check rules`` and ``promtool test rules`
 expression of the Grafana dashboard (through ``promtool check rules`` on a temporary rules file),
 the metric, label and label-value names against the reference in ``docs/`` (the category table of
 ``docs/categories.md``, the metrics table of ``docs/telemetry.md``), those pages against the code
-(``ErrorCategory``, the constants of ``etf_otel/instrumentation/attributes.py``), and that the
+(``ErrorCategory``, the constants of ``etf_otel/attributes.py``), and that the
 committed dashboard JSON is exactly what ``dashboards/grafana/generate.py`` builds and round-trips
 through the grafana-foundation-sdk models.
 """
@@ -366,8 +366,8 @@ def test_label_value_lists_are_the_code_vocabularies() -> None:
 
 
 def attribute_constants() -> dict[str, str]:
-    """Every string constant of etf_otel/instrumentation/attributes.py, by name."""
-    from etf_otel.instrumentation import attributes
+    """Every string constant of etf_otel/attributes.py, by name."""
+    from etf_otel import attributes
 
     return {name: value for name, value in vars(attributes).items() if name.isupper() and isinstance(value, str)}
 
@@ -378,7 +378,7 @@ TELEMETRY_NAME_RE = re.compile(r"\b(?:etf|gen_ai)(?:\.[a-z0-9_]+)+|\berror\.type
 
 
 def test_docs_metrics_table_is_the_code_instruments_units_and_attributes() -> None:
-    from etf_otel.instrumentation import attributes as A
+    from etf_otel import attributes as A
     from etf_otel.instrumentation.counters import COUNTERS as COUNTER_SPECS
 
     code = {spec.name: (spec.unit, set(spec.attributes)) for spec in COUNTER_SPECS}
@@ -396,8 +396,8 @@ def test_docs_metrics_table_is_the_code_instruments_units_and_attributes() -> No
 
 
 def test_docs_bounded_diagnostics_are_the_code_attributes_and_values() -> None:
+    from etf_otel import attributes as A
     from etf_otel.core.vocabulary import IdKind, Transition
-    from etf_otel.instrumentation import attributes as A
 
     header, rows = markdown_table(doc_section(TELEMETRY_DOC, "Bounded diagnostics"))
     assert header == ["attribute", "type", "values"]

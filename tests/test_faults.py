@@ -27,11 +27,11 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from etf_otel import attributes as A
 from etf_otel.core.linkage import Conversation
 from etf_otel.core.slots import AssemblyResult
 from etf_otel.core.vocabulary import ErrorCategory
 from etf_otel.instrumentation import GuardRefusedError, Instrumentation
-from etf_otel.instrumentation import attributes as A
 from etf_otel.instrumentation.registry import ToolNameCap as _ToolNameCap
 from etf_otel.instrumentation.safety import set_strict
 from etf_otel.instrumentation.telemetry import Telemetry

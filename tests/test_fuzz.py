@@ -48,11 +48,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from etf_otel import attributes as A
 from etf_otel.cli import main as cli_main
 from etf_otel.core.slots import DEFAULT_MAX_ARGUMENT_CHARS, AssemblyResult
 from etf_otel.core.vocabulary import ErrorCategory
 from etf_otel.instrumentation import GuardRefusedError, Instrumentation
-from etf_otel.instrumentation import attributes as A
 from etf_otel.instrumentation.safety import set_strict
 from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler, assemble
 

@@ -27,9 +27,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from etf_otel import attributes as A
 from etf_otel._version import __version__
 from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
-from etf_otel.instrumentation import attributes as A
 from etf_otel.instrumentation.safety import set_strict
 from etf_otel.integrations.openai import OpenAIInstrumentor, instrument_openai
 

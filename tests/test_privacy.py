@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
+from etf_otel import attributes as A
 from etf_otel.core.linkage import Conversation
 from etf_otel.instrumentation import GuardRefusedError, Instrumentation
-from etf_otel.instrumentation import attributes as A
 from etf_otel.instrumentation.safety import set_strict
 from etf_otel.instrumentation.telemetry import DEFAULT_MAX_CONTENT_CHARS, Telemetry
 from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler

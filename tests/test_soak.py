@@ -36,8 +36,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 import etf_otel
+from etf_otel import attributes as A
 from etf_otel.instrumentation import Instrumentation
-from etf_otel.instrumentation import attributes as A
 from etf_otel.instrumentation.safety import set_strict
 from etf_otel.instrumentation.telemetry import DEFAULT_MAX_PROPOSALS, Telemetry
 

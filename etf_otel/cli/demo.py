@@ -27,12 +27,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from rich.console import Console
 from rich.table import Table
 
+from etf_otel import attributes as A
 from etf_otel.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
 from etf_otel.cli.sdk_setup import setup_sdk
 from etf_otel.core.slots import AssemblyResult, ToolCall
 from etf_otel.errors import GuardRefusedError
-from etf_otel.instrumentation import attributes as A
 from etf_otel.protocols.chat_completions import ReferenceAssembler
 
 __all__ = ["run_demo"]

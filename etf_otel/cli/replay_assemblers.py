@@ -27,10 +27,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from rich.console import Console
 from rich.table import Table
 
+from etf_otel import attributes as A
 from etf_otel.cli.replay_report import build_report
 from etf_otel.core.identity import CompatibilityRule
 from etf_otel.core.slots import AssemblyResult
-from etf_otel.instrumentation import attributes as A
 from etf_otel.instrumentation.setup import Instrumentation
 from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler
 

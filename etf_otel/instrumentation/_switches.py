@@ -12,7 +12,7 @@ import os
 
 from opentelemetry import context as otel_context
 
-from etf_otel.instrumentation import attributes as A
+from etf_otel import attributes as A
 
 __all__ = ["_disabled", "_suppressed"]
 

@@ -25,8 +25,8 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.util.types import AttributeValue
 
+from etf_otel import attributes as A
 from etf_otel._version import __version__
-from etf_otel.instrumentation import attributes as A
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 
 __all__ = ["COUNTERS", "CounterSpec", "CounterTotals", "totals_for"]

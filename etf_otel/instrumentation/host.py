@@ -21,11 +21,11 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
+from etf_otel import attributes as A
 from etf_otel.core.identity import ABSENT
 from etf_otel.core.linkage import Conversation, Finding
 from etf_otel.core.vocabulary import ErrorCategory, Phase
 from etf_otel.errors import GuardRefusedError
-from etf_otel.instrumentation import attributes as A
 from etf_otel.instrumentation import linkage
 from etf_otel.instrumentation._switches import _suppressed
 from etf_otel.instrumentation.registry import ProposalRecord

@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 from opentelemetry.trace import SpanContext
 
+from etf_otel import attributes as A
 from etf_otel.core.vocabulary import ErrorCategory, Verdict
-from etf_otel.instrumentation import attributes as A
 
 __all__ = ["ProposalRecord", "ProposalRegistry", "ToolNameCap"]
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
-from etf_otel.audit.checks import SpanData, span_events
+from etf_otel.audit.model import SpanData, span_events
 from etf_otel.errors import OtlpInputError
 
 __all__ = [

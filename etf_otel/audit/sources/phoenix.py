@@ -5,7 +5,7 @@ Phoenix stores what it receives over OTLP and serves it again on its REST API:
 (``{"data": [...], "next_cursor": str | null}``), newest first; the cursor is an
 inclusive lower bound on the span row id, so spans that arrive while the pages are
 read are not seen, and no span is seen twice. Each span is converted to the audit's
-protocol-neutral :class:`~etf_otel.audit.checks.SpanData` as soon as its page arrives: memory
+protocol-neutral :class:`~etf_otel.audit.model.SpanData` as soon as its page arrives: memory
 is one page plus what the audit keeps.
 
 What Phoenix does not keep, and what that means for the audit:
@@ -15,9 +15,9 @@ What Phoenix does not keep, and what that means for the audit:
   its own trace only. When the application runs its agent loop under no span of its own
   (as ``etf-otel demo`` does), every response and every execution is the root of its own
   trace, tied to its proposal only by the link: read back from Phoenix, such an execution
-  is an ``orphaned_execution`` and its proposal an ``unanswered_call``. The report says so
-  on stderr whenever those kinds are found. Under an application span, the same calls are
-  checked as exactly as from files.
+  is an ``orphaned_execution`` and its proposal an ``unanswered_call``. The report
+  (``etf_otel.cli.audit``) says so on stderr whenever those kinds are found. Under an
+  application span, the same calls are checked as exactly as from files.
 * the resource (``service.name``) and the span kind; timestamps have microseconds.
 
 Phoenix adds attributes of its own (``tool.name``, ``llm.system``, ...): the audit reads
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from etf_otel.audit.checks import SpanData, span_events
+from etf_otel.audit.model import SpanData, span_events
 from etf_otel.errors import PhoenixError
 
 __all__ = [
@@ -48,7 +48,6 @@ __all__ = [
     "PhoenixError",
     "PhoenixStats",
     "iter_phoenix_spans",
-    "run_phoenix_audit",
     "span_from_phoenix",
 ]
 
@@ -243,65 +242,3 @@ def iter_phoenix_spans(
             raise PhoenixError(f"{page_url}: bad or repeated next_cursor {str(next_cursor)[:60]!r}")
         seen_cursors.add(next_cursor)
         cursor = next_cursor
-
-
-LINKS_NOTE = (
-    "etf-otel audit: note: Phoenix does not keep span links; an execution in another trace than its proposal "
-    "shows as orphaned_execution plus unanswered_call"
-)
-
-
-def run_phoenix_audit(
-    url: str | None, project: str | None, paths: list[str], *, json_output: bool, progress: bool
-) -> int:
-    """``etf-otel audit --phoenix URL [--project NAME]``: prints the report, returns the exit code."""
-    import sys
-
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn
-
-    from etf_otel.audit.checks import AuditReport, FindingKind, audit_spans
-    from etf_otel.cli.exit_codes import EXIT_BAD_INPUT
-
-    if url is None:
-        print("etf-otel audit: --project needs --phoenix URL", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if paths:
-        print("etf-otel audit: give either PATH... or --phoenix URL, not both", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    project = DEFAULT_PROJECT if project is None else project
-    stats = PhoenixStats()
-    errors = Console(stderr=True)
-    bar = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}: {task.fields[spans]} spans"),
-        console=errors,
-        transient=True,
-        disable=not (progress and errors.is_terminal),
-    )
-    task = bar.add_task(f"reading Phoenix project {project}", total=None, spans=0)
-
-    def counted() -> Iterator[SpanData]:
-        for span in iter_phoenix_spans(url, project, stats=stats):
-            if stats.spans % 1000 == 0:
-                bar.update(task, spans=stats.spans)
-            yield span
-
-    report = AuditReport()
-    try:
-        with bar:
-            audit_spans(counted(), report=report)
-    except PhoenixError as error:
-        print(f"etf-otel audit: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except OSError as error:
-        print(f"etf-otel audit: cannot use temporary storage: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    report.records, report.spans = stats.pages, stats.spans
-    if stats.spans == 0:
-        print(f"etf-otel audit: no spans in Phoenix project {project!r} at {url}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    code = report.emit(json_output)
-    if FindingKind.ORPHANED_EXECUTION in report.kinds or FindingKind.UNANSWERED_CALL in report.kinds:
-        print(LINKS_NOTE, file=sys.stderr)
-    return code

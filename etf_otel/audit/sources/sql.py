@@ -1,15 +1,17 @@
 """``etf-otel audit`` in SQL: the audit's checks over the Collector ClickHouse exporter's ``otel_traces``.
 
-The checks are ``etf_otel/sql/audit_findings.sql`` (shipped in the package, readable and runnable by
-operators with ``clickhouse-client --param_...``); ``etf_otel/sql/otel_traces.sql`` is the exporter's table.
-Two engines run them:
+The checks are ``etf_otel/audit/sql/audit_findings.sql`` (shipped in the package, readable and runnable
+by operators with ``clickhouse-client --param_...``); ``etf_otel/audit/sql/otel_traces.sql`` is the exporter's
+table. Two engines run them:
 
 * ``--clickhouse URL``: a ClickHouse server the Collector's ``clickhouse`` exporter writes to, through
   ``clickhouse-connect`` (extra ``etf-otel[clickhouse]``);
 * ``--engine chdb PATH...``: OTLP JSON files loaded into that same table inside embedded chDB
   (extra ``etf-otel[chdb]``), so the SQL runs on every test run without a server.
 
-Both print the same report as the Python streaming audit (:class:`etf_otel.audit.checks.AuditReport`).
+:func:`sql_findings` runs them; ``etf_otel.audit.pipeline.sql_audit`` aggregates its findings into the same
+report as the Python streaming audit (:class:`etf_otel.audit.report.AuditReport`), and the command line
+(``etf_otel.cli.audit``) prints it the same way.
 
 Where the two audits can differ (documented, and kept out of the agreement test): the Python audit breaks
 some ties by the order spans arrive in, which a table does not have; SQL breaks them by start time, then
@@ -27,19 +29,17 @@ import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
 from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from etf_otel.audit.checks import AuditFinding, AuditReport, FindingKind, SpanData
-from etf_otel.cli.exit_codes import EXIT_BAD_INPUT
+from etf_otel.audit.model import AuditFinding, FindingKind, SpanData
 from etf_otel.errors import SqlAuditError
 
 __all__ = [
@@ -48,12 +48,13 @@ __all__ = [
     "ENGINES",
     "ChdbEngine",
     "ClickHouseEngine",
+    "Engine",
     "SqlAuditError",
+    "SqlFindings",
     "TimeWindow",
     "parse_time",
     "read_sql",
-    "run_sql_audit",
-    "sql_audit",
+    "sql_findings",
     "statements",
     "to_row",
 ]
@@ -74,7 +75,7 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def read_sql(name: str) -> str:
-    """The text of ``etf_otel/sql/<name>``."""
+    """The text of ``etf_otel/audit/sql/<name>``."""
     return resources.files("etf_otel.audit").joinpath("sql").joinpath(name).read_text(encoding="utf-8")
 
 
@@ -142,6 +143,8 @@ class TimeWindow:
 
 
 class Engine(Protocol):
+    """What the audit needs of a SQL engine: :class:`ChdbEngine`, :class:`ClickHouseEngine`."""
+
     def query(self, sql: str, params: dict[str, Any]) -> list[list[Any]]: ...
 
     def close(self) -> None: ...
@@ -341,18 +344,26 @@ def _findings(rows: list[list[Any]]) -> Iterator[tuple[str, AuditFinding]]:
         )
 
 
-def sql_audit(
+@dataclass
+class SqlFindings:
+    """What ``audit_findings.sql`` found: counts of the audited spans and traces, and the findings."""
+
+    spans: int = 0
+    traces: int = 0
+    groups: list[list[AuditFinding]] = field(default_factory=list)
+    """The findings of each checked trace, one list per trace, in a stable order (never empty lists)."""
+
+
+def sql_findings(
     engine: Engine,
     *,
     database: str = DEFAULT_DATABASE,
     table: str = DEFAULT_TABLE,
     window: TimeWindow | None = None,
-    report: AuditReport | None = None,
-) -> AuditReport:
-    """Run ``audit_findings.sql`` and aggregate the rows into the Python audit's report."""
+) -> SqlFindings:
+    """Run ``audit_findings.sql`` (``etf_otel.audit.pipeline.sql_audit`` makes a report of it)."""
     window = window or TimeWindow()
     params: dict[str, Any] = {"database": database, "table": table, **window.params()}
-    report = report if report is not None else AuditReport()
     counts = engine.query(
         "SELECT count(), uniqExact(TraceId) FROM {database:Identifier}.{table:Identifier}"
         " WHERE TraceId IN (SELECT TraceId FROM {database:Identifier}.{table:Identifier}"
@@ -360,70 +371,20 @@ def sql_audit(
         " AND Timestamp < fromUnixTimestamp64Nano({until_ns:Int64}))",
         params,
     )
-    report.spans, report.traces = int(counts[0][0]), int(counts[0][1])
+    found = SqlFindings(int(counts[0][0]), int(counts[0][1]))
     rows: list[list[Any]] = []
     for statement in statements(read_sql("audit_findings.sql")):
         rows = engine.query(statement, params)
-    # One add_findings per checked trace, as audit_spans does per check_trace call.
+    # Grouped by checked trace, as audit_spans gets them from each check_trace call.
     rows.sort(key=lambda row: (row[0], _KIND_ORDER[row[1]], row[2], row[3] or "", row[5] or ""))
     group: str | None = None
     batch: list[AuditFinding] = []
     for group_trace, finding in _findings(rows):
         if group_trace != group and batch:
-            report.add_findings(batch)
+            found.groups.append(batch)
             batch = []
         group = group_trace
         batch.append(finding)
-    report.add_findings(batch)
-    return report
-
-
-def run_sql_audit(
-    paths: list[str],
-    *,
-    json_output: bool,
-    engine: str,
-    clickhouse: str | None = None,
-    database: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-) -> int:
-    """``etf-otel audit --engine chdb PATH...`` or ``--clickhouse URL``: prints the report, returns the exit code."""
-
-    from etf_otel.audit.sources.otlp_json import InputStats, OtlpInputError, expand_paths, iter_spans
-
-    stats = InputStats()
-    backend: ChdbEngine | ClickHouseEngine | None = None
-    try:
-        window = TimeWindow.parse(since, until)
-        if clickhouse is not None:
-            if paths:
-                raise SqlAuditError("--clickhouse reads the server: give no PATH")
-            if engine not in ("python", "clickhouse"):
-                raise SqlAuditError("--clickhouse and --engine chdb exclude each other")
-            backend = ClickHouseEngine(clickhouse)
-            report = sql_audit(backend, database=database or DEFAULT_DATABASE, window=window)
-        else:
-            if engine != "chdb":
-                raise SqlAuditError("--database, --since and --until need --engine chdb or --clickhouse URL")
-            if not paths:
-                raise SqlAuditError("no PATH given (or --clickhouse URL)")
-            if database is not None:
-                raise SqlAuditError("--database applies to --clickhouse only")
-            files = expand_paths(paths)
-            backend = ChdbEngine()
-            backend.load(iter_spans(files, stats))
-            report = sql_audit(backend, window=window)
-            report.files, report.records, report.skipped_records = stats.files, stats.records, stats.skipped_records
-            if stats.spans == 0:
-                raise SqlAuditError(f"no OTLP trace spans in {len(files)} input file(s)")
-    except (SqlAuditError, OtlpInputError) as error:
-        print(f"etf-otel audit: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except OSError as error:
-        print(f"etf-otel audit: cannot use temporary storage: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    finally:
-        if backend is not None:
-            backend.close()
-    return report.emit(json_output)
+    if batch:
+        found.groups.append(batch)
+    return found
