@@ -14,7 +14,7 @@ beside it.
    (outside the timed region). The figure is the median of the per-round ratios
    instrumented / bare. Two shapes: 4 calls x 50 argument fragments (207 SSE events) and
    2 calls x 5 fragments (15 events). A third configuration measured in the same rounds is
-   the floor (``SpansAlone``): a wrapper that emits only the spans of SPEC section 6 for the
+   the floor (``SpansAlone``): a wrapper that emits only the spans of docs/telemetry.md for the
    response, with the same attributes, and does nothing else. With the SDK no
    instrumentation that records those spans can cost less than that.
 2. The observer alone, on chunks the ``openai`` client parsed once (real SDK objects): a bare
@@ -32,7 +32,7 @@ beside it.
      finalized 32-call result.
    * The floor of both, measured in the same rounds: a generator that reads from each SDK
      chunk exactly the fields the identity rules need and, at the end, emits the spans of
-     SPEC section 6 with etf-otel's attributes (``emit_spec_spans``), and does nothing else.
+     docs/telemetry.md with etf-otel's attributes (``emit_spec_spans``), and does nothing else.
 3. The reference assembler alone (feed every chunk, then ``finish()``) versus the ``openai``
    SDK's own accumulator ``ChatCompletionStreamState.handle_chunk`` on the same parsed
    4 x 50 chunks (the SDK side is not asked for its final completion: it does less).
@@ -267,7 +267,7 @@ def _floor(label: str, value: float, per_round: Sequence[float], measured: float
 
 
 def emit_spec_spans(tracer: trace.Tracer, calls: int, fragments: int) -> None:
-    """The spans SPEC section 6 asks for one response, with the attributes etf-otel sets: the floor."""
+    """The spans docs/telemetry.md asks for one response, with the attributes etf-otel sets: the floor."""
     now = time.time_ns()
     response = tracer.start_span(
         "assemble_response",
@@ -302,7 +302,7 @@ def emit_spec_spans(tracer: trace.Tracer, calls: int, fragments: int) -> None:
 
 
 class SpansAlone:
-    """The floor: a wrapper of ``create`` that emits only the spans SPEC section 6 asks for.
+    """The floor: a wrapper of ``create`` that emits only the spans docs/telemetry.md asks for.
 
     One ``assemble_response`` span and one ``assemble_tool_call`` span per call, with the same
     attributes etf-otel sets, through the same providers, when the stream ends, and nothing
@@ -377,7 +377,7 @@ def bench_openai(calls: int, fragments: int, target: float, rounds: int, batch: 
         rounds=rounds,
         notes="median of per-round ratios instrumented/bare; measured = instrumented ms/stream",
         extra=_floor(
-            "floor: the SDK spans of SPEC 6, only",
+            "floor: the SDK spans of docs/telemetry.md, only",
             floor_ratio,
             floor_ratios,
             measured=statistics.median(times["spans_alone"]) * 1e3,

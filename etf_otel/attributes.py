@@ -4,7 +4,7 @@
 (https://opentelemetry.io/docs/specs/semconv/gen-ai/ and .../general/recording-errors/);
 they are copied here rather than imported from ``opentelemetry.semconv._incubating``,
 which is private and moves between releases. ``etf.*`` names are this project's and are
-fixed by SPEC section 6: dashboards and alerts depend on them.
+fixed by docs/telemetry.md: dashboards and alerts depend on them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Final
 from etf_otel.core.vocabulary import OTHER
 
 INSTRUMENTATION_NAME: Final = "etf_otel"
-"""Tracer and meter name (SPEC section 6)."""
+"""Tracer and meter name (docs/telemetry.md)."""
 
 # --- spans --------------------------------------------------------------------------------
 SPAN_ASSEMBLE_TOOL_CALL: Final = "assemble_tool_call"
@@ -39,7 +39,7 @@ ERROR_TYPE: Final = "error.type"
 OPERATION_EXECUTE_TOOL: Final = "execute_tool"
 TOOL_TYPE_FUNCTION: Final = "function"
 
-# --- bounded diagnostics (SPEC section 5) ---------------------------------------------------
+# --- bounded diagnostics (docs/telemetry.md) ---------------------------------------------------
 ETF_ID_KIND: Final = "etf.id.kind"
 ETF_ID_PRIOR_PRESENT: Final = "etf.id.prior_present"
 ETF_ID_EMPTY: Final = "etf.id.empty"
@@ -63,7 +63,7 @@ ETF_STREAM_DISPATCHABLE: Final = "etf.stream.dispatchable"
 ETF_GUARD_REFUSED: Final = "etf.guard.refused"
 ETF_DIVERGENCE_KIND: Final = "etf.divergence.kind"
 
-# --- metrics (SPEC section 6) ------------------------------------------------------------------
+# --- metrics (docs/telemetry.md) ------------------------------------------------------------------
 METRIC_FRAGMENTS: Final = "etf.tool_call.fragments"
 METRIC_ID_TRANSITIONS: Final = "etf.tool_call.id_transitions"
 METRIC_IDENTITY_ERRORS: Final = "etf.tool_call.identity_errors"

@@ -8,7 +8,7 @@ MISSING: Any = object()
 """Leave a key out of the fragment entirely (as opposed to sending ``null``)."""
 
 
-def fragment(index: Any = 0, id: Any = MISSING, name: Any = MISSING, arguments: Any = MISSING) -> dict[str, Any]:  # noqa: A002
+def fragment(index: Any = 0, id: Any = MISSING, name: Any = MISSING, arguments: Any = MISSING) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if index is not MISSING:
         out["index"] = index

@@ -1,4 +1,4 @@
-"""The reference assembler: scoping, the case study, final validation (SPEC sections 2-3)."""
+"""The reference assembler: scoping, the case study, final validation (docs/identity-rules.md)."""
 
 from __future__ import annotations
 

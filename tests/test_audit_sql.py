@@ -18,14 +18,14 @@ import pytest
 
 pytest.importorskip("chdb")
 
-from opentelemetry import context as otel_context  # noqa: E402
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # noqa: E402
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from etf_otel.audit import AuditReport, audit_spans  # noqa: E402
-from etf_otel.audit.pipeline import sql_audit  # noqa: E402
-from etf_otel.audit.sources.otlp_json import iter_spans  # noqa: E402
-from etf_otel.audit.sources.sql import (  # noqa: E402
+from etf_otel.audit import AuditReport, audit_spans
+from etf_otel.audit.pipeline import sql_audit
+from etf_otel.audit.sources.otlp_json import iter_spans
+from etf_otel.audit.sources.sql import (
     ChdbEngine,
     SqlAuditError,
     TimeWindow,
@@ -33,14 +33,14 @@ from etf_otel.audit.sources.sql import (  # noqa: E402
     read_sql,
     to_row,
 )
-from etf_otel.cli.audit import add_audit_arguments, run_audit, run_sql_audit  # noqa: E402
-from etf_otel.core.linkage import Conversation  # noqa: E402
-from etf_otel.instrumentation import GuardRefusedError  # noqa: E402
-from etf_otel.protocols.chat_completions import ReferenceAssembler  # noqa: E402
+from etf_otel.cli.audit import add_audit_arguments, run_audit, run_sql_audit
+from etf_otel.core.linkage import Conversation
+from etf_otel.instrumentation import GuardRefusedError
+from etf_otel.protocols.chat_completions import ReferenceAssembler
 
-from .chunks import MISSING, case_stream, chunk, finished, fragment  # noqa: E402
-from .conftest import Process  # noqa: E402
-from .test_audit import CALL_A, call, clean_turn, consume  # noqa: E402
+from .chunks import MISSING, case_stream, chunk, finished, fragment
+from .conftest import Process
+from .test_audit import CALL_A, call, clean_turn, consume
 
 ALL_KINDS = {
     "orphaned_execution",

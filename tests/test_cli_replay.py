@@ -1,4 +1,4 @@
-"""``etf-otel replay`` end to end: the case study, the JSON contract and exit codes (SPEC section 8)."""
+"""``etf-otel replay`` end to end: the case study, the JSON contract and exit codes (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def assert_one_line_reason(code: int, out: str, err: str) -> None:
 
 
 def assert_report_shape(report: dict[str, Any], *, show_arguments: bool) -> None:
-    """The exact document of SPEC section 8: keys, and types (bool is not an int here)."""
+    """The exact document of docs/cli.md: keys, and types (bool is not an int here)."""
     assert set(report) == {"dispatchable", "stream", "calls", "rejections", "diagnostics"}
     assert type(report["dispatchable"]) is bool
 
@@ -135,6 +135,14 @@ def test_case_study_recordings_preserve_call_a(name: str, capsys: pytest.Capture
         ("call-a", "read_page", '{"page":1}', "proposed")
     ]
     assert report["rejections"] == []
+
+
+@pytest.mark.parametrize("name", CASE_FILES)
+def test_naming_the_detected_protocol_changes_nothing(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    detected = run_json(["replay", str(RECORDINGS / name)], capsys)
+    named = run_json(["replay", str(RECORDINGS / name), "--protocol", "chat_completions"], capsys)
+    assert named == detected
+    assert named[1]["dispatchable"] is True
 
 
 def test_control_and_target_differ_only_in_the_continuation_transition(capsys: pytest.CaptureFixture[str]) -> None:
@@ -392,6 +400,7 @@ def test_directory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         ["replay", "FILE", "--allow"],
         ["replay"],
         ["replay", "FILE", "--bogus"],
+        ["replay", "FILE", "--protocol", "responses_v9"],
         ["frobnicate"],
         [],
     ],

@@ -1,4 +1,4 @@
-"""Concurrent, interleaved streams never share slots (SPEC section 7, guarantee 5).
+"""Concurrent, interleaved streams never share slots (docs/guarantees.md, guarantee 5).
 
 Many streams run at once, in threads and in asyncio tasks, each with 2-4 tool calls whose
 fragments are interleaved, and each with its own ids (``call-{stream}-{slot}``) and

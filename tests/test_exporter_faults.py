@@ -119,7 +119,7 @@ class _ErrorHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:  # the base class's name
         pass
 
 
@@ -150,7 +150,7 @@ class _UnavailableTraces(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, owner: UnavailableGrpcServer) -> None:
         self._owner = owner
 
-    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC's name
+    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:  # gRPC's name
         self._owner.hits += 1
         context.abort(grpc.StatusCode.UNAVAILABLE, "collector unavailable")
         return trace_service_pb2.ExportTraceServiceResponse()  # pragma: no cover - abort raises
@@ -160,7 +160,7 @@ class _UnavailableMetrics(metrics_service_pb2_grpc.MetricsServiceServicer):
     def __init__(self, owner: UnavailableGrpcServer) -> None:
         self._owner = owner
 
-    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._owner.hits += 1
         context.abort(grpc.StatusCode.UNAVAILABLE, "collector unavailable")
         return metrics_service_pb2.ExportMetricsServiceResponse()  # pragma: no cover

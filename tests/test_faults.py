@@ -1,4 +1,4 @@
-"""Fault injection: telemetry that breaks never reaches the application (SPEC section 7).
+"""Fault injection: telemetry that breaks never reaches the application (docs/guarantees.md).
 
 Every fault (an exporter, a span processor, a meter, our own attribute code) is injected
 with strict mode OFF, as in production: the wrappers must still yield, return and raise

@@ -397,7 +397,7 @@ def test_every_wrapper_is_transparent_on_hostile_input(chunks: list[Any], guard:
     # A wrapped third-party assembler that raises on odd input re-raises the same exception.
     class Fragile:
         def feed(self, item: Any) -> None:
-            item["choices"][0]["delta"]  # noqa: B018 - raises on anything odd
+            item["choices"][0]["delta"]  # raises on anything odd
 
         def finish(self) -> list[Any]:
             return []

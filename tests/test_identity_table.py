@@ -1,4 +1,4 @@
-"""Every row of SPEC section 2, each started from the slot state it names.
+"""Every row of docs/identity-rules.md, each started from the slot state it names.
 
 A value alone never decides: the same ``null`` keeps an established id and rejects a
 slot without one. Each case therefore feeds a prefix that builds the state, then the

@@ -5,7 +5,7 @@ SDK (HTTP stack, SSE decoder, chunk models): nothing below the client is mocked.
 scenarios run the same script twice, once without and once with the instrumentor, and
 require the application to see exactly the same chunks (types and serialized content) and
 the same exception, then check what was emitted: spans, their attributes and events, and
-metrics (SPEC sections 4, 6 and 7).
+metrics (docs/categories.md, 6 and 7).
 
 The instrumentor patches ``openai`` classes globally and is a singleton: the ``etf``
 fixture always uninstruments in its finalizer.
@@ -451,7 +451,7 @@ def test_connection_cut_mid_arguments_reaches_the_app_unchanged(etf: Etf, server
     (span,) = tool_spans(etf.captured)
     assert span.attributes["gen_ai.tool.call.id"] == "call-a"
     assert span.attributes["etf.tool_call.verdict"] == "rejected"
-    # Cut mid-arguments: "{\"page\":" does not parse either, and that check comes first (SPEC 3).
+    # Cut mid-arguments: "{\"page\":" does not parse either, and that check comes first (docs/identity-rules.md).
     assert tuple(span.attributes["etf.tool_call.categories"]) == ("invalid_arguments", "truncated_stream")
     assert span.attributes["error.type"] == "invalid_arguments"
     response = response_span(etf.captured)

@@ -5,7 +5,7 @@ the local SSE server through the instrumentor; SDK providers created here (never
 export with the official gRPC and HTTP OTLP exporters to a real OTLP receiver, which decodes
 the requests with the generated protobuf messages a collector uses. The assertions are on
 what arrived: span names, parentage, attributes with their types, events, links, metric
-names and points (SPEC section 6).
+names and points (docs/telemetry.md).
 """
 
 from __future__ import annotations

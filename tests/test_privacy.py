@@ -1,4 +1,4 @@
-"""Canaries: raw ids, names, arguments and results never leak (SPEC sections 5 and 6).
+"""Canaries: raw ids, names, arguments and results never leak (docs/telemetry.md).
 
 Unique canary strings are planted in arguments, rejected ids (every rejection kind),
 rejected names, results, exception messages and unknown ids, then run through every

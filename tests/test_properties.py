@@ -1,9 +1,9 @@
-"""Property tests of the reference assembler over random interleaved streams (SPEC sections 2-3).
+"""Property tests of the reference assembler over random interleaved streams (docs/identity-rules.md).
 
 Each generated scenario is several slots (tool indices 0-3, sometimes two choices), each
 with its own ordered fragments, interleaved at random and packed into chunks at random,
 ended by a random terminal event (or none). The expected outcome is computed here,
-independently of ``etf_otel``, straight from the SPEC tables; the assembler must agree.
+independently of ``etf_otel``, straight from the tables of docs/identity-rules.md; the assembler must agree.
 A second family feeds arbitrary JSON-shaped values and only checks that nothing raises
 and that the invariants of a dispatchable response hold.
 """

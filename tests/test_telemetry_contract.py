@@ -1,4 +1,4 @@
-"""Exact names, kinds, attribute names and value types of SPEC section 6."""
+"""Exact names, kinds, attribute names and value types of docs/telemetry.md."""
 
 from __future__ import annotations
 

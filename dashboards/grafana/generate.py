@@ -7,7 +7,7 @@ Usage:
 Needs ``grafana-foundation-sdk==1769699379!11.6.0`` (the Grafana 11 schema release; the unpinned
 default targets Grafana 10.1).
 
-Every query uses the Prometheus names of SPEC.md section 6 as produced by the OpenTelemetry
+Every query uses the Prometheus names of docs/telemetry.md as produced by the OpenTelemetry
 Prometheus exporter. ``service.name`` reaches Prometheus as ``job``; the execute_tool histogram
 has no provider label, so its panels are filtered by ``job`` only. Panel ids and query ref_ids
 are set here, and the output is written with sorted keys, so it is stable from run to run.
@@ -85,7 +85,7 @@ LAYOUT: tuple[RowSpec | PanelSpec, ...] = (
     PanelSpec(
         2,
         "Identity errors by category",
-        "Fragments rejected by the identity rules (SPEC section 4, identity phase), per second, by "
+        "Fragments rejected by the identity rules (docs/categories.md, identity phase), per second, by "
         "etf.error.category. Any rejection blocks every tool call of its response.",
         "cps",
         (

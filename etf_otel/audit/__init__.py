@@ -1,4 +1,4 @@
-"""``etf-otel audit``: check call-to-result linkage in exported traces (SPEC section 8).
+"""``etf-otel audit``: check call-to-result linkage in exported traces (docs/cli.md).
 
 Layers, each importing only those above it:
 

@@ -1,4 +1,4 @@
-"""The checks of one trace (SPEC section 8): :func:`check_trace`.
+"""The checks of one trace (docs/cli.md): :func:`check_trace`.
 
 :func:`check_trace` is given every :class:`SpanRecord` of one trace and every :class:`LinkProbe`
 linking into it, in any order, and returns the trace's findings. It runs in phases, each on the
@@ -11,7 +11,7 @@ linking into it, in any order, and returns the trace's findings. It runs in phas
 4. :func:`tool_message_findings`: tool messages answering nothing the trace proposed;
 5. :func:`recorded_violation_findings`: what the instrumentation recorded and the audit did not find.
 
-Findings map to SPEC section 4 categories where one exists; ``missing_span`` and
+Findings map to docs/categories.md categories where one exists; ``missing_span`` and
 ``malformed_span`` are about the telemetry itself and have no category.
 """
 

@@ -43,7 +43,7 @@ STATUS_CODE_ERROR = 2
 
 
 class FindingKind(str, Enum):
-    """What the audit found (closed set). ``category`` gives the SPEC section 4 category."""
+    """What the audit found (closed set). ``category`` gives the docs/categories.md category."""
 
     ORPHANED_EXECUTION = "orphaned_execution"
     """An ``execute_tool`` span whose call id and link match no ``assemble_tool_call`` of the trace."""
@@ -64,7 +64,7 @@ class FindingKind(str, Enum):
     MISSING_SPAN = "missing_span"
     """A parent or link points at a span that never arrived (started but never exported, or not in the input)."""
     MALFORMED_SPAN = "malformed_span"
-    """An etf-otel span without an attribute the contract requires (SPEC section 6)."""
+    """An etf-otel span without an attribute the contract requires (docs/telemetry.md)."""
 
 
 FIXED_CATEGORY: dict[FindingKind, str | None] = {

@@ -47,7 +47,7 @@ def _bucket_of(trace_id: str, buckets: int) -> int:
 def _pickled_batches(source: IO[bytes]) -> Iterator[list[Item]]:
     while True:
         try:
-            batch = pickle.load(source)  # noqa: S301 - our own spill file
+            batch = pickle.load(source)  # our own spill file
         except EOFError:
             return
         yield batch

@@ -48,7 +48,7 @@ class AuditReport:
 
     @property
     def has_findings(self) -> bool:
-        """Whether anything was found (the audit's exit status: SPEC section 8)."""
+        """Whether anything was found (the audit's exit status: docs/cli.md)."""
         return self.findings != 0
 
     def add_trace(self, findings: list[AuditFinding]) -> None:

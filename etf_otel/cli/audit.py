@@ -2,7 +2,7 @@
 
 The audit itself (``etf_otel.audit``) prints nothing; this module reads the command line, runs the
 audit over files (``--engine python``, the default), a Phoenix server (``--phoenix``) or a SQL engine
-(``--engine chdb``, ``--clickhouse``), prints the report and returns the exit code (SPEC section 8):
+(``--engine chdb``, ``--clickhouse``), prints the report and returns the exit code (docs/cli.md):
 :data:`EXIT_OK` when nothing was found, :data:`EXIT_FOUND` when something was, :data:`EXIT_BAD_INPUT`
 (one line on stderr) when the input or the usage is bad.
 """
@@ -104,7 +104,7 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def emit_audit_report(report: AuditReport, json_output: bool) -> int:
-    """Print the report (``--json`` or the readable table) and return the exit code of SPEC 8."""
+    """Print the report (``--json`` or the readable table) and return the exit code of docs/cli.md."""
     if json_output:
         sys.stdout.write(json.dumps(report.to_dict()) + "\n")
     else:
@@ -123,7 +123,7 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
         return
     table = Table(title="Findings")
     table.add_column("kind", style="bold", no_wrap=True)
-    table.add_column("category (SPEC §4)")
+    table.add_column("category")
     table.add_column("count", justify="right")
     table.add_column("traces", justify="right")
     for kind, summary in report.sorted_kinds():
@@ -140,7 +140,7 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
             console.print(f"    … and {more} more", soft_wrap=True)
     console.print(
         f"[red]{report.findings} finding(s)[/red] in {report.traces_with_findings} trace(s). "
-        "missing_span and malformed_span concern the telemetry itself (no SPEC category)."
+        "missing_span and malformed_span concern the telemetry itself (they have no error category)."
     )
 
 
@@ -160,7 +160,7 @@ def run_audit(
     since: str | None = None,
     until: str | None = None,
 ) -> int:
-    """Audit the exports at ``paths`` (or a Phoenix server); prints the report, returns the exit code (SPEC 8)."""
+    """Audit the exports at ``paths`` (or a Phoenix server); prints the report, returns the exit code (docs/cli.md)."""
     if engine != "python" or clickhouse is not None or database is not None or since is not None or until is not None:
         if phoenix is not None or project is not None:
             return _fail("--phoenix takes no SQL option (--engine, --clickhouse, ...)")

@@ -32,7 +32,7 @@ _JSON_TYPE_NAMES = {list: "array", str: "string", int: "number", float: "number"
 def read_chunks(path: str | Path) -> Iterator[object]:
     """Yield the chunks of a recording in order (``"[DONE]"`` for the sentinel)."""
     try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed by the generator's finally
+        handle = open(path, "rb")  # closed by the generator's finally
     except OSError as error:
         raise RecordingError(f"cannot read {path}: {error.strerror or error}") from None
     try:

@@ -234,7 +234,7 @@ _ABSENT: Any = object()
 
 def _fragment(
     index: Any, id: Any = _ABSENT, name: Any = _ABSENT, arguments: Any = _ABSENT, **extra: Any
-) -> dict[str, Any]:  # noqa: A002
+) -> dict[str, Any]:
     out: dict[str, Any] = {"index": index} if index is not _ABSENT else {}
     if id is not _ABSENT:
         out["id"] = id

@@ -1,6 +1,6 @@
 """``etf-otel replay``: assemble one recorded response and report what the rules decided.
 
-The JSON document is the contract of SPEC section 8; its shape is written down once
+The JSON document is the contract of docs/cli.md; its shape is written down once
 as pydantic models so that the CLI, tests and users read the same schema.
 """
 
@@ -62,7 +62,7 @@ class ReplayReport(BaseModel):
 
 
 def build_report(result: AssemblyResult, *, show_arguments: bool = False) -> ReplayReport:
-    """The SPEC section 8 document for ``result``; arguments only when asked for."""
+    """The docs/cli.md document for ``result``; arguments only when asked for."""
     return ReplayReport(
         dispatchable=result.dispatchable,
         stream=StreamSummary(

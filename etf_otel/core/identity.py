@@ -1,4 +1,4 @@
-"""The slot identity state machine (SPEC section 2).
+"""The slot identity state machine (docs/identity-rules.md).
 
 A slot is one tool call being assembled. Its identity state is one of:
 
@@ -93,7 +93,7 @@ class Incoming(Enum):
 
 
 class CompatibilityRule(str, Enum):
-    """Named, opt-in accommodations of real providers' deviations (SPEC section 2)."""
+    """Named, opt-in accommodations of real providers' deviations (docs/identity-rules.md)."""
 
     EMPTY_CONTINUATION = "empty_continuation"
     """``id: ""`` after an established id is no update (transition ``keep_empty``)."""
@@ -105,7 +105,7 @@ class CompatibilityRule(str, Enum):
 class IdDecision:
     """One row of the table, shared by every fragment that hits it.
 
-    Besides the transition it carries the bounded diagnostic values of SPEC section 5,
+    Besides the transition it carries the bounded diagnostic values of docs/telemetry.md,
     so recording a diagnostic is storing a reference to this object. Equality and hash
     are identity (``eq=False``): counting decisions per response must not hash enums.
     """

@@ -1,4 +1,4 @@
-"""Linkage and completeness checks across one conversation (SPEC section 4, linkage phase).
+"""Linkage and completeness checks across one conversation (docs/categories.md, linkage phase).
 
 A conversation alternates model responses and tool results. After a response, its
 dispatchable proposals await execution and a result; the next model request (or the end

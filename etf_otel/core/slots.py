@@ -13,7 +13,7 @@ later) turns its wire events into these calls on :class:`ResponseSlots`:
   protocol's rule (Chat Completions: ``[DONE]``, or a finish reason on every choice that
   has tool calls), so the adapter decides and the slot model only records it.
 
-:meth:`~ResponseSlots.finish` then validates every slot (SPEC section 3) and returns an
+:meth:`~ResponseSlots.finish` then validates every slot (docs/identity-rules.md) and returns an
 immutable :class:`AssemblyResult`. Slots live only inside one ``ResponseSlots``: nothing
 is shared across responses, so no id can leak from one response into another.
 
@@ -162,7 +162,7 @@ class ResponseSlots:
     def unindexed(
         self,
         choice: int,
-        id: object = ABSENT,  # noqa: A002
+        id: object = ABSENT,  # the wire field is called id
         name: object = ABSENT,
         arguments: object = ABSENT,
         *,
@@ -202,7 +202,7 @@ class ResponseSlots:
         key = (decision, category)
         self._errors[key] = self._errors.get(key, 0) + 1
 
-    def _infer_index(self, choice: int, id: object, incoming: Incoming) -> int | None:  # noqa: A002
+    def _infer_index(self, choice: int, id: object, incoming: Incoming) -> int | None:
         """The only index this fragment can belong to, or ``None`` when that is ambiguous.
 
         * It carries a non-empty string id: the slot of this choice established with that
@@ -231,7 +231,7 @@ class ResponseSlots:
         self,
         choice: int,
         index: int,
-        id: object = ABSENT,  # noqa: A002 - the wire field is called id
+        id: object = ABSENT,
         name: object = ABSENT,
         arguments: object = ABSENT,
     ) -> None:

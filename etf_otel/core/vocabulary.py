@@ -1,7 +1,7 @@
 """The closed vocabularies of etf-otel: error categories, id kinds and transitions.
 
 Every value here may end up as a span attribute or a metric label, so every set is
-closed and small (SPEC sections 4 and 5). Nothing in this module can carry a raw id,
+closed and small (docs/categories.md and docs/telemetry.md). Nothing in this module can carry a raw id,
 name or argument text: that is the privacy guarantee of the bounded diagnostics.
 
 The enums subclass ``str`` so their members serialise to JSON and OpenTelemetry
@@ -27,7 +27,7 @@ __all__ = [
 
 
 class Phase(str, Enum):
-    """Where in the life of a call a category is decided (SPEC section 4)."""
+    """Where in the life of a call a category is decided (docs/categories.md)."""
 
     IDENTITY = "identity"
     ASSEMBLY = "assembly"
@@ -36,7 +36,7 @@ class Phase(str, Enum):
 
 
 class ErrorCategory(str, Enum):
-    """The closed list of SPEC section 4. Adding one is a contract change."""
+    """The closed list of docs/categories.md. Adding one is a contract change."""
 
     INITIAL_NULL = "initial_null"
     ID_CONFLICT = "id_conflict"
@@ -164,7 +164,7 @@ def bounded_finish_reason(reason: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FragmentDiagnostic:
-    """The bounded description of one identity decision (SPEC section 5).
+    """The bounded description of one identity decision (docs/telemetry.md).
 
     ``choice``/``index`` are ``None`` when the fragment had no usable index. The raw id,
     name and arguments are deliberately not fields of this class.

@@ -1,4 +1,4 @@
-"""Assembler wrappers: any assembler fed chunks and then finished, observed (SPEC section 7).
+"""Assembler wrappers: any assembler fed chunks and then finished, observed (docs/guarantees.md).
 
 An :class:`AssemblerAdapter` says how to drive one: which methods take a chunk, which
 one marks the end-of-stream sentinel, which one ends the response, and how to read the

@@ -1,4 +1,4 @@
-"""Tool host wrappers: each execution becomes an ``execute_tool`` span (SPEC section 7).
+"""Tool host wrappers: each execution becomes an ``execute_tool`` span (docs/guarantees.md).
 
 The span carries the preserved call id and links to the ``assemble_tool_call`` span that
 proposed it, when this process saw the proposal. In opt-in guard mode a call that is not

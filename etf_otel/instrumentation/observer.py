@@ -1,4 +1,4 @@
-"""The observer beside one streamed response (SPEC section 6).
+"""The observer beside one streamed response (docs/telemetry.md).
 
 A :class:`ResponseObserver` runs the identity rules, through the adapter of the stream's
 wire protocol (Chat Completions unless told otherwise), over the same events the

@@ -26,7 +26,7 @@ def set_strict(strict: bool) -> bool:
     return previous
 
 
-class internal_errors_swallowed:  # noqa: N801 - used like a function: ``with internal_errors_swallowed(...)``
+class internal_errors_swallowed:  # used like a function: ``with internal_errors_swallowed(...)``
     """Run telemetry work; on error log ``what`` failed at DEBUG and carry on.
 
     The exception message is not logged: it could quote a value (an id, an argument)

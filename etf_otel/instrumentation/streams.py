@@ -1,4 +1,4 @@
-"""Stream wrappers: a sync or async iterable of chunks, observed (SPEC section 6).
+"""Stream wrappers: a sync or async iterable of chunks, observed (docs/telemetry.md).
 
 Each wrapper is a transparent proxy (``wrapt``): ``isinstance`` checks, attributes and
 every chunk are the wrapped stream's own; only iteration and closing are watched. The

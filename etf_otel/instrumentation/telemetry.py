@@ -1,4 +1,4 @@
-"""Turning assembly results and executions into spans, events and metrics (SPEC section 6).
+"""Turning assembly results and executions into spans, events and metrics (docs/telemetry.md).
 
 Spans and metric updates happen once per call and once per response, never per
 fragment: the observer records plain diagnostics while the stream flows, and this module

@@ -158,7 +158,7 @@ def message_calls(message: Any) -> list[AssembledCall]:
 
 
 LANGCHAIN_ADAPTER: dict[str, Any] = {"feed": ("add",), "finish": "result", "done": None, "calls": message_calls}
-"""How :func:`~etf_otel.instrumentation.wrappers.instrument_assembler` drives a :class:`LangChainAccumulator`."""
+"""How :func:`~etf_otel.instrumentation.instrument_assembler` drives a :class:`LangChainAccumulator`."""
 
 
 def instrument_langchain(

@@ -81,7 +81,7 @@ OPENAI_STATE_ADAPTER: dict[str, Any] = {
     "done": None,
     "calls": completion_calls,
 }
-"""How :func:`~etf_otel.instrumentation.wrappers.instrument_assembler` drives a ``ChatCompletionStreamState``."""
+"""How :func:`~etf_otel.instrumentation.instrument_assembler` drives a ``ChatCompletionStreamState``."""
 
 
 class ComparisonObserver(ResponseObserver):

@@ -39,7 +39,7 @@ valid arguments."""
 
 
 class ReferenceAssembler:
-    """Assembles one streamed Chat Completions response by the rules of SPEC sections 2-3.
+    """Assembles one streamed Chat Completions response by the rules of docs/identity-rules.md.
 
     Feed every chunk with :meth:`feed` (``"[DONE]"`` too, or call :meth:`feed_done`),
     then call :meth:`finish`. One instance per response: slots never outlive it.

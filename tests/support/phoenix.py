@@ -58,7 +58,7 @@ class PhoenixServer:
                 "PHOENIX_DISABLE_AGENT_ASSISTANT": "true",
             }
         )
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in close()
+        self._log = open(self.log_path, "wb")  # closed in close()
         self.process = subprocess.Popen(
             [str(executable), "serve"], stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=workdir
         )

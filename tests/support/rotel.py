@@ -74,7 +74,7 @@ class Rotel:
             "100ms",
         ]
         env = {key: value for key, value in os.environ.items() if not key.startswith(("OTEL_", "ROTEL_"))}
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in close()
+        self._log = open(self.log_path, "wb")  # closed in close()
         self.process = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + startup_timeout
         while not (_listening(self.grpc_port) and _listening(self.http_port)):

@@ -232,7 +232,7 @@ def _decode_span(span: Any, service: str | None) -> SpanData:
 
 def _open(path: str) -> tuple[IO[bytes], IO[bytes]]:
     """(text source, raw file for progress) with gzip detected by magic bytes."""
-    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
+    raw = open(path, "rb")  # closed by the caller
     try:
         magic = raw.read(2)
         raw.seek(0)

@@ -173,7 +173,7 @@ def _get_page(url: str, timeout: float) -> Any:
         headers["Authorization"] = f"Bearer {api_key}"
     request = urllib.request.Request(url, headers=headers, method="GET")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 - scheme checked
+        with urllib.request.urlopen(request, timeout=timeout) as answer:  # scheme checked
             body = answer.read(MAX_PAGE_BYTES + 1)
     except urllib.error.HTTPError as error:
         detail = ""

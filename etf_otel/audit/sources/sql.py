@@ -249,7 +249,7 @@ class ChdbEngine:
         path = os.path.join(self._directory, "batch.jsonl")
         total = 0
         pending = 0
-        out = open(path, "w", encoding="utf-8")  # noqa: SIM115 - reopened per batch
+        out = open(path, "w", encoding="utf-8")  # reopened per batch
         try:
             for span in spans:
                 out.write(json.dumps(to_row(span), separators=(",", ":")))
@@ -260,7 +260,7 @@ class ChdbEngine:
                     self._insert(path)
                     total += pending
                     pending = 0
-                    out = open(path, "w", encoding="utf-8")  # noqa: SIM115
+                    out = open(path, "w", encoding="utf-8")
         finally:
             out.close()
         if pending:
@@ -303,13 +303,13 @@ class ClickHouseEngine:
             self._client = clickhouse_connect.get_client(
                 dsn=url, connect_timeout=connect_timeout, autogenerate_session_id=True
             )
-        except Exception as error:  # noqa: BLE001 - any driver failure is a one-line exit 2
+        except Exception as error:  # any driver failure is a one-line exit 2
             raise SqlAuditError(f"cannot connect to ClickHouse at {_redacted(url)}: {_one_line(error)}") from None
 
     def query(self, sql: str, params: dict[str, Any]) -> list[list[Any]]:
         try:
             return [list(row) for row in self._client.query(sql, parameters=params).result_rows]
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise SqlAuditError(f"ClickHouse query failed: {_one_line(error)}") from None
 
     def close(self) -> None:

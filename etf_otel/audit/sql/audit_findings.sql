@@ -5,7 +5,7 @@
 --   kind         orphaned_execution, duplicate_execution, unanswered_call, execution_without_result,
 --                executed_rejected, refused_execution, orphaned_tool_message, recorded_violation,
 --                missing_span, malformed_span
---   trace_id, span_id, category (SPEC section 4, '' for none), call_id ('' for none), detail ('' for none)
+--   trace_id, span_id, category (docs/categories.md, '' for none), call_id ('' for none), detail ('' for none)
 --
 -- Parameters (clickhouse-client: --param_database=otel --param_table=otel_traces --param_since_ns=0 ...):
 --   database, table    where the exporter writes (defaults of the exporter: otel, otel_traces)
@@ -78,7 +78,7 @@ SELECT
                                          JSONExtractArrayRaw(m, 'parts'))),
                     []),
             JSONExtractArrayRaw(SpanAttributes['gen_ai.input.messages']))))) AS tool_messages,
-    -- contract attributes that are missing (SPEC section 6)
+    -- contract attributes that are missing (docs/telemetry.md)
     arrayConcat(
         arrayMap(n -> 'etf.integrity.violation event without etf.error.category',
                  arrayFilter((n, a) -> n = 'etf.integrity.violation' AND a['etf.error.category'] = '',
