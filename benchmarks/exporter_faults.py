@@ -3,7 +3,7 @@
 For each transport (gRPC, HTTP) and each collector condition (``none``: a healthy OTLP
 receiver; ``down``: connection refused; ``blackhole``: accepts and never answers; ``error``:
 503 / ``UNAVAILABLE``; ``raising``: exporters that raise), it builds the real pipeline of
-``tests/test_exporter_faults.py`` (``BatchSpanProcessor`` + official OTLP exporter with a
+``tests/instrumentation/test_exporter_faults.py`` (``BatchSpanProcessor`` + official OTLP exporter with a
 0.5 s timeout, ``PeriodicExportingMetricReader``), consumes ``--streams`` instrumented
 responses (3 calls each, executed through an instrumented host), and records the
 consumption time; ``--runs`` runs per case, round robin across cases (so load drift hits every
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", "true")
 
-from tests.test_exporter_faults import (  # noqa: E402 - after the path and environment set-up
+from tests.instrumentation.test_exporter_faults import (  # noqa: E402 - after the path and environment set-up
     FAULTS,
     TRANSPORTS,
     Collector,

@@ -1,6 +1,6 @@
 """Long soak: 1,000 concurrent asyncio streams plus 8 threads of synchronous streams, for ``--seconds``.
 
-The rig is the one of ``tests/test_soak.py`` (the short form run by pytest): every stream runs in
+The rig is the one of ``tests/instrumentation/test_soak.py`` (the short form run by pytest): every stream runs in
 its own ``consumer`` span and a validating span processor checks, incrementally, that every span
 belongs to its own stream and slot, ends exactly once, and that none is left open. With
 ``tracemalloc`` (the default) it also checks that the memory allocated by ``etf_otel`` code
@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.test_soak import Soak, soak_with_memory  # noqa: E402 - after the path set-up
+from tests.instrumentation.test_soak import Soak, soak_with_memory  # noqa: E402 - after the path set-up
 
 
 def main() -> int:

@@ -27,7 +27,7 @@ Wire format, chosen to match real providers closely enough that the SDK takes it
     zero-length chunk): the SDK simply stops iterating, with no error (a clean but truncated stream);
   * ``cut_after=n`` sends ``n`` events and then shuts the socket down without the final chunk: the
     client's HTTP layer sees an incomplete body and the ``openai`` SDK raises ``APIConnectionError``
-    (observed with openai 3.51 / httpx2; see ``tests/test_local_sse.py``). The socket is shut down with
+    (observed with openai 3.51 / httpx2; see ``tests/cli/test_local_sse.py``). The socket is shut down with
     FIN, not reset, so the events already sent are always delivered: the cut is deterministic.
 
 - A non-200 ``status`` answers ``application/json``: the script's first event if it is a dict (so a test

@@ -1,7 +1,7 @@
 """An agent process: streams two recorded responses through the instrumentation, exports its
 spans over OTLP/HTTP, and prints each proposal with the W3C trace context a tool host needs.
 
-Run by ``tests/test_multiprocess_audit.py`` as its own OS process.
+Run by ``tests/audit/test_multiprocess_audit.py`` as its own OS process.
 Usage: agent.py OTLP_TRACES_URL RECORDING...
 """
 

@@ -2,7 +2,7 @@
 the caller's W3C trace context) through an instrumented host and exports over OTLP/HTTP.
 
 ``execute`` is the list of call ids to run, in order (an id may repeat; an unknown id is run
-with the first call's context). Run by ``tests/test_multiprocess_audit.py``.
+with the first call's context). Run by ``tests/audit/test_multiprocess_audit.py``.
 Usage: tool_host.py OTLP_TRACES_URL ID...
 """
 

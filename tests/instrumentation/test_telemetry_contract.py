@@ -11,8 +11,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from etf_otel import assemble
 from etf_otel.core.linkage import Conversation
 
-from .chunks import MISSING, case_stream, chunk, finished, fragment
-from .conftest import Captured
+from ..chunks import MISSING, case_stream, chunk, finished, fragment
+from ..conftest import Captured
 
 
 def _consume(stream: Any) -> list[Any]:
@@ -174,7 +174,7 @@ def test_setups_before_and_after_the_global_meter_provider_is_set_all_count() ->
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     run = subprocess.run(
         [sys.executable, "-c", _GLOBAL_PROVIDER_SET_LATE], capture_output=True, text=True, timeout=60, cwd=root
     )

@@ -15,7 +15,7 @@ from etf_otel import CompatibilityRule, ErrorCategory, IdKind, ReferenceAssemble
 from etf_otel.core.identity import STRICT_TABLE, IdentityRules, IdState, Incoming
 from etf_otel.core.vocabulary import Phase
 
-from .chunks import MISSING, chunk, fragment
+from ..chunks import MISSING, chunk, fragment
 
 # state name -> fragments (index 0) that build it before the incoming one arrives
 STATES: dict[str, list[dict[str, Any]]] = {

@@ -33,7 +33,7 @@ from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
 from etf_otel.instrumentation.safety import set_strict
 from etf_otel.integrations.openai import OpenAIInstrumentor, instrument_openai
 
-from .support.otlp_receiver import OtlpReceiver, ReceivedSpan
+from ..support.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 RESOURCE = Resource.create({"service.name": "etf-otel-export-tests"})
 USER: list[Any] = [{"role": "user", "content": "read page 1"}]

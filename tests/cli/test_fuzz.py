@@ -1,6 +1,6 @@
 """Hostile input: every wrapper and both CLIs over arbitrary, malformed and huge input.
 
-``tests/test_properties.py`` already checks that the reference assembler alone never raises on
+``tests/core/test_properties.py`` already checks that the reference assembler alone never raises on
 JSON-shaped chunks. This module extends that to everything around it:
 
 * every wrapper (sync and async stream, assembler, host in observe and guard modes) stays
@@ -17,7 +17,7 @@ JSON-shaped chunks. This module extends that to everything around it:
   JSON exit 0, 1 or 2, and 2 always with one line on stderr, never a traceback;
 * huge strings (10 MB arguments, a 64 MB stream under ``tracemalloc``) and 10,000-deep nesting.
 
-Long mode: ``ETF_FUZZ_LONG=1 .venv/bin/python -m pytest tests/test_fuzz.py -p no:cacheprovider``
+Long mode: ``ETF_FUZZ_LONG=1 .venv/bin/python -m pytest tests/cli/test_fuzz.py -p no:cacheprovider``
 multiplies every ``max_examples`` by 50 (``ETF_FUZZ_SCALE=N`` to choose the factor). The number of
 cases run is printed at the end of the module.
 """
@@ -56,7 +56,7 @@ from etf_otel.instrumentation import GuardRefusedError, Instrumentation
 from etf_otel.instrumentation.safety import set_strict
 from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler, assemble
 
-from .chunks import MISSING
+from ..chunks import MISSING
 
 LONG = os.environ.get("ETF_FUZZ_LONG") == "1"
 SCALE = int(os.environ.get("ETF_FUZZ_SCALE", "50")) if LONG else 1

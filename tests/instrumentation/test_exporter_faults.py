@@ -53,7 +53,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from etf_otel.instrumentation import Instrumentation
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RESOURCE = Resource.create({"service.name": "etf-otel-exporter-faults"})
 EXPORT_TIMEOUT_S = 0.5
 TRANSPORTS = ("grpc", "http")
@@ -535,7 +535,7 @@ EXIT_SCRIPT = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {repo!r})
-    from tests.test_exporter_faults import Collector, build_pipeline, run_application
+    from tests.instrumentation.test_exporter_faults import Collector, build_pipeline, run_application
     collector = Collector({transport!r}, {fault!r}, {grpc!r}, {http!r})
     pipeline = build_pipeline(collector)
     pipeline.tracer_provider._atexit_handler = None

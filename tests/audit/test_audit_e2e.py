@@ -37,9 +37,9 @@ from etf_otel.audit.sources.otlp_json import iter_spans
 from etf_otel.audit.sources.phoenix import PhoenixError, iter_phoenix_spans
 from etf_otel.cli import main
 
-from .support.otlp_receiver import OtlpReceiver
-from .support.phoenix import PhoenixServer, phoenix_executable
-from .support.rotel import Rotel, free_port, rotel_binary
+from ..support.otlp_receiver import OtlpReceiver
+from ..support.phoenix import PhoenixServer, phoenix_executable
+from ..support.rotel import Rotel, free_port, rotel_binary
 
 TIMEOUT = 60
 TELEMETRY_KINDS = ("missing_span", "malformed_span")
@@ -304,7 +304,7 @@ def test_application_spans_into_phoenix_and_a_file_agree(tmp_path: Path, phoenix
     from etf_otel.core.linkage import Conversation
     from etf_otel.instrumentation import Instrumentation
 
-    from .chunks import case_stream
+    from ..chunks import case_stream
 
     project = f"etf-app-{uuid.uuid4().hex[:8]}"
     path = tmp_path / "app.jsonl"

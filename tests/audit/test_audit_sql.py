@@ -38,8 +38,8 @@ from etf_otel.core.linkage import Conversation
 from etf_otel.instrumentation import GuardRefusedError
 from etf_otel.protocols.chat_completions import ReferenceAssembler
 
-from .chunks import MISSING, case_stream, chunk, finished, fragment
-from .conftest import Process
+from ..chunks import MISSING, case_stream, chunk, finished, fragment
+from ..conftest import Process
 from .test_audit import CALL_A, call, clean_turn, consume
 
 ALL_KINDS = {

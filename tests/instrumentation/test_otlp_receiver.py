@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, format_span_id, format_trace_id
 
-from .support.otlp_receiver import OtlpReceiver, ReceivedSpan
+from ..support.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 RESOURCE = Resource.create({"service.name": "etf-otel-tests"})
 

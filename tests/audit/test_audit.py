@@ -21,8 +21,8 @@ from etf_otel.core.linkage import Conversation
 from etf_otel.instrumentation import GuardRefusedError, Instrumentation
 from etf_otel.protocols.chat_completions import ReferenceAssembler
 
-from .chunks import MISSING, case_stream, chunk, finished, fragment
-from .conftest import Process
+from ..chunks import MISSING, case_stream, chunk, finished, fragment
+from ..conftest import Process
 
 CALL_A = {"id": "call-a", "function": {"name": "read_page", "arguments": '{"page":1}'}}
 

@@ -13,9 +13,9 @@ import pytest
 from etf_otel import ErrorCategory, IdKind, Transition
 from etf_otel.cli import main
 
-from .chunks import MISSING, chunk, finished, fragment
+from ..chunks import MISSING, chunk, finished, fragment
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "examples" / "recordings"
 CASE_FILES = ("case-control.jsonl", "case-target.jsonl", "case-target.sse")
 

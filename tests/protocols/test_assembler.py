@@ -22,7 +22,7 @@ from etf_otel.core.identity import ABSENT, IdState
 from etf_otel.core.slots import ResponseSlots
 from etf_otel.protocols.base import field
 
-from .chunks import MISSING, case_stream, chunk, finished, fragment
+from ..chunks import MISSING, case_stream, chunk, finished, fragment
 
 E = ErrorCategory
 

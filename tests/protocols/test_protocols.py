@@ -10,8 +10,8 @@ import pytest
 from etf_otel import ABSENT, AssemblyResult, ErrorCategory, IdentityRules, ResponseSlots, StreamState
 from etf_otel.protocols import CHAT_COMPLETIONS, PROTOCOLS, StreamAssembler, WireProtocol, detect, get
 
-from .chunks import chunk, fragment
-from .conftest import Captured
+from ..chunks import chunk, fragment
+from ..conftest import Captured
 
 
 def test_protocols_are_found_by_name_and_descriptions_pass_through() -> None:

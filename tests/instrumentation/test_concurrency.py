@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from etf_otel import attributes as A
 
-from .chunks import chunk, fragment
+from ..chunks import chunk, fragment
 
 THREADS = 8
 STREAMS_PER_THREAD = 25

@@ -42,7 +42,7 @@ from etf_otel.integrations.openai_state import (
 )
 from etf_otel.protocols.chat_completions import DONE
 
-from .conftest import Captured
+from ..conftest import Captured
 
 REQUIRED = [
     "clean multi-call stream",
@@ -388,6 +388,6 @@ def test_quirks_table_in_docs_is_what_the_libraries_do_today() -> None:
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parent.parent / "scripts" / "quirks_table.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "quirks_table.py"
     run = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]

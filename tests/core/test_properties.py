@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from etf_otel import DONE, AssemblyResult, ErrorCategory, ReferenceAssembler, StreamState, Verdict
 
-from .chunks import MISSING
+from ..chunks import MISSING
 
 E = ErrorCategory
 Key = tuple[int, int]

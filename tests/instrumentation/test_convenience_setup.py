@@ -26,8 +26,8 @@ from etf_otel.instrumentation import (
 )
 from etf_otel.instrumentation.convenience import shared_instrumentation
 
-from .chunks import case_stream
-from .conftest import Captured
+from ..chunks import case_stream
+from ..conftest import Captured
 
 
 class Host:

@@ -32,7 +32,7 @@ from etf_otel.instrumentation.safety import set_strict
 from etf_otel.instrumentation.telemetry import DEFAULT_MAX_CONTENT_CHARS, Telemetry
 from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler
 
-from .chunks import MISSING, chunk, finished, fragment
+from ..chunks import MISSING, chunk, finished, fragment
 
 
 def canary(label: str) -> str:

@@ -11,10 +11,10 @@ from typing import Any
 
 from etf_otel.cli.audit import run_audit
 
-from .support.otlp_receiver import OtlpReceiver
+from ..support.otlp_receiver import OtlpReceiver
 
-PROCESSES = Path(__file__).parent / "support" / "processes"
-RECORDINGS = Path(__file__).resolve().parent.parent / "examples" / "recordings"
+PROCESSES = Path(__file__).resolve().parents[1] / "support" / "processes"
+RECORDINGS = Path(__file__).resolve().parents[2] / "examples" / "recordings"
 
 
 def _run(script: str, *args: str, stdin: str = "") -> str:

@@ -37,7 +37,7 @@ from etf_otel.instrumentation.safety import set_strict
 from etf_otel.instrumentation.telemetry import Telemetry
 from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler
 
-from .chunks import chunk, finished, fragment
+from ..chunks import chunk, finished, fragment
 
 # --- fakes ------------------------------------------------------------------------------------
 
