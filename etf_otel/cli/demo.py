@@ -31,7 +31,7 @@ from etf_otel import attributes as A
 from etf_otel.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
 from etf_otel.cli.sdk_setup import setup_sdk
-from etf_otel.core.slots import AssemblyResult, ToolCall
+from etf_otel.core.results import AssemblyResult, ToolCall
 from etf_otel.errors import GuardRefusedError
 from etf_otel.protocols.chat_completions import ReferenceAssembler
 

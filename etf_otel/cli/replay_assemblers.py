@@ -30,7 +30,7 @@ from rich.table import Table
 from etf_otel import attributes as A
 from etf_otel.cli.replay_report import build_report
 from etf_otel.core.identity import CompatibilityRule
-from etf_otel.core.slots import AssemblyResult
+from etf_otel.core.results import AssemblyResult
 from etf_otel.instrumentation.setup import Instrumentation
 from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler
 

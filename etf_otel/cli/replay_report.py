@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from etf_otel.core.slots import AssemblyResult
+from etf_otel.core.results import AssemblyResult
 from etf_otel.core.vocabulary import bounded_finish_reason
 
 __all__ = ["ReplayReport", "build_report", "render_report"]

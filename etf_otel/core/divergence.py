@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from enum import Enum
 
-from etf_otel.core.slots import ToolCall
+from etf_otel.core.results import ToolCall
 
 __all__ = ["AssembledCall", "DivergenceKind", "compare"]
 

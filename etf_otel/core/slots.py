@@ -37,7 +37,7 @@ from etf_otel.core.identity import (
     classify,
     incoming_key,
 )
-from etf_otel.core.results import AssemblyResult, RejectedFragment, Rejection, ToolCall
+from etf_otel.core.results import AssemblyResult, RejectedFragment, Rejection
 from etf_otel.core.slot_state import SlotState, compact
 from etf_otel.core.validation import count_decisions, final_calls
 from etf_otel.core.vocabulary import ErrorCategory, IdKind, StreamState, Transition
@@ -46,11 +46,7 @@ __all__ = [
     "DEFAULT_MAX_ARGUMENT_CHARS",
     "DEFAULT_MAX_DIAGNOSTICS",
     "MAX_REJECTED_KEPT",
-    "AssemblyResult",
-    "Rejection",
-    "RejectedFragment",
     "ResponseSlots",
-    "ToolCall",
 ]
 
 DEFAULT_MAX_ARGUMENT_CHARS: Final = 8 * 1024 * 1024

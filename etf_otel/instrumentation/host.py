@@ -31,7 +31,7 @@ from etf_otel.instrumentation._switches import _suppressed
 from etf_otel.instrumentation.registry import ProposalRecord
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.telemetry import Telemetry
-from etf_otel.protocols.chat_completions import field
+from etf_otel.protocols.base import field
 
 __all__ = ["ObservedHost", "ToolFunction", "ToolHost"]
 

@@ -18,7 +18,7 @@ from opentelemetry import context as otel_context
 
 from etf_otel.core.identity import IdentityRules
 from etf_otel.core.linkage import Conversation, Finding
-from etf_otel.core.slots import AssemblyResult
+from etf_otel.core.results import AssemblyResult
 from etf_otel.core.vocabulary import StreamState
 from etf_otel.instrumentation import linkage
 from etf_otel.instrumentation.safety import internal_errors_swallowed

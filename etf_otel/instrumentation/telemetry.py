@@ -22,7 +22,7 @@ from opentelemetry.util.types import AttributeValue
 from etf_otel import attributes as A
 from etf_otel._version import __version__
 from etf_otel.core.linkage import Conversation, Finding
-from etf_otel.core.slots import AssemblyResult, ToolCall
+from etf_otel.core.results import AssemblyResult, ToolCall
 from etf_otel.core.vocabulary import VALUE_OF, ErrorCategory, StreamState, Transition, Verdict, bounded_finish_reason
 from etf_otel.instrumentation import counters as _counters
 from etf_otel.instrumentation import linkage

@@ -32,7 +32,7 @@ from wrapt import BoundFunctionWrapper, FunctionWrapper, wrap_function_wrapper
 from etf_otel.core.linkage import Conversation
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.setup import Instrumentation
-from etf_otel.protocols.chat_completions import field
+from etf_otel.protocols.base import field
 
 __all__ = ["OpenAIInstrumentor", "detect_provider", "instrument_openai"]
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 
 from etf_otel.core.divergence import AssembledCall
-from etf_otel.core.slots import AssemblyResult
+from etf_otel.core.results import AssemblyResult
 from etf_otel.instrumentation._switches import _disabled
 from etf_otel.instrumentation.assemblers import ObservedAssembler
 from etf_otel.instrumentation.convenience import _instrumentation

@@ -25,7 +25,7 @@ from etf_otel.core.results import AssemblyResult
 from etf_otel.core.slots import DEFAULT_MAX_ARGUMENT_CHARS, ResponseSlots
 from etf_otel.protocols.base import WireProtocol, field
 
-__all__ = ["CHAT_COMPLETIONS", "DONE", "ReferenceAssembler", "assemble", "field"]
+__all__ = ["CHAT_COMPLETIONS", "DONE", "ReferenceAssembler", "assemble"]
 
 DONE: Final = "[DONE]"
 """The Chat Completions end sentinel, as the SSE ``data:`` payload carries it."""

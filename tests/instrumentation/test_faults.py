@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from etf_otel import attributes as A
 from etf_otel.core.linkage import Conversation
-from etf_otel.core.slots import AssemblyResult
+from etf_otel.core.results import AssemblyResult
 from etf_otel.core.vocabulary import ErrorCategory
 from etf_otel.instrumentation import GuardRefusedError, Instrumentation
 from etf_otel.instrumentation.registry import ToolNameCap as _ToolNameCap
