@@ -1,0 +1,55 @@
+"""The linkage rules of one conversation, as plain data (docs/categories.md, linkage phase)."""
+
+from __future__ import annotations
+
+from etf_otel import Conversation, ErrorCategory, Finding
+
+E = ErrorCategory
+
+
+def test_proposals_wait_for_a_result_and_the_next_request_settles_them() -> None:
+    conversation = Conversation()
+    conversation.proposed(["call-a", "call-b"])
+    assert conversation.pending == ("call-a", "call-b")
+    assert conversation.result("call-a") is None
+    assert conversation.next_request() == [Finding(E.UNANSWERED_CALL, "call-b")]
+    assert conversation.pending == ()
+
+
+def test_a_second_result_for_one_call_is_a_duplicate_and_an_unknown_id_an_orphan() -> None:
+    conversation = Conversation()
+    conversation.proposed(["call-a"])
+    assert conversation.result("call-a") is None
+    assert conversation.result("call-a") == Finding(E.DUPLICATE_RESULT, "call-a")
+    assert conversation.result("call-zzz") == Finding(E.ORPHANED_RESULT)
+    assert conversation.result(None) == Finding(E.ORPHANED_RESULT)
+
+
+def test_tool_messages_of_the_next_request_are_what_answers_a_call() -> None:
+    conversation = Conversation()
+    conversation.proposed(["call-a", "call-b", "call-c"])
+    conversation.result("call-c")  # executed, yet the next request carries no message for it
+    findings = conversation.next_request(["call-a", "call-a", "call-x", None])
+    assert findings == [
+        Finding(E.DUPLICATE_RESULT, "call-a"),
+        Finding(E.ORPHANED_RESULT),
+        Finding(E.ORPHANED_RESULT),
+        Finding(E.UNANSWERED_CALL, "call-b"),
+        Finding(E.UNANSWERED_CALL, "call-c"),
+    ]
+
+
+def test_the_end_of_the_turn_leaves_unexecuted_calls_unanswered() -> None:
+    conversation = Conversation()
+    conversation.proposed(["call-a", "call-b"])
+    conversation.result("call-b")
+    assert conversation.end() == [Finding(E.UNANSWERED_CALL, "call-a")]
+    assert conversation.end() == []
+
+
+def test_open_proposals_are_bounded_oldest_first() -> None:
+    conversation = Conversation(max_pending=2)
+    conversation.proposed(["call-1", "call-2", "call-3"])
+    assert conversation.pending == ("call-2", "call-3")
+    assert conversation.dropped == 1
+    assert conversation.result("call-1") == Finding(E.ORPHANED_RESULT)
