@@ -14,7 +14,14 @@ from etf_otel.core.identity import IdDecision
 from etf_otel.core.results import RejectedFragment
 from etf_otel.core.vocabulary import ErrorCategory
 
-__all__ = ["SlotState", "compact"]
+__all__ = ["ARGUMENTS_CLOSED", "CLOSED", "INCOMPLETE", "SlotState", "compact"]
+
+ARGUMENTS_CLOSED: Final = 1
+"""No more argument fragments may join the slot (Responses ``arguments.done``, Anthropic block stop)."""
+CLOSED: Final = 2
+"""The slot is finished (Responses ``output_item.done``, Anthropic block stop)."""
+INCOMPLETE: Final = 4
+"""The provider marked the call itself incomplete (Responses item ``status: "incomplete"``)."""
 
 _COMPACT_EVERY: Final = 256
 """Argument pieces joined into one string every this many, so tiny fragments cost no object each."""
@@ -25,6 +32,7 @@ class SlotState:
         "arguments",
         "categories",
         "choice",
+        "claims",
         "closed_ns",
         "compact_at",
         "fragments",
@@ -32,10 +40,12 @@ class SlotState:
         "index",
         "name",
         "opened_ns",
+        "placeholder",
         "rejected",
         "rejected_count",
         "room",
         "row",
+        "status",
         "tail",
     )
 
@@ -62,6 +72,16 @@ class SlotState:
         """Length of ``arguments`` at which the pieces from ``tail`` on are joined."""
         self.opened_ns = opened_ns
         self.closed_ns: int | None = None
+        self.claims: list[str] | None = None
+        """The provider's statements of the whole arguments (snapshots that are not placeholders)."""
+        self.placeholder: str | None = None
+        """The first placeholder snapshot (Responses ``""``, Anthropic ``{}``): used only when nothing else came."""
+        self.status = 0
+        """Lifecycle flags (:data:`ARGUMENTS_CLOSED`, :data:`CLOSED`, :data:`INCOMPLETE`); Chat never sets any."""
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.choice, self.index)
 
     def add_category(self, category: ErrorCategory) -> None:
         if self.categories is None:

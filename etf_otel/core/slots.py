@@ -24,7 +24,7 @@ in :meth:`~ResponseSlots.finish`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from etf_otel.core.identity import (
@@ -39,8 +39,9 @@ from etf_otel.core.identity import (
 )
 from etf_otel.core.results import AssemblyResult, RejectedFragment, Rejection
 from etf_otel.core.slot_state import SlotState, compact
-from etf_otel.core.validation import count_decisions, final_calls
-from etf_otel.core.vocabulary import ErrorCategory, IdKind, StreamState, Transition
+from etf_otel.core.unslotted import INFER_INDEX, UNATTRIBUTABLE
+from etf_otel.core.validation import CallSnapshot, count_decisions, final_calls
+from etf_otel.core.vocabulary import ErrorCategory, ResponseEnd, StreamState
 
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_CHARS",
@@ -71,27 +72,6 @@ _INVALID_ARGUMENTS: Final = -(2**62)
 _STRICT_RULES: Final = IdentityRules.for_rules()
 
 
-def _special_decision(transition: Transition, category: ErrorCategory | None, incoming: Incoming) -> IdDecision:
-    kind = IdKind.STRING if incoming in (Incoming.EMPTY, Incoming.NEW) else IdKind(incoming.value)
-    return IdDecision(
-        transition=transition,
-        category=category,
-        next_state=IdState.NONE,
-        adopts_id=False,
-        id_kind=kind,
-        prior_id_present=False,
-        id_empty=incoming is Incoming.EMPTY,
-        compatibility=transition is Transition.INFER_INDEX,
-    )
-
-
-_UNSLOTTED_CLASSES: Final = tuple(i for i in Incoming if i not in (Incoming.SAME, Incoming.DIFFERENT))
-_MISSING_INDEX: Final[dict[Incoming, IdDecision]] = {
-    incoming: _special_decision(Transition.REJECT, ErrorCategory.MISSING_INDEX, incoming)
-    for incoming in _UNSLOTTED_CLASSES
-}
-
-
 class ResponseSlots:
     """Assembly state of one response; not shared across responses.
 
@@ -102,8 +82,10 @@ class ResponseSlots:
     __slots__ = (
         "_clock",
         "_diagnostics",
-        "_ended",
+        "_checks_when_cut",
+        "_end",
         "_errors",
+        "_final_snapshot",
         "_finish_reasons",
         "_fragment_count",
         "_max_argument_chars",
@@ -114,6 +96,7 @@ class ResponseSlots:
         "_initial_row",
         "_rules",
         "_slots",
+        "_spliced",
     )
 
     def __init__(
@@ -123,6 +106,7 @@ class ResponseSlots:
         clock: Callable[[], int] | None = None,
         max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
         max_diagnostics: int = DEFAULT_MAX_DIAGNOSTICS,
+        checks_when_cut: bool = True,
     ) -> None:
         self._rules = rules if rules is not None else _STRICT_RULES
         self._initial_row = self._rules.initial_row
@@ -136,7 +120,14 @@ class ResponseSlots:
         self._errors: dict[tuple[IdDecision, ErrorCategory], int] = {}
         """Rejected fragments by (decision, category): counted when they happen, which is rare."""
         self._finish_reasons: dict[int, str] = {}
-        self._ended = False
+        self._end: ResponseEnd | None = None
+        self._spliced = False
+        self._final_snapshot: tuple[CallSnapshot, ...] = ()
+        self._checks_when_cut = checks_when_cut
+        """Whether a response that never ended (or failed) still gets the assembly checks.
+
+        Chat Completions runs them (its results name ``invalid_arguments`` beside
+        ``truncated_stream``); Responses and Anthropic skip them, as their rules say."""
         self._fragment_count = 0
         self._result: AssemblyResult | None = None
 
@@ -176,15 +167,24 @@ class ResponseSlots:
             index = self._infer_index(choice, id, incoming)
             if index is not None:
                 self._fragment_count += 1
-                self._diagnose(choice, index, _INFER_INDEX[incoming], None)
+                self._diagnose(choice, index, INFER_INDEX[incoming], None)
                 self._fragment_count -= 1  # fragment() counts this fragment again
                 self.fragment(choice, index, id, name, arguments)
                 return
+        self.unattributable(choice, id, ErrorCategory.MISSING_INDEX)
+
+    def unattributable(
+        self,
+        choice: int,
+        id: object = ABSENT,  # the wire field is called id
+        category: ErrorCategory = ErrorCategory.UNKNOWN_SLOT,
+    ) -> None:
+        """A fragment that belongs to no slot: counted, merged nowhere, and it blocks the response."""
         self._fragment_count += 1
-        decision = _MISSING_INDEX[incoming]
-        self._diagnose(choice, None, decision, ErrorCategory.MISSING_INDEX)
-        self._count_error(decision, ErrorCategory.MISSING_INDEX)
-        self._response_rejections[Rejection(choice, None, ErrorCategory.MISSING_INDEX)] = None
+        decision = UNATTRIBUTABLE[category][classify(IdState.NONE, None, id)]
+        self._diagnose(choice, None, decision, category)
+        self._count_error(decision, category)
+        self._response_rejections[Rejection(choice, None, category)] = None
 
     def _diagnose(self, choice: int, index: int | None, decision: IdDecision, category: ErrorCategory | None) -> None:
         """Keep the diagnostic of the current fragment, or only count it past the cap."""
@@ -318,9 +318,24 @@ class ResponseSlots:
         """
         self._finish_reasons[choice] = reason
 
-    def end(self) -> None:
-        """The response ended properly (a terminal event of its protocol arrived)."""
-        self._ended = True
+    def end(self, how: ResponseEnd = ResponseEnd.COMPLETE) -> None:
+        """The response ended with a terminal event of its protocol; the last one wins."""
+        self._end = how
+
+    @property
+    def ended(self) -> ResponseEnd | None:
+        return self._end
+
+    def splice(self) -> None:
+        """A second response started in this stream: this one never ended and is not dispatchable."""
+        self._spliced = True
+
+    def final_snapshot(self, calls: Sequence[CallSnapshot]) -> None:
+        """The provider's final list of calls ``(id, name, arguments)``, a cross-check only.
+
+        An empty list carries no claim (servers send ``[]`` after streaming the calls).
+        """
+        self._final_snapshot = tuple(calls)
 
     @property
     def finish_reasons(self) -> Mapping[int, str]:
@@ -335,20 +350,24 @@ class ResponseSlots:
         """Validate every slot and return the result. Idempotent: later calls return it again."""
         if self._result is not None:
             return self._result
-        ended = self._ended
+        end = None if self._spliced else self._end
         slots = [slot for _, slot in sorted(self._slots.items())]  # by (choice, index); keys are unique
         by_decision, transitions = count_decisions(self._diagnostics, self._overflow)
-        calls, slot_rejections = final_calls(slots, ended, transitions)
-        rejections = [*self._response_rejections, *slot_rejections]
-        if not ended and not slots:
-            rejections.append(Rejection(None, None, ErrorCategory.TRUNCATED_STREAM))
+        calls, slot_rejections, stray = final_calls(
+            slots, end, transitions, self._final_snapshot, checks_when_cut=self._checks_when_cut
+        )
+        rejections = [*self._response_rejections, *slot_rejections, *stray]
+        ended = end is ResponseEnd.COMPLETE or end is ResponseEnd.INCOMPLETE
+        if not slots and end is not ResponseEnd.COMPLETE:
+            category = ErrorCategory.INCOMPLETE_RESPONSE if ended else ErrorCategory.TRUNCATED_STREAM
+            rejections.append(Rejection(None, None, category))
         self._result = AssemblyResult(
-            state=StreamState.COMPLETED if ended else StreamState.TRUNCATED,
+            state=_STATE_OF_END[end],
             finish_reasons=tuple(self._finish_reasons[choice] for choice in sorted(self._finish_reasons)),
             calls=tuple(calls),
             rejections=tuple(rejections),
             fragments=self._fragment_count,
-            dispatchable=ended and bool(calls) and not rejections,
+            dispatchable=end is ResponseEnd.COMPLETE and bool(calls) and not rejections,
             _diagnostics=tuple(self._diagnostics),
             _overflow=tuple(self._overflow.items()),
             _decision_counts=tuple(by_decision.items()),
@@ -361,6 +380,9 @@ class ResponseSlots:
         return self._result
 
 
-_INFER_INDEX: Final[dict[Incoming, IdDecision]] = {
-    incoming: _special_decision(Transition.INFER_INDEX, None, incoming) for incoming in _UNSLOTTED_CLASSES
+_STATE_OF_END: Final = {
+    ResponseEnd.COMPLETE: StreamState.COMPLETED,
+    ResponseEnd.INCOMPLETE: StreamState.COMPLETED,  # completed, with incomplete_response on every call
+    ResponseEnd.FAILED: StreamState.FAILED,
+    None: StreamState.TRUNCATED,
 }

@@ -18,10 +18,10 @@ from typing import Final
 
 from etf_otel.core.identity import IdDecision
 from etf_otel.core.results import Rejection, ToolCall
-from etf_otel.core.slot_state import SlotState
-from etf_otel.core.vocabulary import ErrorCategory, Transition, Verdict
+from etf_otel.core.slot_state import INCOMPLETE, SlotState
+from etf_otel.core.vocabulary import ErrorCategory, ResponseEnd, Transition, Verdict
 
-__all__ = ["count_decisions", "final_calls", "is_json_object"]
+__all__ = ["CallSnapshot", "count_decisions", "final_calls", "is_json_object", "resolved_arguments", "same_arguments"]
 
 _PROPOSED, _REJECTED = Verdict.PROPOSED, Verdict.REJECTED  # globals: reading them off the enum class is slower
 
@@ -57,47 +57,154 @@ def count_decisions(
     return by_decision, transitions
 
 
+CallSnapshot = tuple[object, object, object]
+"""One call of a provider's final list: ``(id, name, arguments)`` as the wire carried them."""
+
+
 def final_calls(
-    slots: Sequence[SlotState], ended: bool, transitions: dict[tuple[int, int], Counter[Transition]]
-) -> tuple[list[ToolCall], list[Rejection]]:
-    """Validate each slot (in key order) into a call, with the rejections it carries."""
+    slots: Sequence[SlotState],
+    end: ResponseEnd | None,
+    transitions: dict[tuple[int, int], Counter[Transition]],
+    final_snapshot: Sequence[CallSnapshot] = (),
+    *,
+    checks_when_cut: bool = True,
+) -> tuple[list[ToolCall], list[Rejection], list[Rejection]]:
+    """Validate each slot (in key order) into a call.
+
+    Returns the calls, the rejections they carry, and the response-level rejections of the
+    final snapshot (a call it lists that no slot proposed).
+    """
     duplicated = _duplicated_ids(slot.id for slot in slots)
+    mismatched, stray = _final_snapshot_check(slots, final_snapshot)
+    end_category = _END_CATEGORY[end]
+    checks = checks_when_cut or end is ResponseEnd.COMPLETE or end is ResponseEnd.INCOMPLETE
     calls: list[ToolCall] = []
     rejections: list[Rejection] = []
     for slot in slots:
+        arguments, contradicted = resolved_arguments(slot)
         categories = dict(slot.categories) if slot.categories else {}
-        arguments = "".join(slot.arguments)
-        if slot.id is None:
-            categories[ErrorCategory.MISSING_ID] = None
-        if slot.name is None:
-            categories[ErrorCategory.MISSING_NAME] = None
-        if slot.room < 0 or not is_json_object(arguments):
-            categories[ErrorCategory.INVALID_ARGUMENTS] = None
-        if duplicated and slot.id in duplicated:
-            categories[ErrorCategory.DUPLICATE_CALL_ID] = None
-        if not ended:
-            categories[ErrorCategory.TRUNCATED_STREAM] = None
+        if checks:
+            if slot.id is None:
+                categories[ErrorCategory.MISSING_ID] = None
+            if slot.name is None:
+                categories[ErrorCategory.MISSING_NAME] = None
+            if slot.room < 0 or not is_json_object(arguments):
+                categories[ErrorCategory.INVALID_ARGUMENTS] = None
+            if contradicted or (mismatched and slot.key in mismatched):
+                categories[ErrorCategory.SNAPSHOT_MISMATCH] = None
+            if slot.status & INCOMPLETE:
+                categories[ErrorCategory.INCOMPLETE_RESPONSE] = None
+            if duplicated and slot.id in duplicated:
+                categories[ErrorCategory.DUPLICATE_CALL_ID] = None
+        if end_category is not None:
+            categories[end_category] = None
         if categories:
             rejections.extend(Rejection(slot.choice, slot.index, category) for category in categories)
-        counted = transitions.get((slot.choice, slot.index)) if transitions else None
-        calls.append(
-            ToolCall(  # positional: the fields in their declared order
-                slot.choice,
-                slot.index,
-                slot.id,
-                slot.name,
-                arguments,
-                _REJECTED if categories else _PROPOSED,
-                tuple(categories),
-                slot.fragments,
-                tuple(slot.rejected) if slot.rejected else (),
-                slot.rejected_count,
-                tuple(sorted(counted.items(), key=lambda item: item[0].value)) if counted else (),
-                slot.opened_ns,
-                slot.closed_ns,
-            )
+        calls.append(_call(slot, arguments, categories, transitions))
+    return calls, rejections, [Rejection(None, None, ErrorCategory.SNAPSHOT_MISMATCH)] if stray else []
+
+
+_END_CATEGORY: Final = {
+    ResponseEnd.COMPLETE: None,
+    ResponseEnd.INCOMPLETE: ErrorCategory.INCOMPLETE_RESPONSE,
+    ResponseEnd.FAILED: ErrorCategory.TRUNCATED_STREAM,
+    None: ErrorCategory.TRUNCATED_STREAM,
+}
+
+
+def _call(
+    slot: SlotState,
+    arguments: str,
+    categories: dict[ErrorCategory, None],
+    transitions: dict[tuple[int, int], Counter[Transition]],
+) -> ToolCall:
+    counted = transitions.get((slot.choice, slot.index)) if transitions else None
+    return ToolCall(  # positional: the fields in their declared order
+        slot.choice,
+        slot.index,
+        slot.id,
+        slot.name,
+        arguments,
+        _REJECTED if categories else _PROPOSED,
+        tuple(categories),
+        slot.fragments,
+        tuple(slot.rejected) if slot.rejected else (),
+        slot.rejected_count,
+        tuple(sorted(counted.items(), key=lambda item: item[0].value)) if counted else (),
+        slot.opened_ns,
+        slot.closed_ns,
+    )
+
+
+def resolved_arguments(slot: SlotState) -> tuple[str, bool]:
+    """The slot's arguments, and whether a snapshot of the provider contradicts them.
+
+    Non-empty deltas are the arguments and every claim must equal them; without deltas the
+    first claim is, and later claims must equal it; with neither, the first placeholder
+    (Anthropic ``{}``), else ``""``. A placeholder is never joined with deltas.
+    """
+    deltas = "".join(slot.arguments)
+    claims = slot.claims
+    if not claims:
+        return (deltas if deltas or slot.placeholder is None else slot.placeholder), False
+    if deltas:
+        return deltas, any(not same_arguments(deltas, claim) for claim in claims)
+    first = claims[0]
+    return first, any(not same_arguments(first, claim) for claim in claims[1:])
+
+
+def same_arguments(left: str, right: str) -> bool:
+    """Equal JSON values when both sides parse (key order and whitespace aside), else identical text."""
+    if left == right:
+        return True
+    try:
+        return _json_equal(_DECODER.decode(left), _DECODER.decode(right))
+    except (ValueError, RecursionError):
+        return False
+
+
+def _json_equal(left: object, right: object) -> bool:
+    """JSON value equality: unlike Python's ``==``, ``true`` is not ``1`` and ``1`` is ``1.0``."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return left is right
+    if isinstance(left, dict):
+        return (
+            isinstance(right, dict)
+            and left.keys() == right.keys()
+            and all(_json_equal(value, right[key]) for key, value in left.items())
         )
-    return calls, rejections
+    if isinstance(left, list):
+        return isinstance(right, list) and len(left) == len(right) and all(map(_json_equal, left, right))
+    if isinstance(left, (int, float)):
+        return isinstance(right, (int, float)) and left == right
+    return left == right
+
+
+def _final_snapshot_check(
+    slots: Sequence[SlotState], snapshot: Sequence[CallSnapshot]
+) -> tuple[set[tuple[int, int]], bool]:
+    """The slots the provider's final list contradicts, and whether it lists a call no slot proposed.
+
+    An empty list is no claim. Otherwise every listed call must match a slot by id with an
+    equal name and equal arguments, and every slot with an id must be listed.
+    """
+    if not snapshot:
+        return set(), False
+    by_id = {slot.id: slot for slot in slots if slot.id is not None}
+    listed: set[str] = set()
+    mismatched: set[tuple[int, int]] = set()
+    stray = False
+    for call_id, name, arguments in snapshot:
+        slot = by_id.get(call_id) if isinstance(call_id, str) else None
+        if slot is None:
+            stray = True
+            continue
+        listed.add(slot.id)  # type: ignore[arg-type]  # by_id holds slots with an id
+        own, _ = resolved_arguments(slot)
+        if name != slot.name or not isinstance(arguments, str) or not same_arguments(own, arguments):
+            mismatched.add(slot.key)
+    mismatched.update(slot.key for call_id, slot in by_id.items() if call_id not in listed)
+    return mismatched, stray
 
 
 def _duplicated_ids(ids: Iterable[str | None]) -> set[str]:

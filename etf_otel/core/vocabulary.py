@@ -19,6 +19,7 @@ __all__ = [
     "FragmentDiagnostic",
     "IdKind",
     "Phase",
+    "ResponseEnd",
     "StreamState",
     "Transition",
     "Verdict",
@@ -44,11 +45,14 @@ class ErrorCategory(str, Enum):
     UNSUPPORTED_ID_TYPE = "unsupported_id_type"
     MISSING_INDEX = "missing_index"
     NAME_CONFLICT = "name_conflict"
+    UNKNOWN_SLOT = "unknown_slot"
     MISSING_ID = "missing_id"
     MISSING_NAME = "missing_name"
     INVALID_ARGUMENTS = "invalid_arguments"
     DUPLICATE_CALL_ID = "duplicate_call_id"
+    SNAPSHOT_MISMATCH = "snapshot_mismatch"
     TRUNCATED_STREAM = "truncated_stream"
+    INCOMPLETE_RESPONSE = "incomplete_response"
     ORPHANED_RESULT = "orphaned_result"
     UNANSWERED_CALL = "unanswered_call"
     DUPLICATE_RESULT = "duplicate_result"
@@ -68,6 +72,7 @@ _PHASES = {
             ErrorCategory.UNSUPPORTED_ID_TYPE,
             ErrorCategory.MISSING_INDEX,
             ErrorCategory.NAME_CONFLICT,
+            ErrorCategory.UNKNOWN_SLOT,
         ),
         Phase.IDENTITY,
     ),
@@ -77,10 +82,12 @@ _PHASES = {
             ErrorCategory.MISSING_NAME,
             ErrorCategory.INVALID_ARGUMENTS,
             ErrorCategory.DUPLICATE_CALL_ID,
+            ErrorCategory.SNAPSHOT_MISMATCH,
         ),
         Phase.ASSEMBLY,
     ),
     ErrorCategory.TRUNCATED_STREAM: Phase.STREAM,
+    ErrorCategory.INCOMPLETE_RESPONSE: Phase.STREAM,
     **dict.fromkeys(
         (
             ErrorCategory.ORPHANED_RESULT,
@@ -108,8 +115,9 @@ class IdKind(str, Enum):
 class Transition(str, Enum):
     """What an identity decision did to the slot (``etf.id.transition``).
 
-    ``KEEP_EMPTY`` and ``INFER_INDEX`` belong to opt-in compatibility rules: they have
-    their own names so that telemetry shows every time a rule was needed.
+    ``KEEP_EMPTY``, ``INFER_INDEX``, ``BUFFER_EARLY`` and ``DROP_LATE`` belong to opt-in
+    compatibility rules: they have their own names so that telemetry shows every time a
+    rule was needed.
     """
 
     AWAIT = "await"
@@ -120,7 +128,23 @@ class Transition(str, Enum):
     KEEP_IDENTICAL = "keep_identical"
     KEEP_EMPTY = "keep_empty"
     INFER_INDEX = "infer_index"
+    BUFFER_EARLY = "buffer_early"
+    DROP_LATE = "drop_late"
     REJECT = "reject"
+
+
+class ResponseEnd(str, Enum):
+    """How a protocol says its response ended, when it ended with a terminal event.
+
+    A response that never got one (end of input, a splice) has no end: it is truncated.
+    """
+
+    COMPLETE = "complete"
+    """The response is whole (Chat ``[DONE]``/finish reasons, ``response.completed``, ``message_stop``)."""
+    INCOMPLETE = "incomplete"
+    """It ended properly but says its output was cut or withheld: ``incomplete_response``."""
+    FAILED = "failed"
+    """It ended with an error (``response.failed``, an ``error`` event): stream state ``failed``."""
 
 
 class Verdict(str, Enum):

@@ -69,6 +69,11 @@ class WireProtocol:
     """Builds the adapter for one response."""
     recognizes: Callable[[object], bool]
     """Whether a first event (parsed JSON) is one of this protocol's: ``replay``'s detection."""
+    result_ids: Callable[[object], list[object] | None]
+    """The call ids the next request answers, in order, from that request as the protocol sends
+    it (or the part of it that holds the results); ``None`` when it is not of that shape.
+    Linkage (``orphaned_result``, ``duplicate_result``, ``unanswered_call``) compares them
+    with the proposals of the response."""
 
 
 def field(obj: object, name: str) -> object:

@@ -209,5 +209,19 @@ def _recognizes(event: object) -> bool:
     return (isinstance(event, dict) and "choices" in event) or event == DONE
 
 
-CHAT_COMPLETIONS: Final = WireProtocol(name="chat_completions", assembler=ReferenceAssembler, recognizes=_recognizes)
+def _result_ids(followup: object) -> list[object] | None:
+    """``tool_call_id`` of the ``role: "tool"`` messages after the last assistant message.
+
+    ``followup`` is the next request's ``messages`` list, or the request object holding it.
+    """
+    messages = followup.get("messages") if isinstance(followup, dict) else followup
+    if not isinstance(messages, list) or not all(isinstance(message, dict) for message in messages):
+        return None
+    last_assistant = max((at for at, message in enumerate(messages) if message.get("role") == "assistant"), default=-1)
+    return [message.get("tool_call_id") for message in messages[last_assistant + 1 :] if message.get("role") == "tool"]
+
+
+CHAT_COMPLETIONS: Final = WireProtocol(
+    name="chat_completions", assembler=ReferenceAssembler, recognizes=_recognizes, result_ids=_result_ids
+)
 """The Chat Completions protocol: slot key ``(choice, tool_calls[i].index)``, identity ``tool_calls[i].id``."""

@@ -121,7 +121,7 @@ class _ToyProtocol:
         return self._slots.finish()
 
 
-TOY = WireProtocol(name="toy", assembler=_ToyProtocol, recognizes=lambda event: False)
+TOY = WireProtocol(name="toy", assembler=_ToyProtocol, recognizes=lambda event: False, result_ids=lambda _: None)
 
 
 def test_a_new_protocol_is_one_adapter_the_instrumentation_drives(captured: Captured) -> None:
@@ -148,3 +148,28 @@ def test_the_observer_takes_a_protocol_by_name(captured: Captured) -> None:
     observer.observe(chunk(fragment(0, "call-1", "f", "{}"), finish_reason="tool_calls"))
     result = observer.finish()
     assert result is not None and result.dispatchable
+
+
+@pytest.mark.parametrize(
+    ("followup", "ids"),
+    [
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "tool_calls": []},
+                {"role": "tool", "tool_call_id": "call-1"},
+                {"role": "tool", "tool_call_id": None},
+            ],
+            ["call-1", None],
+        ),
+        ({"model": "m", "messages": [{"role": "tool", "tool_call_id": "call-2"}]}, ["call-2"]),
+        ([{"role": "tool", "tool_call_id": "old"}, {"role": "assistant"}, {"role": "user"}], []),
+        ({"input": []}, None),
+        ([1, 2], None),
+        ("messages", None),
+    ],
+)
+def test_chat_results_are_the_tool_messages_after_the_last_assistant_message(
+    followup: object, ids: list[object] | None
+) -> None:
+    assert CHAT_COMPLETIONS.result_ids(followup) == ids

@@ -1,0 +1,244 @@
+"""The slot model for protocols with explicit open and close events (docs/protocols.md).
+
+Each test starts from the state the events before it built, then applies one event and
+checks what the response became: the rules of routing, snapshots, end classes and final
+snapshots, independent of any wire format.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from etf_otel import ABSENT, ErrorCategory, StreamState, Transition
+from etf_otel.core.lifecycle import LifecycleSlots
+from etf_otel.core.validation import same_arguments
+from etf_otel.core.vocabulary import ResponseEnd
+
+E = ErrorCategory
+
+
+def opened(key: int = 0, id: object = "call-1", name: object = "f") -> LifecycleSlots:
+    slots = LifecycleSlots()
+    slots.open(key, id, name)
+    return slots
+
+
+def test_a_call_opened_streamed_and_closed_is_proposed() -> None:
+    slots = opened()
+    slots.snapshot(0, "", placeholder=True)
+    slots.delta(0, '{"a":')
+    slots.delta(0, "1}")
+    slots.close_arguments(0)
+    slots.snapshot(0, '{"a": 1}')
+    slots.ident(0, "call-1", "f")
+    slots.close_slot(0)
+    for key in (3, 4):  # events for keys that hold no slot change nothing
+        slots.close_arguments(key)
+        slots.close_slot(key)
+    slots.end()
+    assert slots.ended is ResponseEnd.COMPLETE
+    result = slots.finish()
+    assert result.dispatchable
+    (call,) = result.calls
+    assert (call.id, call.name, call.arguments, call.choice, call.index) == ("call-1", "f", '{"a":1}', 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("key", "before"),
+    [
+        (1, lambda slots: None),  # no slot at the key
+        (0, lambda slots: slots.close_arguments(0)),  # the argument stream closed
+        (0, lambda slots: slots.close_slot(0)),  # the slot closed
+    ],
+)
+def test_a_delta_for_no_open_argument_stream_is_unknown_slot(key: int, before: object) -> None:
+    slots = opened(key)
+    before(slots)  # type: ignore[operator]
+    slots.delta(0, "{}")
+    slots.end()
+    result = slots.finish()
+    assert not result.dispatchable
+    assert E.UNKNOWN_SLOT in result.categories
+    assert result.diagnostics[-1].category is E.UNKNOWN_SLOT
+
+
+def test_an_identity_event_for_a_closed_slot_is_unknown_slot_and_changes_nothing() -> None:
+    slots = opened()
+    slots.delta(0, "{}")
+    slots.close_slot(0)
+    slots.ident(0, "call-2")
+    slots.end()
+    result = slots.finish()
+    assert result.calls[0].id == "call-1"
+    assert result.categories == (E.UNKNOWN_SLOT,)
+
+
+def test_a_repeated_opening_is_an_identity_fragment_and_reopens_the_slot() -> None:
+    slots = opened()
+    slots.delta(0, "{}")
+    slots.close_slot(0)
+    slots.open(0, "call-2", "f")  # another call reusing the key: id_conflict on this slot
+    slots.delta(0, "")  # accepted: the slot is open again
+    slots.end()
+    result = slots.finish()
+    assert result.calls[0].categories[0] is E.ID_CONFLICT
+    assert E.UNKNOWN_SLOT not in result.categories
+
+
+def test_an_empty_placeholder_id_is_replaced_by_the_real_one() -> None:
+    slots = opened(id="")
+    slots.delta(0, "{}")
+    slots.ident(0, "call-9")
+    slots.end()
+    result = slots.finish()
+    assert result.calls[0].id == "call-9"
+    assert result.diagnostics[-1].transition is Transition.REPLACE_EMPTY
+
+
+@pytest.mark.parametrize(
+    ("deltas", "claims", "placeholder", "arguments", "mismatch"),
+    [
+        (["{}"], [], None, "{}", False),
+        ([], ['{"a":1}'], None, '{"a":1}', False),  # done-only stream
+        ([], ['{"a":1}', '{"a": 1}'], None, '{"a":1}', False),
+        ([], ['{"a":1}', '{"a":2}'], None, '{"a":1}', True),  # the provider contradicts itself
+        (['{"a":', "1}"], ['{"a":2}'], None, '{"a":1}', True),
+        ([""], [], "{}", "{}", False),  # Anthropic parameterless tool: only "" on the wire
+        ([], [], "{}", "{}", False),
+        (['{"b":2}'], [], "{}", '{"b":2}', False),  # a placeholder never joins the deltas
+        ([], [], None, "", False),
+        ([], ["", '{"a":1}'], "{}", '{"a":1}', False),  # "" is a placeholder wherever it appears
+    ],
+)
+def test_arguments_come_from_deltas_then_claims_then_the_placeholder(
+    deltas: list[str], claims: list[str], placeholder: str | None, arguments: str, mismatch: bool
+) -> None:
+    slots = opened()
+    if placeholder is not None:
+        slots.snapshot(0, placeholder, placeholder=True)
+    for delta in deltas:
+        slots.delta(0, delta)
+    for claim in claims:
+        slots.snapshot(0, claim)
+    slots.end()
+    call = slots.finish().calls[0]
+    assert call.arguments == arguments
+    assert (E.SNAPSHOT_MISMATCH in call.categories) is mismatch
+
+
+def test_a_snapshot_that_is_not_a_string_makes_the_arguments_invalid() -> None:
+    slots = opened()
+    slots.snapshot(0, {"a": 1})
+    slots.snapshot(7, "{}")  # no slot there: nothing to state
+    slots.end()
+    assert slots.finish().calls[0].categories == (E.INVALID_ARGUMENTS,)
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "same"),
+    [
+        ('{"a":1,"b":[1,2]}', '{ "b": [1, 2], "a": 1 }', True),
+        ('{"a":1}', '{"a":1.0}', True),
+        ('{"a":1}', '{"a":true}', False),
+        ('{"a":true}', '{"a":true}', True),
+        ('{"a":[1]}', '{"a":[1,2]}', False),
+        ('{"a":{"b":null}}', '{"a":{"c":null}}', False),
+        ('{"a":"x"}', '{"a":"y"}', False),
+        ("not json", "not json ", False),
+        ("[" * 100_000, "[" * 100_000 + " ", False),
+    ],
+)
+def test_arguments_are_equal_as_json_values(left: str, right: str, same: bool) -> None:
+    assert same_arguments(left, right) is same
+
+
+def test_the_final_snapshot_is_a_cross_check_by_id_name_and_arguments() -> None:
+    slots = opened(0, "call-1", "f")
+    slots.delta(0, '{"a":1}')
+    slots.open(1, "call-2", "g")
+    slots.delta(1, "{}")
+    slots.open(2, "call-3", "h")
+    slots.delta(2, "{}")
+    slots.end()
+    slots.final_snapshot([("call-1", "f", '{"a": 1}'), ("call-2", "other", "{}"), ("call-x", "h", "{}")])
+    result = slots.finish()
+    verdicts = {call.id: call.categories for call in result.calls}
+    assert verdicts == {"call-1": (), "call-2": (E.SNAPSHOT_MISMATCH,), "call-3": (E.SNAPSHOT_MISMATCH,)}
+    assert any(r.index is None and r.category is E.SNAPSHOT_MISMATCH for r in result.rejections)
+
+
+def test_an_empty_final_snapshot_carries_no_claim() -> None:
+    slots = opened()
+    slots.delta(0, "{}")
+    slots.end()
+    slots.final_snapshot([])
+    assert slots.finish().dispatchable
+
+
+def test_a_final_snapshot_with_arguments_that_are_not_text_mismatches() -> None:
+    slots = opened()
+    slots.delta(0, "{}")
+    slots.end()
+    slots.final_snapshot([("call-1", "f", {})])
+    assert slots.finish().calls[0].categories == (E.SNAPSHOT_MISMATCH,)
+
+
+def test_an_incomplete_end_blocks_every_call_but_still_checks_them() -> None:
+    slots = opened()
+    slots.delta(0, '{"a":')
+    slots.end(ResponseEnd.INCOMPLETE)
+    result = slots.finish()
+    assert result.state is StreamState.COMPLETED
+    assert result.calls[0].categories == (E.INVALID_ARGUMENTS, E.INCOMPLETE_RESPONSE)
+    assert not result.dispatchable
+
+
+def test_an_incomplete_call_is_rejected_in_a_complete_response() -> None:
+    slots = opened()
+    slots.delta(0, "{}")
+    slots.mark_incomplete(0)
+    slots.mark_incomplete(5)
+    slots.end()
+    assert slots.finish().calls[0].categories == (E.INCOMPLETE_RESPONSE,)
+
+
+@pytest.mark.parametrize(("end", "state"), [(ResponseEnd.FAILED, StreamState.FAILED), (None, StreamState.TRUNCATED)])
+def test_a_failed_or_cut_response_skips_the_assembly_checks(end: ResponseEnd | None, state: StreamState) -> None:
+    slots = opened(id=ABSENT)
+    slots.delta(0, '{"a":')
+    if end is not None:
+        slots.end(end)
+    result = slots.finish()
+    assert result.state is state
+    assert result.calls[0].categories == (E.TRUNCATED_STREAM,)
+
+
+@pytest.mark.parametrize(("end", "category"), [(ResponseEnd.INCOMPLETE, E.INCOMPLETE_RESPONSE), (None, None)])
+def test_a_response_without_calls_names_how_it_ended(end: ResponseEnd | None, category: ErrorCategory | None) -> None:
+    slots = LifecycleSlots()
+    if end is not None:
+        slots.end(end)
+    expected = category or E.TRUNCATED_STREAM
+    assert slots.finish().categories == (expected,)
+
+
+def test_a_spliced_response_is_truncated_whatever_came_after() -> None:
+    slots = opened()
+    slots.delta(0, "{}")
+    slots.splice()
+    slots.end()
+    result = slots.finish()
+    assert result.state is StreamState.TRUNCATED
+    assert not result.dispatchable
+
+
+def test_compatibility_admissions_are_counted_on_their_slot() -> None:
+    slots = opened()
+    slots.admitted(0, Transition.BUFFER_EARLY)
+    slots.delta(0, "{}")
+    slots.admitted(0, Transition.DROP_LATE)
+    slots.end()
+    call = slots.finish().calls[0]
+    assert call.transition_count(Transition.BUFFER_EARLY) == 1
+    assert call.transition_count(Transition.DROP_LATE) == 1
+    assert call.proposed
