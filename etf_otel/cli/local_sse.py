@@ -1,4 +1,4 @@
-"""An in-process Chat Completions server that replays scripted SSE streams on 127.0.0.1.
+"""An in-process LLM API server that replays scripted SSE streams on 127.0.0.1.
 
 Why this exists: the demo (``etf-otel demo``) and the tests must drive the *real* ``openai`` client, whose
 HTTP stack, SSE decoder and chunk models are exactly what production code sees, without any external
@@ -16,8 +16,12 @@ Usage::
 
 Wire format, chosen to match real providers closely enough that the SDK takes its normal code paths:
 
-- Each ``POST /v1/chat/completions`` consumes the next queued :class:`Script` (FIFO). With nothing queued
-  the answer is ``500`` with an OpenAI-shaped JSON error, so a test that under-scripts fails loudly.
+- Each ``POST`` to one of the streaming endpoints (``/v1/chat/completions``, ``/v1/responses`` for the
+  OpenAI Responses API, ``/v1/messages`` for Anthropic Messages) consumes the next queued :class:`Script`
+  (FIFO). With nothing queued the answer is ``500`` with an OpenAI-shaped JSON error, so a test that
+  under-scripts fails loudly.
+- The Responses and Anthropic APIs name each event with an ``event:`` line before its ``data:``; a
+  script with ``named=True`` does the same, taking the name from the event's ``type``.
 - A 200 answer is ``Content-Type: text/event-stream`` over HTTP/1.1 with ``Transfer-Encoding: chunked``
   and ``Connection: close``. Every event is one ``data: ...`` frame in its own HTTP chunk, written
   straight to the socket, so the client reads incrementally.
@@ -58,7 +62,7 @@ __all__ = ["DONE", "LocalChatServer", "RecordedRequest", "Script", "chunk"]
 _logger = logging.getLogger(__name__)
 
 
-_CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
+_STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
 
 _CREATED = 1_700_000_000
 """A fixed ``created`` timestamp: chunks are reproducible byte for byte across runs."""
@@ -85,6 +89,8 @@ class Script:
     events: Sequence[Event] = ()
     cut_after: int | None = None
     status: int = 200
+    named: bool = False
+    """Precede each event that has a string ``type`` with ``event: <type>`` (Responses, Anthropic)."""
 
     def __post_init__(self) -> None:
         # Freeze the events too: a script shared between tests must not change under a running server.
@@ -141,10 +147,12 @@ def _error_body(message: str, status: int) -> dict[str, Any]:
     return {"error": {"message": message, "type": "etf_local_sse", "param": None, "code": str(status)}}
 
 
-def _sse_frame(event: Event) -> bytes:
+def _sse_frame(event: Event, named: bool = False) -> bytes:
     # A data string spanning lines must become one ``data:`` field per line to stay a single SSE event.
     text = event if isinstance(event, str) else json.dumps(event, separators=(",", ":"))
-    return "".join(f"data: {line}\n" for line in text.split("\n")).encode() + b"\n"
+    name = event.get("type") if named and isinstance(event, Mapping) else None
+    head = f"event: {name}\n" if isinstance(name, str) and "\n" not in name else ""
+    return (head + "".join(f"data: {line}\n" for line in text.split("\n"))).encode() + b"\n"
 
 
 class _Server(ThreadingHTTPServer):
@@ -182,9 +190,9 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in self.headers.items():
             key = name.lower()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        script = owner._record_and_take(RecordedRequest("POST", path, headers, body), path == _CHAT_COMPLETIONS_PATH)
+        script = owner._record_and_take(RecordedRequest("POST", path, headers, body), path in _STREAMING_PATHS)
 
-        if path != _CHAT_COMPLETIONS_PATH:
+        if path not in _STREAMING_PATHS:
             self._send_json(HTTPStatus.NOT_FOUND, _error_body(f"no route for POST {path}", 404))
         elif script is None:
             self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, _error_body("no script queued", 500))
@@ -216,7 +224,7 @@ class _Handler(BaseHTTPRequestHandler):
         events = script.events if script.cut_after is None else script.events[: script.cut_after]
         try:
             for event in events:
-                frame = _sse_frame(event)
+                frame = _sse_frame(event, script.named)
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
                 self.wfile.flush()
             if script.cut_after is not None:
@@ -234,7 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class LocalChatServer:
-    """A scripted Chat Completions SSE server on ``127.0.0.1`` and an ephemeral port.
+    """A scripted SSE server for the Chat Completions, Responses and Messages APIs on ``127.0.0.1``.
 
     It starts serving (in a daemon thread) on construction; use it as a context manager or call
     :meth:`close`. Thread-safe: scripts may be enqueued while requests are being served.
@@ -265,6 +273,11 @@ class LocalChatServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     @property
+    def root_url(self) -> str:
+        """The value for ``anthropic.Anthropic(base_url=...)``, which adds ``/v1`` itself."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
     def requests(self) -> list[RecordedRequest]:
         """A snapshot of every request received so far, in arrival order."""
         with self._lock:
@@ -277,7 +290,7 @@ class LocalChatServer:
             return len(self._scripts)
 
     def enqueue(self, *scripts: Script) -> None:
-        """Queue scripts; each chat completions request consumes the oldest one."""
+        """Queue scripts; each streaming request consumes the oldest one."""
         with self._lock:
             self._scripts.extend(scripts)
 

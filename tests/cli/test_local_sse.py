@@ -267,3 +267,62 @@ def test_close_is_prompt_idempotent_and_frees_the_port() -> None:
     assert time.monotonic() - started < 1.0
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=1):
         pass
+
+
+RESPONSES_EVENTS: list[Any] = [
+    {
+        "type": "response.created",
+        "sequence_number": 0,
+        "response": {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 1,
+            "model": "m",
+            "output": [],
+            "status": "in_progress",
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        },
+    },
+    {
+        "type": "response.output_item.added",
+        "sequence_number": 1,
+        "output_index": 0,
+        "item": {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "call_1",
+            "name": "read_page",
+            "arguments": "",
+            "status": "in_progress",
+        },
+    },
+    {
+        "type": "response.function_call_arguments.delta",
+        "sequence_number": 2,
+        "output_index": 0,
+        "item_id": "fc_1",
+        "delta": '{"page":1}',
+    },
+]
+
+
+def test_responses_events_are_named_and_reach_the_responses_api_client(
+    server: LocalChatServer, client: openai.OpenAI
+) -> None:
+    """``named=True`` frames each event as the Responses API does (``event:`` then ``data:``)."""
+    server.enqueue(Script(events=RESPONSES_EVENTS, named=True))
+    events = list(client.responses.create(model="m", input="read page 1", stream=True))
+    assert [event.type for event in events] == [event["type"] for event in RESPONSES_EVENTS]
+    assert events[1].item.call_id == "call_1"  # type: ignore[union-attr]
+    assert server.requests[0].path == "/v1/responses"
+
+
+def test_named_frames_carry_the_event_type_line(server: LocalChatServer) -> None:
+    server.enqueue(Script(events=[{"type": "message_start", "message": {}}, "[DONE]"], named=True))
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    connection.request("POST", "/v1/messages", body=b"{}", headers={"Content-Type": "application/json"})
+    body = connection.getresponse().read().decode()
+    assert body == 'event: message_start\ndata: {"type":"message_start","message":{}}\n\ndata: [DONE]\n\n'
+    assert server.root_url == f"http://127.0.0.1:{server.port}"
