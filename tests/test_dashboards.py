@@ -63,14 +63,14 @@ METRIC_LABELS: dict[str, set[str]] = {
     },
     "etf_integrity_violations_total": {"etf_error_category", "gen_ai_provider_name"},
     "etf_tool_calls_total": {"etf_tool_call_verdict", "gen_ai_tool_name", "gen_ai_provider_name"},
-    "etf_streams_total": {"etf_stream_state", "gen_ai_provider_name"},
+    "etf_streams_total": {"etf_stream_state", "etf_protocol", "gen_ai_provider_name"},
     f"{HISTOGRAM}_bucket": {"gen_ai_tool_name", "error_type", "le"},
     f"{HISTOGRAM}_sum": {"gen_ai_tool_name", "error_type"},
     f"{HISTOGRAM}_count": {"gen_ai_tool_name", "error_type"},
 }
 KNOWN_LABELS = TARGET_LABELS.union(*METRIC_LABELS.values())
 
-# docs/categories.md, Implemented categories: the closed list of error categories.
+# docs/categories.md, The closed list: the error categories.
 ERROR_CATEGORIES = {
     "initial_null",
     "id_conflict",
@@ -78,11 +78,14 @@ ERROR_CATEGORIES = {
     "unsupported_id_type",
     "missing_index",
     "name_conflict",
+    "unknown_slot",
     "missing_id",
     "missing_name",
     "invalid_arguments",
     "duplicate_call_id",
+    "snapshot_mismatch",
     "truncated_stream",
+    "incomplete_response",
     "orphaned_result",
     "unanswered_call",
     "duplicate_result",
@@ -105,7 +108,11 @@ LABEL_VALUES: dict[str, set[str]] = {
         # compatibility transitions (docs/identity-rules.md, Compatibility rules)
         "keep_empty",
         "infer_index",
+        "buffer_early",
+        "drop_late",
     },
+    # docs/telemetry.md, The wire protocol: the shipped protocols' names (a custom protocol adds its own).
+    "etf_protocol": {"chat_completions", "responses", "anthropic_messages"},
 }
 
 # PromQL words the shipped expressions may use besides metric names.
@@ -308,8 +315,7 @@ def documented_categories(heading: str) -> dict[str, str]:
     return categories
 
 
-IMPLEMENTED_CATEGORIES = "Implemented categories"
-PLANNED_CATEGORIES = "Planned categories (not implemented yet)"
+IMPLEMENTED_CATEGORIES = "The closed list"
 
 
 PROMTOOL = shutil.which("promtool") or ""
@@ -344,16 +350,13 @@ def test_docs_categories_are_exactly_the_error_category_enum_with_its_phases() -
     assert documented == {category.value: category.phase.value for category in ErrorCategory}
 
 
-def test_planned_categories_are_listed_after_the_implemented_ones_and_not_implemented() -> None:
-    from etf_otel.core.vocabulary import ErrorCategory
-
-    planned = documented_categories(PLANNED_CATEGORIES)
-    assert planned, "the planned table is empty: remove its section instead"
-    implemented = {category.value for category in ErrorCategory}
-    assert set(planned) & implemented == set(), "implemented now: move it to the implemented table"
-    assert set(planned) & ERROR_CATEGORIES == set()
-    text = CATEGORIES_DOC.read_text(encoding="utf-8")
-    assert text.index(f"## {IMPLEMENTED_CATEGORIES}") < text.index(f"## {PLANNED_CATEGORIES}")
+def test_docs_categories_say_which_protocols_produce_each_one() -> None:
+    header, rows = markdown_table(doc_section(CATEGORIES_DOC, IMPLEMENTED_CATEGORIES))
+    produced_by = header.index("produced by")
+    protocols = {"all", "Chat Completions", "Responses", "Anthropic"}
+    for row in rows:
+        named = {name.strip() for name in row[produced_by].split(",")}
+        assert named and named <= protocols, row
 
 
 def test_label_value_lists_are_the_code_vocabularies() -> None:
@@ -365,6 +368,12 @@ def test_label_value_lists_are_the_code_vocabularies() -> None:
     assert LABEL_VALUES["etf_id_transition"] == {transition.value for transition in Transition}
 
 
+def test_protocol_label_values_name_every_registered_protocol() -> None:
+    from etf_otel.protocols import PROTOCOLS
+
+    assert set(PROTOCOLS) <= LABEL_VALUES["etf_protocol"]
+
+
 def attribute_constants() -> dict[str, str]:
     """Every string constant of etf_otel/attributes.py, by name."""
     from etf_otel import attributes
@@ -372,8 +381,6 @@ def attribute_constants() -> dict[str, str]:
     return {name: value for name, value in vars(attributes).items() if name.isupper() and isinstance(value, str)}
 
 
-# Named in docs/telemetry.md as planned; each must not be a constant yet (then it is no longer planned).
-PLANNED_TELEMETRY_NAMES = {"etf.protocol"}
 TELEMETRY_NAME_RE = re.compile(r"\b(?:etf|gen_ai)(?:\.[a-z0-9_]+)+|\berror\.type\b")
 
 
@@ -416,13 +423,23 @@ def test_docs_bounded_diagnostics_are_the_code_attributes_and_values() -> None:
     assert set(BACKTICKED_RE.findall(by_name[A.ETF_ID_TRANSITION][2])) == {t.value for t in Transition}
 
 
+def test_docs_wire_protocol_attribute_is_the_code_constant_with_the_label_values() -> None:
+    from etf_otel import attributes as A
+
+    header, rows = markdown_table(doc_section(TELEMETRY_DOC, "The wire protocol"))
+    assert header == ["attribute", "type", "values"]
+    ((attribute, kind, values),) = rows
+    assert BACKTICKED_RE.findall(attribute) == [A.ETF_PROTOCOL]
+    assert kind == "string"
+    assert set(BACKTICKED_RE.findall(values)) - {"name", "WireProtocol", "protocol="} == LABEL_VALUES["etf_protocol"]
+
+
 def test_every_telemetry_name_in_docs_telemetry_is_a_code_constant() -> None:
     """A misspelled attribute, event, span or metric name anywhere on the page fails here."""
     constants = set(attribute_constants().values())
     text = TELEMETRY_DOC.read_text(encoding="utf-8")
     names = {name for span in BACKTICKED_RE.findall(text) for name in TELEMETRY_NAME_RE.findall(span)}
-    assert names - constants - PLANNED_TELEMETRY_NAMES == set(), "names the code does not emit"
-    assert PLANNED_TELEMETRY_NAMES & constants == set(), "implemented now: document it as current"
+    assert names - constants == set(), "names the code does not emit"
     span_names = {attribute_constants()[name] for name in attribute_constants() if name.startswith("SPAN_")}
     headings = {match.group(2) for line in text.splitlines() if (match := HEADING_RE.match(line))}
     for span in span_names:
@@ -547,6 +564,13 @@ def test_dashboard_panels_have_ids_ref_ids_and_the_datasource_variable() -> None
     assert variables["job"]["type"] == "query"
     assert variables["provider"]["type"] == "query"
     assert variables["provider"]["query"].endswith(", gen_ai_provider_name)")
+    assert variables["protocol"]["type"] == "query"
+    assert variables["protocol"]["query"].startswith("label_values(etf_streams_total{")  # the one metric with it
+    assert variables["protocol"]["query"].endswith(", etf_protocol)")
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            if "$protocol" in target["expr"]:  # only etf_streams_total carries etf_protocol
+                assert analyse(target["expr"])[0] == {"etf_streams_total"}, panel["title"]
 
 
 def test_generator_check_mode_accepts_the_committed_json() -> None:

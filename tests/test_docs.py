@@ -4,8 +4,8 @@
   file of the repository, and every ``#anchor`` at a heading of its target page.
 * Nothing in the repository points outside it at ``../shared`` (the contract's working copy
   that a clone does not have); the markdown pages do not cite "SPEC" either.
-* The identity table, the compatibility rules and the divergence sub-kinds written in the docs
-  are the code's, row by row.
+* The identity table, the compatibility rules (with their call-span counters) and the divergence
+  sub-kinds written in the docs are the code's, row by row.
 
 The category and telemetry tables are checked against the code in ``tests/test_dashboards.py``.
 """
@@ -199,8 +199,24 @@ def test_compatibility_rules_in_docs_are_the_code_rules_with_their_transitions()
     rows = first_table(section(DOCS / "identity-rules.md", "Compatibility rules"))
     documented = {BACKTICKED_RE.findall(rule)[0]: BACKTICKED_RE.findall(transition)[0] for rule, transition, _ in rows}
     assert set(documented) == {rule.value for rule in CompatibilityRule}
-    assert documented == {"empty_continuation": "keep_empty", "infer_missing_index": "infer_index"}
+    assert documented == {
+        "empty_continuation": "keep_empty",
+        "infer_missing_index": "infer_index",
+        "buffer_early_deltas": "buffer_early",
+        "drop_post_done_delta": "drop_late",
+    }
     assert set(documented.values()) <= {transition.value for transition in Transition}
+
+
+def test_call_span_counters_of_compatibility_transitions_in_docs_are_the_code_mapping() -> None:
+    from etf_otel.instrumentation.telemetry import _COMPAT_SPAN_COUNTERS
+
+    rows = first_table(section(DOCS / "telemetry.md", "Compatibility transitions on the call span"))
+    documented = {BACKTICKED_RE.findall(transition)[0]: BACKTICKED_RE.findall(name)[0] for transition, name, _ in rows}
+    assert documented == {transition.value: name for transition, name in _COMPAT_SPAN_COUNTERS.items()}
+    # Every rule's transition has its counter: a rule whose effect the call span cannot show fails here.
+    rules = first_table(section(DOCS / "identity-rules.md", "Compatibility rules"))
+    assert {BACKTICKED_RE.findall(transition)[0] for _, transition, _ in rules} <= set(documented)
 
 
 def test_divergence_sub_kinds_in_docs_are_the_code_kinds() -> None:

@@ -10,8 +10,12 @@ expressions are unchanged). The workload replays the case study's rejection and 
   ``id_conflict`` stream, an ``initial_null`` stream, a truncated stream, and a conversation whose
   first response proposes three calls: one executed, one whose host raises (``error.type``), one never
   answered (``unanswered_call``), plus a result for an id never proposed (``orphaned_result``);
+* per round, through a second wire protocol with explicit open and close events (the test adapter
+  ``LIFECYCLE_TEST`` over the slot model the Responses and Anthropic adapters use): one response
+  that ends incomplete (``incomplete_response``) and one with a stray delta (``unknown_slot``);
 * one round first (every series exists and is scraped), then ``ROUNDS`` more, so that ``increase()``
-  sees traffic: 7 streams per round of which 1 truncated (14 %), 11 fragments per round.
+  sees traffic: 9 streams per round, 7 Chat Completions streams of which 1 truncated (14 %) and 2
+  completed ones of the other protocol of which 1 incomplete (50 %).
 
 Nothing produces ``empty_after_established``, ``divergent_assembly``, ``duplicate_result`` or a
 failed or abandoned stream, so their rules must stay empty, and the volume conditions of the ratio
@@ -41,6 +45,7 @@ from etf_otel.core.linkage import Conversation
 from etf_otel.instrumentation import Instrumentation
 from etf_otel.instrumentation.safety import set_strict
 from tests.chunks import MISSING, case_stream, chunk, finished, fragment
+from tests.instrumentation.test_telemetry_contract import LIFECYCLE_TEST, lifecycle_call
 from tests.support.prometheus import PROMETHEUS, PrometheusServer, free_port
 from tests.test_dashboards import COUNTERS, DASHBOARD, HISTOGRAM, METRIC_LABELS, RULES, TARGET_LABELS, load_rules
 
@@ -51,12 +56,16 @@ pytestmark = pytest.mark.skipif(
 JOB = "etf-e2e"
 SERVICE = "etf-e2e-service"
 PROVIDER = "etf.e2e"
-ROUNDS = 12  # after the first round: 84 streams (>= 20) and 132 fragments (>= 100) within the windows
-STREAMS_PER_ROUND = 7
+ROUNDS = 12  # after the first round: 84 Chat streams, 24 of the other protocol (>= 20), >= 100 fragments
+CHAT_STREAMS_PER_ROUND = 7
+LIFECYCLE_STREAMS_PER_ROUND = 2
+STREAMS_PER_ROUND = CHAT_STREAMS_PER_ROUND + LIFECYCLE_STREAMS_PER_ROUND
 SCOPE_LABELS = {"otel_scope_name", "otel_scope_version"}  # otel_scope_schema_url is "" and dropped
 
-IDENTITY_CATEGORIES = {"id_conflict", "initial_null"}
+IDENTITY_CATEGORIES = {"id_conflict", "initial_null", "unknown_slot"}
 LINKAGE_CATEGORIES = {"orphaned_result", "unanswered_call"}
+VIOLATION_CATEGORIES = LINKAGE_CATEGORIES | {"incomplete_response"}
+PROTOCOLS = {"chat_completions", LIFECYCLE_TEST.name}
 # alert -> the etf_error_category values its expression must return (None: the rule has no category label).
 EXPECTED_NON_EMPTY: dict[str, set[str | None]] = {
     "EtfToolCallIdentityErrors": set(IDENTITY_CATEGORIES),
@@ -65,14 +74,22 @@ EXPECTED_NON_EMPTY: dict[str, set[str | None]] = {
     "EtfEmptyContinuationCompatibilitySuggested": set(),
     "EtfDivergentAssembly": set(),
     "EtfStreamsFailedOrAbandoned": set(),
+    "EtfIncompleteResponseRatioHigh": {None},
+}
+# alert -> its value when it returns one series (a share), and the etf_protocol it carries, if any.
+EXPECTED_VALUE: dict[str, tuple[float, str | None]] = {
+    "EtfTruncatedStreamRatioHigh": (1 / CHAT_STREAMS_PER_ROUND, "chat_completions"),
+    "EtfIncompleteResponseRatioHigh": (1 / LIFECYCLE_STREAMS_PER_ROUND, None),
 }
 # What /api/v1/alerts must list once the rules have seen the traffic: rules with `for:` are pending.
 EXPECTED_ALERTS = {
     ("EtfToolCallIdentityErrors", "firing", "id_conflict"),
     ("EtfToolCallIdentityErrors", "firing", "initial_null"),
+    ("EtfToolCallIdentityErrors", "firing", "unknown_slot"),
     ("EtfToolCallLinkageViolations", "firing", "orphaned_result"),
     ("EtfToolCallLinkageViolations", "firing", "unanswered_call"),
     ("EtfTruncatedStreamRatioHigh", "pending", None),
+    ("EtfIncompleteResponseRatioHigh", "pending", None),
 }
 
 
@@ -96,7 +113,7 @@ def _call(call_id: str, name: str) -> dict[str, Any]:
 
 
 def run_round(instrumentation: Instrumentation, n: int) -> None:
-    """One round of the case study's cases: 7 streams (1 truncated), 11 fragments."""
+    """One round: the case study's 7 Chat streams (1 truncated), and 2 of another protocol (1 incomplete)."""
     stream = instrumentation.stream
     _consume(stream(iter(case_stream(MISSING))))  # control
     _consume(stream(iter(case_stream(None))))  # target: id null on the continuation, keep_null
@@ -123,6 +140,11 @@ def run_round(instrumentation: Instrumentation, n: int) -> None:
     host.execute(_call(f"call-never-proposed-{n}", "read_page"))  # orphaned_result
     _consume(stream(iter(finished()), conversation=conversation))  # next request: call-r unanswered
     instrumentation.end_conversation(conversation)
+
+    cut = [*lifecycle_call(0, f"call-i{n}"), {"end": "incomplete", "reason": "max_tokens"}]
+    _consume(stream(iter(cut), protocol=LIFECYCLE_TEST))  # incomplete_response
+    stray = [*lifecycle_call(0, f"call-s{n}"), {"delta": 0, "text": "}"}, {"end": "complete"}]
+    _consume(stream(iter(stray), protocol=LIFECYCLE_TEST))  # unknown_slot: a delta after its call closed
 
 
 # --- the live setup ----------------------------------------------------------------------------------
@@ -241,13 +263,20 @@ def test_every_spec_metric_exists_with_exactly_the_spec_labels(live: Live) -> No
     categories = live.query(f"sum by (__name__, etf_error_category) ({selector})", "categories recorded")
     recorded = {(s["metric"]["__name__"], s["metric"]["etf_error_category"]) for s in categories}
     assert recorded == {("etf_tool_call_identity_errors_total", c) for c in IDENTITY_CATEGORIES} | {
-        ("etf_integrity_violations_total", c) for c in LINKAGE_CATEGORIES
+        ("etf_integrity_violations_total", c) for c in VIOLATION_CATEGORIES
     }, live.log[-1]
-    states = live.query(f'sum by (etf_stream_state) (etf_streams_total{{job="{JOB}"}})', "stream states")
-    assert {s["metric"]["etf_stream_state"]: s["value"][1] for s in states} == {
-        "completed": str(6 * (ROUNDS + 1)),
-        "truncated": str(ROUNDS + 1),
+    states = live.query(
+        f'sum by (etf_protocol, etf_stream_state) (etf_streams_total{{job="{JOB}"}})', "stream states by protocol"
+    )
+    assert {(s["metric"]["etf_protocol"], s["metric"]["etf_stream_state"]): s["value"][1] for s in states} == {
+        ("chat_completions", "completed"): str((CHAT_STREAMS_PER_ROUND - 1) * (ROUNDS + 1)),
+        ("chat_completions", "truncated"): str(ROUNDS + 1),
+        (LIFECYCLE_TEST.name, "completed"): str(LIFECYCLE_STREAMS_PER_ROUND * (ROUNDS + 1)),
     }, live.log[-1]
+    incomplete = live.query(
+        f'etf_integrity_violations_total{{job="{JOB}", etf_error_category="incomplete_response"}}', "incomplete"
+    )
+    assert [s["value"][1] for s in incomplete] == [str(ROUNDS + 1)], live.log[-1]  # once per response
 
 
 def _alert_rules() -> dict[str, str]:
@@ -265,13 +294,16 @@ def test_alert_expression_is_non_empty_exactly_for_the_categories_that_occurred(
     for series in result:
         assert series["metric"]["job"] == JOB, message
         assert series["metric"]["gen_ai_provider_name"] == PROVIDER, message
-    if alert == "EtfTruncatedStreamRatioHigh":
-        assert float(result[0]["value"][1]) == pytest.approx(1 / STREAMS_PER_ROUND, abs=0.005), message
+    if alert in EXPECTED_VALUE:
+        value, protocol = EXPECTED_VALUE[alert]
+        (series,) = result
+        assert float(series["value"][1]) == pytest.approx(value, abs=0.005), message
+        assert series["metric"].get("etf_protocol") == protocol, message
     # A ratio rule's volume condition (after the top-level `and`) holds: an empty result is the category's.
     parts = re.split(r"^\s*and\s*$", expr, flags=re.M)
     if len(parts) > 1:
         volume = live.query(parts[-1], f"alert {alert}, volume condition")
-        assert len(volume) == 1 and volume[0]["metric"]["gen_ai_provider_name"] == PROVIDER, live.log[-1]
+        assert volume and {s["metric"]["gen_ai_provider_name"] for s in volume} == {PROVIDER}, live.log[-1]
 
 
 def test_rules_evaluate_healthy_and_the_expected_alerts_fire(live: Live) -> None:
@@ -300,7 +332,7 @@ def test_rules_evaluate_healthy_and_the_expected_alerts_fire(live: Live) -> None
     assert seen == EXPECTED_ALERTS, live.log[-1]
 
 
-def _dashboard_queries(job: str, provider: str) -> dict[str, str]:
+def _dashboard_queries(job: str, provider: str, protocol: str) -> dict[str, str]:
     dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
     queries = {}
     for panel in dashboard["panels"]:
@@ -308,35 +340,48 @@ def _dashboard_queries(job: str, provider: str) -> dict[str, str]:
             expr = target["expr"].replace("$__rate_interval", "1m")
             expr = re.sub(r"\$\{?job\}?", lambda _: job, expr)
             expr = re.sub(r"\$\{?provider\}?", lambda _: provider, expr)
+            expr = re.sub(r"\$\{?protocol\}?", lambda _: protocol, expr)
             assert "$" not in expr, f"unhandled variable in {expr}"
             queries[f"panel {panel['id']} {panel['title']} {target['refId']}"] = expr
     return queries
 
 
 @pytest.mark.parametrize(
-    ("job", "provider"),
-    [(".*", ".*"), (JOB, PROVIDER.replace(".", "\\\\."))],  # "All", and one selected value as Grafana escapes it
+    ("job", "provider", "protocol"),
+    # "All", and one selected value as Grafana escapes it
+    [(".*", ".*", ".*"), (JOB, PROVIDER.replace(".", "\\\\."), "chat_completions")],
     ids=["all", "selected"],
 )
-def test_every_dashboard_panel_query_runs_and_returns_data(live: Live, job: str, provider: str) -> None:
-    results = {title: live.query(expr, title) for title, expr in _dashboard_queries(job, provider).items()}
+def test_every_dashboard_panel_query_runs_and_returns_data(live: Live, job: str, provider: str, protocol: str) -> None:
+    queries = _dashboard_queries(job, provider, protocol)
+    results = {title: live.query(expr, title) for title, expr in queries.items()}
     dump = "\n".join(live.log[-len(results) :])
     assert [title for title, result in results.items() if not result] == [], dump
     by_category = results["panel 2 Identity errors by category A"]
     assert {s["metric"]["etf_error_category"] for s in by_category} == IDENTITY_CATEGORIES, dump
     assert all(float(s["value"][1]) > 0 for s in by_category), dump
     violations = results["panel 8 Integrity violations by category A"]
-    assert {s["metric"]["etf_error_category"] for s in violations} == LINKAGE_CATEGORIES, dump
+    assert {s["metric"]["etf_error_category"] for s in violations} == VIOLATION_CATEGORIES, dump
+    by_protocol = results["panel 14 Stream end states by protocol A"]
+    shown = PROTOCOLS if protocol == ".*" else {protocol}
+    assert {s["metric"]["etf_protocol"] for s in by_protocol} == shown, dump
+    (incomplete,) = results["panel 15 Incomplete responses A"]  # the protocol variable does not apply
+    assert float(incomplete["value"][1]) == pytest.approx(1 / LIFECYCLE_STREAMS_PER_ROUND, abs=0.01), dump
     errors = results["panel 13 execute_tool errors by error.type A"]
     assert {s["metric"]["error_type"] for s in errors} == {"ValueError"}, dump
 
 
-def test_dashboard_variables_list_the_job_and_provider(live: Live) -> None:
+def test_dashboard_variables_list_the_job_provider_and_protocol(live: Live) -> None:
     jobs = live.prometheus.api("label/job/values", **{"match[]": "etf_streams_total"})
     providers = live.prometheus.api(
         "label/gen_ai_provider_name/values", **{"match[]": f'etf_streams_total{{job=~"{JOB}"}}'}
     )
-    line = f"--- variables: job={jobs} provider={providers}"
+    protocols = live.prometheus.api(
+        "label/etf_protocol/values",
+        **{"match[]": f'etf_streams_total{{job=~"{JOB}", gen_ai_provider_name=~"{PROVIDER.replace(".", "[.]")}"}}'},
+    )
+    line = f"--- variables: job={jobs} provider={providers} protocol={protocols}"
     print(line)
     assert JOB in jobs, line
     assert providers == [PROVIDER], line
+    assert set(protocols) == PROTOCOLS, line

@@ -9,8 +9,10 @@ default targets Grafana 10.1).
 
 Every query uses the Prometheus names of docs/telemetry.md as produced by the OpenTelemetry
 Prometheus exporter. ``service.name`` reaches Prometheus as ``job``; the execute_tool histogram
-has no provider label, so its panels are filtered by ``job`` only. Panel ids and query ref_ids
-are set here, and the output is written with sorted keys, so it is stable from run to run.
+has no provider label, so its panels are filtered by ``job`` only; ``etf.protocol`` is a label of
+``etf_streams_total`` alone, so only the stream panels follow the ``protocol`` variable. Panel ids
+and query ref_ids are set here, and the output is written with sorted keys, so it is stable from
+run to run.
 """
 
 from __future__ import annotations
@@ -41,9 +43,16 @@ DATASOURCE = dashboard_model.DataSourceRef(type_val="prometheus", uid="${datasou
 # Label filter applied to every etf_* query; the histogram has no provider label.
 SELECTOR = 'job=~"$job", gen_ai_provider_name=~"$provider"'
 JOB_SELECTOR = 'job=~"$job"'
+# etf_streams_total is the only series with etf_protocol: a protocol filter on any other would
+# select nothing once a protocol is picked.
+STREAM_SELECTOR = f'{SELECTOR}, etf_protocol=~"$protocol"'
 
-# Compatibility transitions: the id was kept although the fragment did not repeat it.
-COMPATIBILITY_TRANSITIONS = "keep_null|keep_empty|infer_index"
+# Compatibility transitions: a lenient reading of the strict rules was needed for the fragment.
+COMPATIBILITY_TRANSITIONS = "keep_null|keep_empty|infer_index|buffer_early|drop_late"
+
+# Chat Completions never ends incomplete (a cut call fails JSON validation there), so its streams
+# are left out of the share of incomplete responses, as in the EtfIncompleteResponseRatioHigh alert.
+CAN_END_INCOMPLETE = 'etf_stream_state="completed", etf_protocol!="chat_completions"'
 
 
 @dataclass(frozen=True)
@@ -86,7 +95,8 @@ LAYOUT: tuple[RowSpec | PanelSpec, ...] = (
         2,
         "Identity errors by category",
         "Fragments rejected by the identity rules (docs/categories.md, identity phase), per second, by "
-        "etf.error.category. Any rejection blocks every tool call of its response.",
+        "etf.error.category. missing_index and unknown_slot are fragments that belong to no call. Any "
+        "rejection blocks every tool call of its response.",
         "cps",
         (
             Query(
@@ -110,10 +120,11 @@ LAYOUT: tuple[RowSpec | PanelSpec, ...] = (
     PanelSpec(
         4,
         "Fragments that needed a compatibility transition",
-        "Share of all tool-call fragments whose id was kept by a compatibility transition "
-        f"({COMPATIBILITY_TRANSITIONS.replace('|', ', ')}) instead of being repeated or omitted, by provider "
-        "and transition. keep_empty and infer_index only appear when the empty_continuation and "
-        "infer_missing_index compatibility rules are enabled.",
+        "Share of all tool-call fragments that needed a compatibility transition "
+        f"({COMPATIBILITY_TRANSITIONS.replace('|', ', ')}), by provider and transition. keep_null is part "
+        "of the strict rules; keep_empty, infer_index, buffer_early and drop_late only appear when the "
+        "empty_continuation, infer_missing_index, buffer_early_deltas and drop_post_done_delta compatibility "
+        "rules are enabled.",
         "percentunit",
         (
             Query(
@@ -147,26 +158,60 @@ LAYOUT: tuple[RowSpec | PanelSpec, ...] = (
         "Stream end states",
         "Streams per second by etf.stream.state: completed (terminal event seen), truncated (ended before a "
         "terminal event), abandoned (dropped unread), failed (raised while read). Only completed streams can "
-        "be dispatched.",
+        "be dispatched; an incomplete response is completed too (see Incomplete responses).",
         "cps",
         (
             Query(
-                f"sum by (etf_stream_state) ({_rate('etf_streams_total')})",
+                f"sum by (etf_stream_state) ({_rate('etf_streams_total', STREAM_SELECTOR)})",
                 "{{etf_stream_state}}",
             ),
         ),
         stacked=True,
     ),
     PanelSpec(
+        14,
+        "Stream end states by protocol",
+        "Streams per second by etf.protocol (chat_completions, responses, anthropic_messages) and "
+        "etf.stream.state. Each protocol has its own terminal events, so truncation in one protocol and not "
+        "the others points at that protocol's client, gateway or server.",
+        "cps",
+        (
+            Query(
+                f"sum by (etf_protocol, etf_stream_state) ({_rate('etf_streams_total', STREAM_SELECTOR)})",
+                "{{etf_protocol}} {{etf_stream_state}}",
+            ),
+        ),
+    ),
+    PanelSpec(
         8,
         "Integrity violations by category",
-        "Call-to-result linkage violations per second by etf.error.category: orphaned_result, "
-        "unanswered_call, duplicate_result, divergent_assembly.",
+        "Integrity violations per second by etf.error.category: the linkage categories orphaned_result, "
+        "unanswered_call, duplicate_result and divergent_assembly, and incomplete_response (one per response "
+        "that ended properly but said its output was cut or withheld).",
         "cps",
         (
             Query(
                 f"sum by (etf_error_category) ({_rate('etf_integrity_violations_total')})",
                 "{{etf_error_category}}",
+            ),
+        ),
+    ),
+    PanelSpec(
+        15,
+        "Incomplete responses",
+        "Share of completed Responses and Anthropic streams that ended incomplete (incomplete_response: a "
+        "token or context limit, a refusal, a paused turn, an item marked incomplete), by provider; none of "
+        "their tool calls may run. Chat Completions streams are left out: they never end incomplete. The "
+        "count has no protocol label, so this panel ignores the protocol variable.",
+        "percentunit",
+        (
+            Query(
+                "sum by (gen_ai_provider_name) ("
+                + _rate("etf_integrity_violations_total", f'{SELECTOR}, etf_error_category="incomplete_response"')
+                + ") / sum by (gen_ai_provider_name) ("
+                + _rate("etf_streams_total", f"{SELECTOR}, {CAN_END_INCOMPLETE}")
+                + ")",
+                "{{gen_ai_provider_name}}",
             ),
         ),
     ),
@@ -292,7 +337,18 @@ def _variables() -> list[cogbuilder.Builder[dashboard_model.VariableModel]]:
         .include_all(True)
         .all_value(".*")
     )
-    return [datasource, job, provider]
+    protocol = (
+        dashboard_builder.QueryVariable("protocol")
+        .label("Protocol (etf.protocol, stream panels only)")
+        .datasource(DATASOURCE)
+        .query('label_values(etf_streams_total{job=~"$job", gen_ai_provider_name=~"$provider"}, etf_protocol)')
+        .refresh(dashboard_model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dashboard_model.VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+    )
+    return [datasource, job, provider, protocol]
 
 
 def build() -> dashboard_model.Dashboard:
@@ -301,8 +357,9 @@ def build() -> dashboard_model.Dashboard:
         dashboard_builder.Dashboard(TITLE)
         .uid(UID)
         .description(
-            "Streamed LLM tool calls observed by etf-otel: identity rule decisions, stream end states, "
-            "call-to-result integrity, tool-call verdicts and execute_tool durations."
+            "Streamed LLM tool calls observed by etf-otel: identity rule decisions, stream end states by wire "
+            "protocol, incomplete responses, call-to-result integrity, tool-call verdicts and execute_tool "
+            "durations."
         )
         .tags(["etf-otel", "genai", "opentelemetry"])
         .editable()

@@ -27,6 +27,8 @@ from opentelemetry.util.types import AttributeValue
 
 from etf_otel import attributes as A
 from etf_otel._version import __version__
+from etf_otel.core.results import AssemblyResult
+from etf_otel.core.vocabulary import VALUE_OF, ErrorCategory, StreamState
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 
 __all__ = ["COUNTERS", "CounterSpec", "CounterTotals", "totals_for"]
@@ -65,7 +67,7 @@ IDENTITY_ERRORS: Final = CounterSpec(
 INTEGRITY_VIOLATIONS: Final = CounterSpec(
     A.METRIC_INTEGRITY_VIOLATIONS,
     "{violation}",
-    "Linkage and assembly integrity problems.",
+    "Linkage and assembly integrity problems, and responses that ended incomplete.",
     (A.ETF_ERROR_CATEGORY, A.GEN_AI_PROVIDER_NAME),
 )
 TOOL_CALLS: Final = CounterSpec(
@@ -75,17 +77,23 @@ TOOL_CALLS: Final = CounterSpec(
     (A.ETF_TOOL_CALL_VERDICT, A.GEN_AI_TOOL_NAME, A.GEN_AI_PROVIDER_NAME),
 )
 STREAMS: Final = CounterSpec(
-    A.METRIC_STREAMS, "{stream}", "Streamed responses by end state.", (A.ETF_STREAM_STATE, A.GEN_AI_PROVIDER_NAME)
+    A.METRIC_STREAMS,
+    "{stream}",
+    "Streamed responses by end state and wire protocol.",
+    (A.ETF_STREAM_STATE, A.ETF_PROTOCOL, A.GEN_AI_PROVIDER_NAME),
 )
 COUNTERS: Final = (FRAGMENTS, ID_TRANSITIONS, IDENTITY_ERRORS, INTEGRITY_VIOLATIONS, TOOL_CALLS, STREAMS)
+
+_INCOMPLETE: Final = ErrorCategory.INCOMPLETE_RESPONSE.value
 
 
 class CounterTotals:
     """Running totals of every etf-otel counter of one meter provider.
 
-    Writers take :attr:`lock` once per response and add with :meth:`add_locked`; the
-    reader's callbacks copy the totals under the same lock. The number of keys is bounded
-    by the attributes' cardinality (enums, the capped tool names, the provider names).
+    A response is added with :meth:`add_response`, which takes :attr:`lock` once; other writers
+    use :meth:`add`. The reader's callbacks copy the totals under the same lock. The number of
+    keys is bounded by the attributes' cardinality (enums, the capped tool names, the provider
+    names, the wire protocols).
     """
 
     def __init__(self, meter: metrics.Meter) -> None:
@@ -98,14 +106,59 @@ class CounterTotals:
                     spec.name, callbacks=[self._callback(spec)], unit=spec.unit, description=spec.description
                 )
 
-    def table(self, spec: CounterSpec) -> dict[Key, int]:
-        """The totals of one counter; change them only while holding :attr:`lock`."""
-        return self._totals[spec]
-
     def add(self, spec: CounterSpec, key: Key, amount: int = 1) -> None:
         with self.lock:
             totals = self._totals[spec]
             totals[key] = totals.get(key, 0) + amount
+
+    def add_response(
+        self,
+        result: AssemblyResult,
+        state: StreamState,
+        provider: AttributeValue | None,
+        protocol: str | None,
+        tool_name: Callable[[str | None], str],
+        incomplete: bool,
+    ) -> None:
+        """Add one finalized response to every counter it touches, under one lock.
+
+        ``protocol`` labels ``etf.streams`` only. An ``incomplete`` response is ``completed`` on
+        ``etf.streams`` (its closed set of states has no other value for it), so it is also
+        counted once on ``etf.integrity.violations`` as ``incomplete_response``: that is what
+        makes its share alertable.
+        """
+        calls: dict[Key, int] = {}  # one point per distinct (verdict, tool name), not per call
+        for call in result.calls:
+            key: Key = (VALUE_OF[call.verdict], tool_name(call.name), provider)
+            calls[key] = calls.get(key, 0) + 1
+        tables = self._totals
+        with self.lock:
+            totals = tables[FRAGMENTS]
+            totals[provider,] = totals.get((provider,), 0) + result.fragments
+            totals = tables[ID_TRANSITIONS]
+            for decision, count in result.decision_counts:
+                key = (VALUE_OF[decision.transition], VALUE_OF[decision.id_kind], provider)
+                totals[key] = totals.get(key, 0) + count
+            totals = tables[IDENTITY_ERRORS]
+            for (decision, category), count in result.identity_error_counts:
+                key = (
+                    VALUE_OF[category],
+                    VALUE_OF[decision.id_kind],
+                    decision.prior_id_present,
+                    decision.id_empty,
+                    provider,
+                )
+                totals[key] = totals.get(key, 0) + count
+            totals = tables[STREAMS]
+            key = (VALUE_OF[state], protocol, provider)
+            totals[key] = totals.get(key, 0) + 1
+            if incomplete:
+                totals = tables[INTEGRITY_VIOLATIONS]
+                key = (_INCOMPLETE, provider)
+                totals[key] = totals.get(key, 0) + 1
+            totals = tables[TOOL_CALLS]
+            for call_key, count in calls.items():
+                totals[call_key] = totals.get(call_key, 0) + count
 
     def _callback(self, spec: CounterSpec) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterator[Observation]:

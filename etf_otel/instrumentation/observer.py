@@ -2,7 +2,8 @@
 
 A :class:`ResponseObserver` runs the identity rules, through the adapter of the stream's
 wire protocol (Chat Completions unless told otherwise), over the same events the
-application consumes and reports the response once, when it ends: by exhaustion
+application consumes and reports the response once, labelled with that protocol's name
+(``etf.protocol``), when it ends: by exhaustion
 (:data:`EOF`), by an error (:data:`ERROR`), or by being closed or abandoned
 (:data:`CLOSED`). The stream and assembler wrappers drive it; it never raises into them.
 """
@@ -55,6 +56,7 @@ class ResponseObserver:
         "_findings",
         "_lock",
         "_parent",
+        "_protocol",
         "_started_ns",
         "telemetry",
     )
@@ -70,7 +72,10 @@ class ResponseObserver:
         protocol: WireProtocol | str = CHAT_COMPLETIONS,
     ) -> None:
         self.telemetry = telemetry
-        self._assembler = get_protocol(protocol).assembler(rules=rules, clock=time.time_ns)
+        wire = get_protocol(protocol)
+        self._assembler = wire.assembler(rules=rules, clock=time.time_ns)
+        name = wire.name
+        self._protocol = name if isinstance(name, str) and name else None  # etf.protocol
         self._conversation = conversation
         self._base = telemetry.base_attributes(provider_name)
         self._parent = otel_context.get_current()
@@ -113,7 +118,14 @@ class ResponseObserver:
             else:
                 state = result.state
             self.telemetry.record_response(
-                result, state, self._parent, self._started_ns, self._conversation, self._base, self._findings
+                result,
+                state,
+                self._parent,
+                self._started_ns,
+                self._conversation,
+                self._base,
+                self._findings,
+                self._protocol,
             )
             return result
         return None

@@ -22,7 +22,7 @@ from opentelemetry.util.types import AttributeValue
 from etf_otel import attributes as A
 from etf_otel._version import __version__
 from etf_otel.core.linkage import Conversation, Finding
-from etf_otel.core.results import AssemblyResult, ToolCall
+from etf_otel.core.results import AssemblyResult, Rejection, ToolCall
 from etf_otel.core.vocabulary import VALUE_OF, ErrorCategory, StreamState, Transition, Verdict, bounded_finish_reason
 from etf_otel.instrumentation import counters as _counters
 from etf_otel.instrumentation import linkage
@@ -37,11 +37,20 @@ DEFAULT_MAX_REJECTED_EVENTS = 16
 DEFAULT_MAX_CONTENT_CHARS = 4096
 DEFAULT_MAX_PROPOSALS = 4096
 
-_COMPAT_SPAN_COUNTERS: dict[Transition, str] = {
+_COMPAT_SPAN_COUNTERS: Final[dict[Transition, str]] = {
     Transition.KEEP_NULL: A.ETF_ID_KEPT_NULL,
     Transition.KEEP_EMPTY: A.ETF_ID_KEPT_EMPTY,
     Transition.INFER_INDEX: A.ETF_ID_INFERRED_INDEX,
+    Transition.BUFFER_EARLY: A.ETF_ID_BUFFERED_EARLY,
+    Transition.DROP_LATE: A.ETF_ID_DROPPED_LATE,
 }
+"""The call-span attribute counting each compatibility transition (docs/telemetry.md).
+
+A transition missing here is left off the span (it is still counted on
+``etf.tool_call.id_transitions``): a transition the telemetry has no name for never fails a span."""
+
+_TRUNCATED: Final = ErrorCategory.TRUNCATED_STREAM.value
+_INCOMPLETE: Final = ErrorCategory.INCOMPLETE_RESPONSE.value
 
 
 def capture_content_enabled() -> bool:
@@ -58,6 +67,59 @@ _PROPOSED: Final = Verdict.PROPOSED  # a module global: reading it off the enum 
 
 _RECORDING_A_CALL: Final = internal_errors_swallowed("recording a tool call")
 """Stateless, so one instance serves every call."""
+
+
+def _response_error(state: StreamState, rejections: Sequence[Rejection]) -> str | None:
+    """The response span's ``error.type``, if any (docs/telemetry.md): ``truncated_stream`` unless
+    ``completed``, else ``incomplete_response``, else the first rejection that belongs to no call
+    (``missing_index``, ``unknown_slot``, ``snapshot_mismatch`` of the final list). A call's own
+    categories stay on its span."""
+    if state is not StreamState.COMPLETED:
+        return _TRUNCATED
+    if not rejections:
+        return None
+    unattached: ErrorCategory | None = None
+    for rejection in rejections:
+        if rejection.category is ErrorCategory.INCOMPLETE_RESPONSE:
+            return _INCOMPLETE
+        if unattached is None and rejection.index is None:
+            unattached = rejection.category
+    return None if unattached is None else unattached.value
+
+
+def _response_attributes(
+    result: AssemblyResult,
+    state: StreamState,
+    base: dict[str, AttributeValue],
+    protocol: str | None,
+    error_type: str | None,
+) -> dict[str, AttributeValue]:
+    """The start attributes of an ``assemble_response`` span."""
+    attributes: dict[str, AttributeValue] = {
+        A.ETF_STREAM_STATE: VALUE_OF[state],
+        A.GEN_AI_RESPONSE_FINISH_REASONS: [bounded_finish_reason(reason) for reason in result.finish_reasons],
+        A.ETF_STREAM_SLOTS: len(result.calls),
+        A.ETF_STREAM_FRAGMENTS: result.fragments,
+        A.ETF_STREAM_DISPATCHABLE: result.dispatchable,
+        **base,
+    }
+    if protocol is not None:
+        attributes[A.ETF_PROTOCOL] = protocol
+    if error_type is not None:
+        attributes[A.ERROR_TYPE] = error_type
+    return attributes
+
+
+def _count_compatibility(transitions: Iterable[tuple[Transition, int]], attributes: dict[str, AttributeValue]) -> None:
+    """A call's compatibility transition counts as span attributes (``etf.id.kept_null``, ...).
+
+    A transition without a span name is skipped, anything unexpected is logged and dropped:
+    the span is recorded anyway."""
+    with internal_errors_swallowed("counting compatibility transitions"):
+        for transition, count in transitions:
+            counter = _COMPAT_SPAN_COUNTERS.get(transition)
+            if counter is not None and type(count) is int:
+                attributes[counter] = count
 
 
 def _finding_attributes(finding: Finding) -> dict[str, AttributeValue]:
@@ -119,37 +181,38 @@ class Telemetry:
         conversation: Conversation | None = None,
         base: dict[str, AttributeValue] | None = None,
         findings: Sequence[Finding] = (),
+        protocol: str | None = None,
     ) -> None:
         """Emit the spans and metrics of one finalized response.
 
         ``findings`` were detected when the response started (linkage of the previous one);
-        they were counted then and become events on this response's span now.
+        they were counted then and become events on this response's span now. ``protocol``
+        (``etf.protocol``) goes to the response span and ``etf.streams`` only.
         """
         ended_ns = time.time_ns()
         if base is None:
             base = self._base
+        error_type = _response_error(state, result.rejections)
         with internal_errors_swallowed("counting a response"):
-            self._count_response(result, state, base)
-        stream_attributes: dict[str, AttributeValue] = {
-            A.ETF_STREAM_STATE: VALUE_OF[state],
-            A.GEN_AI_RESPONSE_FINISH_REASONS: [bounded_finish_reason(reason) for reason in result.finish_reasons],
-            A.ETF_STREAM_SLOTS: len(result.calls),
-            A.ETF_STREAM_FRAGMENTS: result.fragments,
-            A.ETF_STREAM_DISPATCHABLE: result.dispatchable,
-            **base,
-        }
+            self.counters.add_response(
+                result,
+                state,
+                base.get(A.GEN_AI_PROVIDER_NAME),
+                protocol,
+                self.tool_name_label,
+                error_type == _INCOMPLETE,
+            )
         stream_span = self.tracer.start_span(
             A.SPAN_ASSEMBLE_RESPONSE,
             context=parent,
             kind=SpanKind.INTERNAL,
-            attributes=stream_attributes,
+            attributes=_response_attributes(result, state, base, protocol, error_type),
             start_time=started_ns,
         )
         try:
             with internal_errors_swallowed("describing a response"):
-                if state is not StreamState.COMPLETED:
+                if error_type is not None:
                     stream_span.set_status(Status(StatusCode.ERROR))
-                    stream_span.set_attribute(A.ERROR_TYPE, ErrorCategory.TRUNCATED_STREAM.value)
                 if findings and stream_span.is_recording():
                     for finding in findings:
                         stream_span.add_event(A.EVENT_INTEGRITY_VIOLATION, _finding_attributes(finding))
@@ -167,38 +230,6 @@ class Telemetry:
             stream_span.end(end_time=ended_ns)
             if conversation is not None and result.dispatchable:
                 linkage.proposed(conversation, [call.id for call in result.calls if call.id is not None])
-
-    def _count_response(self, result: AssemblyResult, state: StreamState, base: dict[str, AttributeValue]) -> None:
-        provider = base.get(A.GEN_AI_PROVIDER_NAME)
-        label = self.tool_name_label
-        calls: dict[_counters.Key, int] = {}  # one point per distinct (verdict, tool name), not per call
-        for call in result.calls:
-            key: _counters.Key = (VALUE_OF[call.verdict], label(call.name), provider)
-            calls[key] = calls.get(key, 0) + 1
-        counters = self.counters
-        with counters.lock:
-            totals = counters.table(_counters.FRAGMENTS)
-            totals[provider,] = totals.get((provider,), 0) + result.fragments
-            totals = counters.table(_counters.ID_TRANSITIONS)
-            for decision, count in result.decision_counts:
-                key = (VALUE_OF[decision.transition], VALUE_OF[decision.id_kind], provider)
-                totals[key] = totals.get(key, 0) + count
-            totals = counters.table(_counters.IDENTITY_ERRORS)
-            for (decision, category), count in result.identity_error_counts:
-                key = (
-                    VALUE_OF[category],
-                    VALUE_OF[decision.id_kind],
-                    decision.prior_id_present,
-                    decision.id_empty,
-                    provider,
-                )
-                totals[key] = totals.get(key, 0) + count
-            totals = counters.table(_counters.STREAMS)
-            key = (VALUE_OF[state], provider)
-            totals[key] = totals.get(key, 0) + 1
-            totals = counters.table(_counters.TOOL_CALLS)
-            for call_key, count in calls.items():
-                totals[call_key] = totals.get(call_key, 0) + count
 
     # long: runs once per finalized call; one frame, start attributes in one pass (issue 7's budget)
     def _record_call(
@@ -232,10 +263,8 @@ class Telemetry:
                 attributes[A.GEN_AI_TOOL_NAME] = name
             if call.id is not None:
                 attributes[A.GEN_AI_TOOL_CALL_ID] = call.id
-            for transition, count in call.transitions:
-                counter = _COMPAT_SPAN_COUNTERS.get(transition)
-                if counter is not None:
-                    attributes[counter] = count
+            if call.transitions:
+                _count_compatibility(call.transitions, attributes)
             if call.categories:
                 attributes[A.ETF_TOOL_CALL_CATEGORIES] = [category.value for category in call.categories]
                 attributes[A.ERROR_TYPE] = call.categories[0].value

@@ -249,7 +249,7 @@ def test_case_study_over_otlp(transport: str, receiver: OtlpReceiver, server: Lo
         (("etf.tool_call.verdict", "proposed"), ("gen_ai.tool.name", "read_page")): 1,
         (("etf.tool_call.verdict", "rejected"), ("gen_ai.tool.name", "save_report")): 1,
     }
-    assert last("etf.streams") == {(("etf.stream.state", "completed"),): 2}
+    assert last("etf.streams") == {(("etf.protocol", "chat_completions"), ("etf.stream.state", "completed")): 2}
     ((duration_attributes, histogram),) = last("gen_ai.execute_tool.duration").items()
     assert duration_attributes == (("gen_ai.tool.name", "read_page"),)
     assert histogram["count"] == 1

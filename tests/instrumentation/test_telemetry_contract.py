@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -9,7 +12,12 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from etf_otel import assemble
+from etf_otel.core.identity import ABSENT, IdentityRules
+from etf_otel.core.lifecycle import LifecycleSlots
 from etf_otel.core.linkage import Conversation
+from etf_otel.core.results import AssemblyResult
+from etf_otel.core.vocabulary import ResponseEnd, StreamState, Transition
+from etf_otel.protocols import WireProtocol
 
 from ..chunks import MISSING, case_stream, chunk, finished, fragment
 from ..conftest import Captured
@@ -48,11 +56,16 @@ def test_case_study_target_stream_spans(captured: Captured) -> None:
     assert call_span.start_time is not None and call_span.end_time is not None
     assert call_span.start_time <= call_span.end_time
     stream_attributes = dict(stream_span.attributes or {})
-    assert stream_attributes["etf.stream.state"] == "completed"
-    assert tuple(stream_attributes["gen_ai.response.finish_reasons"]) == ("tool_calls",)
-    assert stream_attributes["etf.stream.slots"] == 1
-    assert stream_attributes["etf.stream.fragments"] == 2
-    assert stream_attributes["etf.stream.dispatchable"] is True
+    assert tuple(stream_attributes.pop("gen_ai.response.finish_reasons")) == ("tool_calls",)
+    assert stream_attributes == {
+        "etf.stream.state": "completed",
+        "etf.stream.slots": 1,
+        "etf.stream.fragments": 2,
+        "etf.stream.dispatchable": True,
+        "gen_ai.provider.name": "openai",
+        "etf.protocol": "chat_completions",
+    }
+    assert stream_span.status.status_code is StatusCode.UNSET
 
 
 def test_rejected_call_span_has_error_status_and_bounded_events(captured: Captured) -> None:
@@ -124,16 +137,19 @@ def test_metrics_names_attributes_and_values(captured: Captured) -> None:
             1,
         )
     ]
-    assert captured.metric_sum("etf.streams", etf__stream__state="completed") == 2
-    assert captured.metric_sum("etf.streams", etf__stream__state="truncated") == 1
+    assert metrics["etf.streams"] == [
+        ({"etf.stream.state": "completed", "etf.protocol": "chat_completions", "gen_ai.provider.name": "openai"}, 2),
+        ({"etf.stream.state": "truncated", "etf.protocol": "chat_completions", "gen_ai.provider.name": "openai"}, 1),
+    ]
     assert (
         captured.metric_sum("etf.tool_calls", etf__tool_call__verdict="proposed", gen_ai__tool__name="read_page") == 1
     )
     assert captured.metric_sum("etf.tool_calls", etf__tool_call__verdict="rejected") == 2
-    for points in metrics.values():
+    for name, points in metrics.items():
         for attributes, _ in points:
             assert "gen_ai.tool.call.id" not in attributes
             assert not any("call-" in str(value) for value in attributes.values())
+            assert ("etf.protocol" in attributes) is (name == "etf.streams"), name  # kept off the other counters
 
 
 def test_setups_sharing_a_meter_provider_count_into_the_same_counters(captured: Captured) -> None:
@@ -353,3 +369,290 @@ def test_suppressed_context_records_nothing(captured: Captured) -> None:
     finally:
         detach(token)
     assert captured.exporter.get_finished_spans() == ()
+
+
+# --- protocols with explicit open and close events ---------------------------------------------------
+
+
+class _LifecycleAdapter:
+    """A made-up wire protocol lowered onto :class:`LifecycleSlots`, the slot model of the Responses and
+    Anthropic adapters, so that their categories and compatibility transitions can be driven here
+    through ``Instrumentation.stream`` without depending on either adapter.
+
+    Events: ``{"open": key, "id": ..., "name": ...}``, ``{"delta": key, "text": ...}``,
+    ``{"done": key, "arguments": ...}`` (a snapshot that closes the arguments), ``{"close": key}``,
+    ``{"incomplete": key}`` (item status), ``{"admit": key, "transition": ...}`` (a fragment a
+    compatibility rule handled), ``{"final": [(id, name, arguments), ...]}`` and
+    ``{"end": "complete" | "incomplete" | "failed", "reason": ...}``.
+    """
+
+    def __init__(self, *, rules: IdentityRules, clock: Callable[[], int] | None = None, **_: object) -> None:
+        self._slots = LifecycleSlots(rules, clock=clock)
+
+    @property
+    def slots(self) -> LifecycleSlots:
+        return self._slots
+
+    @property
+    def finished(self) -> bool:
+        return self._slots.finished
+
+    def feed(self, event: object) -> None:
+        if not isinstance(event, dict):
+            return
+        slots = self._slots
+        if "open" in event:
+            slots.open(event["open"], event.get("id", ABSENT), event.get("name", ABSENT))
+        elif "delta" in event:
+            slots.delta(event["delta"], event["text"])
+        elif "done" in event:
+            slots.snapshot(event["done"], event["arguments"])
+            slots.close_arguments(event["done"])
+        elif "close" in event:
+            slots.close_slot(event["close"])
+        elif "incomplete" in event:
+            slots.mark_incomplete(event["incomplete"])
+        elif "admit" in event:
+            slots.admitted(event["admit"], Transition(event["transition"]))
+        elif "final" in event:
+            slots.final_snapshot(event["final"])
+        elif "end" in event:
+            if "reason" in event:
+                slots.finish_reason(0, event["reason"])
+            slots.end(ResponseEnd(event["end"]))
+
+    def feed_done(self) -> None:
+        return None
+
+    def finish(self) -> AssemblyResult:
+        return self._slots.finish()
+
+
+LIFECYCLE_TEST = WireProtocol(
+    name="lifecycle_test", assembler=_LifecycleAdapter, recognizes=lambda event: False, result_ids=lambda _: None
+)
+"""Also driven by tests/test_prometheus_e2e.py."""
+
+
+def lifecycle_call(key: int, call_id: str, name: str = "read_page", arguments: str = '{"page": 1}') -> list[Any]:
+    """One call opened, streamed in two deltas, its arguments stated and closed."""
+    return [
+        {"open": key, "id": call_id, "name": name},
+        {"delta": key, "text": arguments[:3]},
+        {"delta": key, "text": arguments[3:]},
+        {"done": key, "arguments": arguments},
+        {"close": key},
+    ]
+
+
+def test_a_custom_protocol_names_itself_on_the_response_span_and_etf_streams_only(captured: Captured) -> None:
+    instrumentation = captured.instrumentation(provider_name="acme")
+    events = [*lifecycle_call(0, "call-1"), {"end": "complete", "reason": "tool_calls"}]
+    assert _consume(instrumentation.stream(iter(events), protocol=LIFECYCLE_TEST)) == events
+    (response,) = captured.spans("assemble_response")
+    (call,) = captured.spans("assemble_tool_call")
+    assert (response.attributes or {})["etf.protocol"] == "lifecycle_test"
+    assert type((response.attributes or {})["etf.protocol"]) is str
+    assert "etf.protocol" not in (call.attributes or {})
+    assert (response.attributes or {})["etf.stream.dispatchable"] is True
+    metrics = captured.metrics()
+    assert metrics["etf.streams"] == [
+        ({"etf.stream.state": "completed", "etf.protocol": "lifecycle_test", "gen_ai.provider.name": "acme"}, 1)
+    ]
+    assert [name for name, points in metrics.items() if any("etf.protocol" in a for a, _ in points)] == ["etf.streams"]
+
+
+def test_the_protocol_name_is_the_one_given_by_name_or_description(captured: Captured) -> None:
+    instrumentation = captured.instrumentation()
+    _consume(instrumentation.stream(iter(case_stream(None)), protocol="chat_completions"))
+    _consume(instrumentation.stream(iter([{"end": "complete"}]), protocol=LIFECYCLE_TEST))
+    observer = instrumentation.observer()  # the default protocol
+    observer.observe(case_stream(None)[0])
+    observer.finish()
+    protocols = [(span.attributes or {})["etf.protocol"] for span in captured.spans("assemble_response")]
+    assert protocols == ["chat_completions", "lifecycle_test", "chat_completions"]
+    assert captured.metric_sum("etf.streams", etf__protocol="chat_completions") == 2
+    assert captured.metric_sum("etf.streams", etf__protocol="lifecycle_test") == 1
+
+
+def test_incomplete_response_fails_its_spans_and_is_counted_once_per_response(captured: Captured) -> None:
+    instrumentation = captured.instrumentation(provider_name="acme")
+    cut = [*lifecycle_call(0, "call-1"), *lifecycle_call(1, "call-2"), {"end": "incomplete", "reason": "max_tokens"}]
+    _consume(instrumentation.stream(iter(cut), protocol=LIFECYCLE_TEST))
+    (response,) = captured.spans("assemble_response")
+    attributes = dict(response.attributes or {})
+    assert attributes["etf.stream.state"] == "completed"  # it ended properly: the closed state set is unchanged
+    assert attributes["error.type"] == "incomplete_response"
+    assert attributes["etf.stream.dispatchable"] is False
+    assert response.status.status_code is StatusCode.ERROR
+    calls = captured.spans("assemble_tool_call")
+    assert [(c.attributes or {})["error.type"] for c in calls] == ["incomplete_response"] * 2
+    assert [tuple((c.attributes or {})["etf.tool_call.categories"]) for c in calls] == [("incomplete_response",)] * 2
+    assert all(c.status.status_code is StatusCode.ERROR for c in calls)
+    metrics = captured.metrics()
+    assert metrics["etf.integrity.violations"] == [
+        ({"etf.error.category": "incomplete_response", "gen_ai.provider.name": "acme"}, 1)
+    ]
+    assert metrics["etf.streams"] == [
+        ({"etf.stream.state": "completed", "etf.protocol": "lifecycle_test", "gen_ai.provider.name": "acme"}, 1)
+    ]
+    assert captured.metric_sum("etf.tool_calls", etf__tool_call__verdict="rejected") == 2
+    assert "etf.tool_call.identity_errors" not in metrics
+
+
+@pytest.mark.parametrize(
+    ("events", "calls"),
+    [
+        ([{"end": "incomplete", "reason": "max_output_tokens"}], 0),  # withheld before any call
+        ([*lifecycle_call(0, "call-1"), {"incomplete": 0}, {"end": "complete"}], 1),  # item status incomplete
+    ],
+    ids=["no-call", "item-status"],
+)
+def test_every_way_of_ending_incomplete_is_one_incomplete_response(
+    captured: Captured, events: list[Any], calls: int
+) -> None:
+    _consume(captured.instrumentation().stream(iter(events), protocol=LIFECYCLE_TEST))
+    (response,) = captured.spans("assemble_response")
+    assert (response.attributes or {})["error.type"] == "incomplete_response"
+    assert (response.attributes or {})["etf.stream.slots"] == calls
+    assert captured.metric_sum("etf.integrity.violations", etf__error__category="incomplete_response") == 1
+
+
+def test_an_incomplete_response_whose_stream_then_fails_is_a_failed_stream_only(captured: Captured) -> None:
+    """The state decides first: a stream that raised is ``truncated_stream``, as with every protocol."""
+
+    def raising() -> Any:
+        yield from [*lifecycle_call(0, "call-1"), {"end": "incomplete"}]
+        raise ConnectionError("reset")
+
+    with pytest.raises(ConnectionError):
+        _consume(captured.instrumentation().stream(raising(), protocol=LIFECYCLE_TEST))
+    (response,) = captured.spans("assemble_response")
+    assert (response.attributes or {})["etf.stream.state"] == "failed"
+    assert (response.attributes or {})["error.type"] == "truncated_stream"
+    assert "etf.integrity.violations" not in captured.metrics()
+
+
+def test_unknown_slot_fails_the_response_span_and_is_an_identity_error(captured: Captured) -> None:
+    instrumentation = captured.instrumentation(provider_name="acme")
+    stray = [{"delta": 3, "text": '{"x": 1}'}, *lifecycle_call(0, "call-1"), {"delta": 0, "text": "}"}]
+    _consume(instrumentation.stream(iter([*stray, {"end": "complete"}]), protocol=LIFECYCLE_TEST))
+    (response,) = captured.spans("assemble_response")
+    assert (response.attributes or {})["error.type"] == "unknown_slot"  # merged nowhere: no call span carries it
+    assert (response.attributes or {})["etf.stream.dispatchable"] is False
+    assert response.status.status_code is StatusCode.ERROR
+    (call,) = captured.spans("assemble_tool_call")
+    assert (call.attributes or {})["etf.tool_call.verdict"] == "proposed"  # blocked by its response, not rejected
+    assert "error.type" not in (call.attributes or {})
+    assert captured.metrics()["etf.tool_call.identity_errors"] == [
+        (
+            {
+                "etf.error.category": "unknown_slot",
+                "etf.id.kind": "absent",
+                "etf.id.prior_present": False,
+                "etf.id.empty": False,
+                "gen_ai.provider.name": "acme",
+            },
+            2,
+        )
+    ]
+    assert "etf.integrity.violations" not in captured.metrics()
+
+
+def test_snapshot_mismatch_fails_the_call_or_the_response_it_belongs_to(captured: Captured) -> None:
+    instrumentation = captured.instrumentation()
+    contradicted = [
+        {"open": 0, "id": "call-1", "name": "read_page"},
+        {"delta": 0, "text": '{"page": 1}'},
+        {"done": 0, "arguments": '{"page": 2}'},
+        {"end": "complete"},
+    ]
+    _consume(instrumentation.stream(iter(contradicted), protocol=LIFECYCLE_TEST))
+    stray = [*lifecycle_call(0, "call-1"), {"final": [("call-1", "read_page", '{"page": 1}'), ("call-9", "f", "{}")]}]
+    _consume(instrumentation.stream(iter([*stray, {"end": "complete"}]), protocol=LIFECYCLE_TEST))
+    first, second = captured.spans("assemble_response")
+    contradicted_call, listed_call = captured.spans("assemble_tool_call")
+    assert (contradicted_call.attributes or {})["error.type"] == "snapshot_mismatch"
+    assert contradicted_call.status.status_code is StatusCode.ERROR
+    assert "error.type" not in (first.attributes or {})  # the call's category stays on the call span
+    assert (first.attributes or {})["etf.stream.dispatchable"] is False
+    assert "error.type" not in (listed_call.attributes or {})
+    assert (second.attributes or {})["error.type"] == "snapshot_mismatch"  # a listed call no slot proposed
+    assert second.status.status_code is StatusCode.ERROR
+    assert captured.metric_sum("etf.tool_calls", etf__tool_call__verdict="rejected") == 1
+    assert "etf.integrity.violations" not in captured.metrics()
+
+
+def test_chat_missing_index_now_names_itself_on_the_response_span(captured: Captured) -> None:
+    stream = finished(chunk(fragment(0, "call-a", "f", "{}"), fragment(MISSING, "call-b", "g", "{}")))
+    _consume(captured.instrumentation().stream(iter(stream)))
+    (response,) = captured.spans("assemble_response")
+    assert (response.attributes or {})["error.type"] == "missing_index"
+    assert response.status.status_code is StatusCode.ERROR
+
+
+def test_compatibility_transitions_of_the_lifecycle_protocols_are_counted_on_the_call_span(
+    captured: Captured,
+) -> None:
+    events = [
+        *lifecycle_call(0, "call-1")[:3],
+        {"admit": 0, "transition": "buffer_early"},
+        {"admit": 0, "transition": "buffer_early"},
+        {"admit": 0, "transition": "drop_late"},
+        {"end": "complete"},
+    ]
+    _consume(captured.instrumentation().stream(iter(events), protocol=LIFECYCLE_TEST))
+    (call,) = captured.spans("assemble_tool_call")
+    attributes = dict(call.attributes or {})
+    assert (attributes["etf.id.buffered_early"], attributes["etf.id.dropped_late"]) == (2, 1)
+    assert type(attributes["etf.id.buffered_early"]) is int
+    assert call.events == ()  # counted on the span, not one event per fragment
+    transitions = {a["etf.id.transition"]: v for a, v in captured.metrics()["etf.tool_call.id_transitions"]}
+    assert (transitions["buffer_early"], transitions["drop_late"]) == (2, 1)
+
+
+def test_every_compatibility_transition_has_a_call_span_counter() -> None:
+    from etf_otel import attributes as A
+    from etf_otel.core.identity import CompatibilityRule
+    from etf_otel.core.unslotted import COMPATIBILITY, INFER_INDEX
+    from etf_otel.instrumentation.telemetry import _COMPAT_SPAN_COUNTERS
+
+    decisions = [
+        *IdentityRules.for_rules(list(CompatibilityRule)).table.values(),
+        *COMPATIBILITY.values(),
+        *INFER_INDEX.values(),
+    ]
+    compatible = {decision.transition for decision in decisions if decision.compatibility}
+    assert set(_COMPAT_SPAN_COUNTERS) == compatible
+    assert set(_COMPAT_SPAN_COUNTERS.values()) == {
+        A.ETF_ID_KEPT_NULL,
+        A.ETF_ID_KEPT_EMPTY,
+        A.ETF_ID_INFERRED_INDEX,
+        A.ETF_ID_BUFFERED_EARLY,
+        A.ETF_ID_DROPPED_LATE,
+    }
+
+
+def test_a_compatibility_transition_without_a_span_name_never_fails_the_span(
+    captured: Captured, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from etf_otel.instrumentation import telemetry
+
+    monkeypatch.delitem(telemetry._COMPAT_SPAN_COUNTERS, Transition.DROP_LATE)
+    events = [*lifecycle_call(0, "call-1"), {"admit": 0, "transition": "drop_late"}, {"end": "complete"}]
+    _consume(captured.instrumentation().stream(iter(events), protocol=LIFECYCLE_TEST))
+    # A made-up transition and a malformed count, handed to the telemetry directly (strict mode is on).
+    instrumentation = captured.instrumentation()
+    result = assemble(case_stream(None))
+    (call,) = result.calls
+    odd = call._replace(transitions=(("made_up", 3), (Transition.KEEP_NULL, 1), (Transition.KEEP_EMPTY, "2")))
+    instrumentation.telemetry.record_response(
+        dataclasses.replace(result, calls=(odd,)), StreamState.COMPLETED, None, time.time_ns()
+    )
+    late, odd_span = captured.spans("assemble_tool_call")
+    assert (late.attributes or {})["etf.tool_call.verdict"] == "proposed"
+    assert not any(name.startswith("etf.id.") for name in (late.attributes or {}))
+    assert (odd_span.attributes or {})["etf.id.kept_null"] == 1
+    assert "etf.id.kept_empty" not in (odd_span.attributes or {})
+    assert (odd_span.attributes or {})["gen_ai.tool.call.id"] == "call-a"
+    assert len(captured.spans("assemble_response")) == 2
