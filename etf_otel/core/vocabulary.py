@@ -175,7 +175,28 @@ VALUE_OF: Final[dict[Enum, str]] = {
 descriptor (about 120 ns a read on CPython 3.11), a dict read a fraction of that. Members of
 different enums that are equal as strings share a key, and then their value too."""
 
-KNOWN_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call", "error"})
+KNOWN_FINISH_REASONS = frozenset(
+    {
+        # Chat Completions finish_reason
+        "stop",
+        "length",
+        "tool_calls",
+        "content_filter",
+        "function_call",
+        "error",
+        # Responses incomplete_details.reason
+        "max_output_tokens",
+        # Anthropic stop_reason
+        "end_turn",
+        "tool_use",
+        "stop_sequence",
+        "max_tokens",
+        "model_context_window_exceeded",
+        "refusal",
+        "pause_turn",
+    }
+)
+"""The finish reasons the three protocols document; anything else is raw provider output."""
 OTHER: Final = "_OTHER"
 """The one value every bounded attribute falls back to for anything outside its closed set."""
 OTHER_FINISH_REASON: Final = OTHER

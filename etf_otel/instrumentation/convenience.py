@@ -39,6 +39,7 @@ from etf_otel.instrumentation.assemblers import DEFAULT_ADAPTER, AssemblerAdapte
 from etf_otel.instrumentation.host import ToolFunction, ToolHost
 from etf_otel.instrumentation.setup import Instrumentation
 from etf_otel.instrumentation.telemetry import capture_content_enabled
+from etf_otel.protocols import CHAT_COMPLETIONS, WireProtocol
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -189,6 +190,7 @@ def instrument_assembler(
     conversation: Conversation | None = None,
     instrumentation: Instrumentation | None = None,
     adapter: None = None,
+    protocol: WireProtocol | str = ...,
     **config: Unpack[SetupOptions],
 ) -> Any: ...
 
@@ -200,6 +202,7 @@ def instrument_assembler(
     conversation: Conversation | None = None,
     instrumentation: Instrumentation | None = None,
     adapter: AssemblerAdapter | Mapping[str, Any],
+    protocol: WireProtocol | str = ...,
     **config: Unpack[SetupOptions],
 ) -> Any: ...
 
@@ -210,9 +213,10 @@ def instrument_assembler(
     conversation: Conversation | None = None,
     instrumentation: Instrumentation | None = None,
     adapter: AssemblerAdapter | Mapping[str, Any] | None = None,
+    protocol: WireProtocol | str = CHAT_COMPLETIONS,
     **config: Unpack[SetupOptions],
 ) -> Any:
-    """Observe any assembler fed with chunks. See :class:`~etf_otel.instrumentation.ObservedAssembler`.
+    """Observe any assembler fed with a ``protocol``'s events. See :class:`~etf_otel.instrumentation.ObservedAssembler`.
 
     ``adapter`` is an :class:`AssemblerAdapter`, or a mapping of its fields (as the
     integrations' ``*_ADAPTER`` settings are).
@@ -221,7 +225,9 @@ def instrument_assembler(
         adapter = DEFAULT_ADAPTER
     elif not isinstance(adapter, AssemblerAdapter):
         adapter = AssemblerAdapter(**adapter)
-    return _instrumentation(instrumentation, config).assembler(assembler, conversation=conversation, adapter=adapter)
+    return _instrumentation(instrumentation, config).assembler(
+        assembler, conversation=conversation, adapter=adapter, protocol=protocol
+    )
 
 
 @overload

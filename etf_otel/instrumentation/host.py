@@ -28,7 +28,7 @@ from etf_otel.core.vocabulary import ErrorCategory, Phase
 from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import linkage
 from etf_otel.instrumentation._switches import _suppressed
-from etf_otel.instrumentation.registry import ProposalRecord
+from etf_otel.instrumentation.registry import ProposalRecord, arguments_value_hash, canonical_value_hash
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.telemetry import Telemetry
 from etf_otel.protocols.base import field
@@ -51,20 +51,43 @@ ToolFunction = Callable[..., Any]
 """A host that is a plain function (or any callable) taking the call first, sync or async."""
 
 
-def _call_fields(call: object) -> tuple[str | None, str | None, str | None]:
-    """``(id, name, arguments)`` of a call as hosts receive it: our ToolCall, an OpenAI dict or object."""
+def _call_fields(call: object) -> tuple[str | None, str | None, object]:
+    """``(id, name, arguments)`` of a call as hosts receive it.
+
+    Our ToolCall, an OpenAI dict or object (``arguments`` text, or ``function.arguments``), a
+    Responses ``function_call`` item (``call_id``), or an Anthropic ``tool_use`` block whose
+    ``input`` is the parsed value. Arguments are the text when there is one, else the value.
+    """
     call_id = field(call, "id")
+    if field(call, "type") == "function_call":  # a Responses item: ``id`` is the item's alias
+        call_id = field(call, "call_id")
     name = field(call, "name")
     arguments = field(call, "arguments")
     function = field(call, "function")
     if function is not ABSENT and function is not None:
         name = field(function, "name")
         arguments = field(function, "arguments")
+    if arguments is ABSENT:
+        arguments = field(call, "input")
     return (
         call_id if isinstance(call_id, str) else None,
         name if isinstance(name, str) else None,
-        arguments if isinstance(arguments, str) else None,
+        None if arguments is ABSENT else arguments,
     )
+
+
+def _same_arguments(arguments: object, record: ProposalRecord) -> bool:
+    """The host was handed the proposal's arguments: the same text, or the same JSON value.
+
+    The value comparison needs the record's canonical hash, which setups that guard keep.
+    """
+    if isinstance(arguments, str):
+        if hash(arguments) == record.arguments_hash:
+            return True
+        value_hash = arguments_value_hash(arguments)
+    else:
+        value_hash = canonical_value_hash(arguments)
+    return value_hash is not None and value_hash == record.value_hash
 
 
 class ObservedHost:
@@ -128,7 +151,7 @@ class ObservedHost:
 
     @staticmethod
     def _etf_refusal(
-        call_id: str | None, record: ProposalRecord | None, name: str | None, arguments: str | None
+        call_id: str | None, record: ProposalRecord | None, name: str | None, arguments: object
     ) -> ErrorCategory | None:
         if not call_id:
             return ErrorCategory.MISSING_ID
@@ -136,7 +159,7 @@ class ObservedHost:
             return ErrorCategory.ORPHANED_RESULT
         if not record.dispatchable:
             return record.first_category or ErrorCategory.TRUNCATED_STREAM
-        if name != record.name or hash(arguments or "") != record.arguments_hash:
+        if name != record.name or not _same_arguments(arguments if arguments is not None else "", record):
             return ErrorCategory.DIVERGENT_ASSEMBLY
         return None
 

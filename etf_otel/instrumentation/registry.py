@@ -7,8 +7,9 @@ limit into ``_OTHER``.
 
 from __future__ import annotations
 
+import json
 import threading
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from opentelemetry.trace import SpanContext
 
@@ -32,6 +33,29 @@ class ProposalRecord(NamedTuple):
     """The call's own first category, or else the one that blocked its response."""
     name: str | None
     arguments_hash: int
+    """``hash`` of the arguments text as assembled."""
+    value_hash: int | None = None
+    """``hash`` of the arguments' canonical JSON, kept only by setups that guard: a host may be
+    handed the arguments as a parsed value (Anthropic's ``tool_use`` ``input``) or re-serialized."""
+
+
+_CANONICAL_JSON: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_value_hash(value: object) -> int | None:
+    """``hash`` of ``value`` as canonical JSON (sorted keys, no spaces), ``None`` if it is not JSON."""
+    try:
+        return hash(_CANONICAL_JSON.encode(value))
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def arguments_value_hash(arguments: str) -> int | None:
+    """:func:`canonical_value_hash` of the JSON text ``arguments``, ``None`` if it does not parse."""
+    try:
+        return canonical_value_hash(json.loads(arguments))
+    except (ValueError, RecursionError):
+        return None
 
 
 class ProposalRegistry:

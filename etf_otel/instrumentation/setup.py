@@ -62,6 +62,7 @@ class Instrumentation:
         self.telemetry = Telemetry(
             tracer_provider, meter_provider, provider_name=provider_name, capture_content=capture_content
         )
+        self.telemetry.guarding = guard
 
     def observer(
         self,
@@ -119,12 +120,18 @@ class Instrumentation:
         conversation: Conversation | None = None,
         done: str | None = ...,
         calls: CallsReader = ...,
+        protocol: WireProtocol | str = ...,
     ) -> Any: ...
 
     # Any assembler, driven as an adapter says.
     @overload
     def assembler(
-        self, assembler: object, *, conversation: Conversation | None = None, adapter: AssemblerAdapter
+        self,
+        assembler: object,
+        *,
+        conversation: Conversation | None = None,
+        adapter: AssemblerAdapter,
+        protocol: WireProtocol | str = ...,
     ) -> Any: ...
 
     # Any assembler, its methods named by the adapter's fields as separate keywords (the
@@ -139,6 +146,7 @@ class Instrumentation:
         done: str | None = ...,
         finish: str = ...,
         calls: CallsReader = ...,
+        protocol: WireProtocol | str = ...,
     ) -> Any: ...
 
     @overload
@@ -150,6 +158,7 @@ class Instrumentation:
         finish: str,
         done: str | None = ...,
         calls: CallsReader = ...,
+        protocol: WireProtocol | str = ...,
     ) -> Any: ...
 
     def assembler(
@@ -162,15 +171,17 @@ class Instrumentation:
         done: str | None = DEFAULT_ADAPTER.done,
         finish: str = DEFAULT_ADAPTER.finish,
         calls: CallsReader = DEFAULT_ADAPTER.calls,
+        protocol: WireProtocol | str = CHAT_COMPLETIONS,
     ) -> Any:
         """Wrap an assembler for one response; ``adapter`` names its methods (see :class:`AssemblerAdapter`).
 
-        Returns it unchanged when disabled.
+        ``protocol`` is the wire protocol of the events it is fed: the identity rules run
+        beside it through that protocol's adapter. Returns it unchanged when disabled.
         """
         adapter = adapter_from(adapter, feed=feed, done=done, finish=finish, calls=calls)
         if _disabled():
             return assembler
-        return ObservedAssembler(assembler, self.observer(conversation), adapter=adapter)
+        return ObservedAssembler(assembler, self.observer(conversation, protocol=protocol), adapter=adapter)
 
     @overload
     def host(
@@ -208,12 +219,15 @@ class Instrumentation:
         """
         if _disabled():
             return host
+        guard = self.guard if guard is None else guard
+        if guard:  # from now on proposals keep the hash a guard compares parsed arguments with
+            self.telemetry.guarding = True
         return ObservedHost(
             host,
             self.telemetry,
             method=method,
             conversation=conversation,
-            guard=self.guard if guard is None else guard,
+            guard=guard,
             record_unverified_ids=record_unverified_ids,
         )
 

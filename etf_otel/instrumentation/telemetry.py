@@ -27,7 +27,7 @@ from etf_otel.core.vocabulary import VALUE_OF, ErrorCategory, StreamState, Trans
 from etf_otel.instrumentation import counters as _counters
 from etf_otel.instrumentation import linkage
 from etf_otel.instrumentation.counters import totals_for
-from etf_otel.instrumentation.registry import ProposalRecord, ProposalRegistry, ToolNameCap
+from etf_otel.instrumentation.registry import ProposalRecord, ProposalRegistry, ToolNameCap, arguments_value_hash
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 
 __all__ = ["ProposalRecord", "Telemetry", "capture_content_enabled"]
@@ -154,6 +154,8 @@ class Telemetry:
         self.max_content_chars = max_content_chars
         self.tool_name_label = ToolNameCap(max_tool_names)
         self.proposals = ProposalRegistry(max_proposals)
+        self.guarding = False
+        """Whether a guarded host uses this setup: only then is each proposal's canonical value hashed."""
         self._base: dict[str, AttributeValue] = {A.GEN_AI_PROVIDER_NAME: provider_name} if provider_name else {}
 
         self.counters = totals_for(meter_provider)
@@ -294,6 +296,7 @@ class Telemetry:
                             call.categories[0] if call.categories else blocked_by,
                             name,
                             hash(call.arguments),
+                            arguments_value_hash(call.arguments) if self.guarding else None,
                         ),
                     )
 

@@ -338,6 +338,45 @@ def test_guard_mode_refuses_calls_that_are_not_valid_proposals(captured: Capture
     assert [(s.attributes or {})["error.type"] for s in refusals] == ["truncated_stream", "orphaned_result"]
 
 
+@pytest.mark.parametrize(
+    ("handed", "runs"),
+    [
+        ({"id": "call-a", "name": "read_page", "arguments": '{"page":1}'}, True),  # the text as assembled
+        ({"id": "call-a", "name": "read_page", "arguments": '{ "page": 1 }'}, True),  # re-serialized
+        ({"id": "call-a", "name": "read_page", "input": {"page": 1}}, True),  # parsed (Anthropic tool_use)
+        (
+            {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "call-a",
+                "name": "read_page",
+                "arguments": '{"page":1}',
+            },
+            True,
+        ),
+        ({"id": "call-a", "name": "read_page", "input": {"page": 2}}, False),  # another value
+        ({"id": "call-a", "name": "read_page", "input": {"page": True}}, False),  # true is not 1
+        ({"id": "call-a", "name": "read_page", "arguments": '{"page":1'}, False),
+        ({"id": "call-a", "name": "read_page", "input": {"page": object()}}, False),  # not JSON
+        ({"type": "function_call", "id": "call-a", "name": "read_page", "arguments": '{"page":1}'}, False),  # fc alias
+    ],
+)
+def test_guard_compares_arguments_as_text_or_as_json_values(
+    captured: Captured, handed: dict[str, Any], runs: bool
+) -> None:
+    """A guarded host may be handed the proposal re-serialized or parsed; only the same value runs."""
+    from etf_otel.instrumentation import GuardRefusedError
+
+    instrumentation = captured.instrumentation()
+    host = instrumentation.host(lambda call: "ran", guard=True)  # guarding from here on
+    _consume(instrumentation.stream(iter(case_stream(None))))
+    if runs:
+        assert host(handed) == "ran"
+    else:
+        with pytest.raises(GuardRefusedError):
+            host(handed)
+
+
 def test_content_capture_is_opt_in_and_truncated(captured: Captured, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
     instrumentation = captured.instrumentation()
