@@ -99,6 +99,12 @@ class CompatibilityRule(str, Enum):
     """``id: ""`` after an established id is no update (transition ``keep_empty``)."""
     INFER_MISSING_INDEX = "infer_missing_index"
     """A fragment without index joins a slot only when that is unambiguous (``infer_index``)."""
+    BUFFER_EARLY_DELTAS = "buffer_early_deltas"
+    """Responses: argument events sent before ``output_item.added`` opened their ``output_index``
+    wait for it, then join that slot (``buffer_early``); never opened, they stay ``unknown_slot``."""
+    DROP_POST_DONE_DELTA = "drop_post_done_delta"
+    """Responses: a delta after ``arguments.done`` that would change arguments already equal to the
+    done snapshot is counted and dropped (``drop_late``), not merged."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -184,6 +190,8 @@ _RULE_ROWS: Final[dict[CompatibilityRule, dict[tuple[IdState, Incoming], _Row]]]
         (IdState.ESTABLISHED, Incoming.EMPTY): (Transition.KEEP_EMPTY, None, IdState.ESTABLISHED, False),
     },
     CompatibilityRule.INFER_MISSING_INDEX: {},
+    CompatibilityRule.BUFFER_EARLY_DELTAS: {},  # the Responses adapter applies it: no identity row changes
+    CompatibilityRule.DROP_POST_DONE_DELTA: {},  # likewise
 }
 
 

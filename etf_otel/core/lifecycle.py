@@ -39,6 +39,12 @@ SCOPE: Final = 0
 
 _INVALID_ARGUMENTS: Final = -(2**62)
 
+MAX_CLAIMS: Final = 8
+"""Different snapshots kept per slot; memory per response stays bounded whatever a stream repeats."""
+
+_CONTRADICTION: Final = "\x00contradiction"
+"""Stands for snapshots past :data:`MAX_CLAIMS`: no JSON text equals it, so the slot is a mismatch."""
+
 
 class LifecycleSlots(ResponseSlots):
     """One response of a protocol with explicit open and close events."""
@@ -80,6 +86,7 @@ class LifecycleSlots(ResponseSlots):
         self.fragment(SCOPE, key, id, name)
         slot = self._slots[SCOPE, key]
         slot.status &= INCOMPLETE
+        slot.closed_ns = None  # its span ends at the last close
 
     def ident(self, key: int, id: object = ABSENT, name: object = ABSENT) -> None:  # the wire field is called id
         """A later identity-bearing event (Responses ``output_item.done``); ``unknown_slot`` unless open."""
@@ -104,15 +111,18 @@ class LifecycleSlots(ResponseSlots):
         slot = self.slot(key)
         if slot is None:
             return
-        if not isinstance(text, str):
-            slot.room = _INVALID_ARGUMENTS
+        if not isinstance(text, str) or len(text) > self._max_argument_chars:
+            slot.room = _INVALID_ARGUMENTS  # past the cap, as deltas that long would be
         elif placeholder or not text:
             if slot.placeholder is None:
                 slot.placeholder = text
         elif slot.claims is None:
             slot.claims = [text]
-        else:
-            slot.claims.append(text)
+        elif text not in slot.claims:  # repeated statements keep no memory
+            if len(slot.claims) < MAX_CLAIMS:
+                slot.claims.append(text)
+            else:  # that many different statements cannot all agree: keep the bound, record the contradiction
+                slot.claims[-1] = _CONTRADICTION
 
     def close_arguments(self, key: int) -> None:
         slot = self.slot(key)

@@ -62,9 +62,9 @@ class Conversation:
                 del self._pending[next(iter(self._pending))]
                 self.dropped += 1
 
-    def result(self, call_id: str | None) -> Finding | None:
+    def result(self, call_id: object) -> Finding | None:
         """A host produced a result for ``call_id``; returns the problem, if any."""
-        if call_id is None or call_id not in self._pending:
+        if not isinstance(call_id, str) or call_id not in self._pending:
             return Finding(ErrorCategory.ORPHANED_RESULT)
         seen = self._pending[call_id] = self._pending[call_id] + 1
         self._executed.add(call_id)
@@ -72,7 +72,7 @@ class Conversation:
             return Finding(ErrorCategory.DUPLICATE_RESULT, call_id)
         return None
 
-    def next_request(self, tool_message_ids: Iterable[str | None] | None = None) -> list[Finding]:
+    def next_request(self, tool_message_ids: Iterable[object] | None = None) -> list[Finding]:
         """The next model request starts: settle the previous response's proposals.
 
         With ``tool_message_ids`` (the ``tool_call_id`` of each ``role: "tool"`` message the
@@ -85,7 +85,7 @@ class Conversation:
         else:
             answered = set()
             for call_id in tool_message_ids:
-                if call_id is None or call_id not in self._pending:
+                if not isinstance(call_id, str) or call_id not in self._pending:
                     findings.append(Finding(ErrorCategory.ORPHANED_RESULT))
                 elif call_id in answered:
                     findings.append(Finding(ErrorCategory.DUPLICATE_RESULT, call_id))

@@ -242,3 +242,38 @@ def test_compatibility_admissions_are_counted_on_their_slot() -> None:
     assert call.transition_count(Transition.BUFFER_EARLY) == 1
     assert call.transition_count(Transition.DROP_LATE) == 1
     assert call.proposed
+
+
+def test_a_claim_past_the_argument_cap_makes_the_arguments_invalid() -> None:
+    slots = LifecycleSlots(max_argument_chars=32)
+    slots.open(0, "call-1", "f")
+    slots.snapshot(0, '{"a":"' + "x" * 1000 + '"}')
+    slots.end()
+    result = slots.finish()
+    assert result.calls[0].categories == (E.INVALID_ARGUMENTS,)
+
+
+def test_repeated_snapshots_keep_bounded_memory_and_many_different_ones_contradict() -> None:
+    slots = opened()
+    for _ in range(10_000):
+        slots.snapshot(0, '{"a":1}')
+    state = slots.slot(0)
+    assert state is not None and state.claims == ['{"a":1}']
+    for value in range(100):
+        slots.snapshot(0, f'{{"a":{value + 2}}}')
+    assert state.claims is not None and len(state.claims) == 8
+    slots.end()
+    assert slots.finish().calls[0].categories == (E.SNAPSHOT_MISMATCH,)
+
+
+def test_a_reopened_slot_ends_at_its_last_close() -> None:
+    ticks = iter(range(100))
+    slots = LifecycleSlots(clock=lambda: next(ticks))
+    slots.open(0, "call-1", "f")  # opened at 0
+    slots.delta(0, "{}")
+    slots.close_slot(0)  # 1
+    slots.open(0, "call-1", "f")
+    slots.close_slot(0)  # 2
+    slots.end()
+    call = slots.finish().calls[0]
+    assert (call.opened_ns, call.closed_ns) == (0, 2)

@@ -53,3 +53,11 @@ def test_open_proposals_are_bounded_oldest_first() -> None:
     assert conversation.pending == ("call-2", "call-3")
     assert conversation.dropped == 1
     assert conversation.result("call-1") == Finding(E.ORPHANED_RESULT)
+
+
+def test_ids_that_are_not_strings_are_orphaned_results_not_errors() -> None:
+    conversation = Conversation()
+    conversation.proposed(["call-a"])
+    assert conversation.result(["call-a"]) == Finding(E.ORPHANED_RESULT)
+    findings = conversation.next_request([["call-a"], {"id": 1}, 7, "call-a"])
+    assert findings == [Finding(E.ORPHANED_RESULT)] * 3
