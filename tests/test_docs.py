@@ -209,11 +209,11 @@ def test_compatibility_rules_in_docs_are_the_code_rules_with_their_transitions()
 
 
 def test_call_span_counters_of_compatibility_transitions_in_docs_are_the_code_mapping() -> None:
-    from etf_otel.instrumentation.telemetry import _COMPAT_SPAN_COUNTERS
+    from etf_otel.instrumentation.span_attributes import COMPAT_SPAN_COUNTERS
 
     rows = first_table(section(DOCS / "telemetry.md", "Compatibility transitions on the call span"))
     documented = {BACKTICKED_RE.findall(transition)[0]: BACKTICKED_RE.findall(name)[0] for transition, name, _ in rows}
-    assert documented == {transition.value: name for transition, name in _COMPAT_SPAN_COUNTERS.items()}
+    assert documented == {transition.value: name for transition, name in COMPAT_SPAN_COUNTERS.items()}
     # Every rule's transition has its counter: a rule whose effect the call span cannot show fails here.
     rules = first_table(section(DOCS / "identity-rules.md", "Compatibility rules"))
     assert {BACKTICKED_RE.findall(transition)[0] for _, transition, _ in rules} <= set(documented)

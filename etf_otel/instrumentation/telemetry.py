@@ -22,13 +22,20 @@ from opentelemetry.util.types import AttributeValue
 from etf_otel import attributes as A
 from etf_otel._version import __version__
 from etf_otel.core.linkage import Conversation, Finding
-from etf_otel.core.results import AssemblyResult, Rejection, ToolCall
-from etf_otel.core.vocabulary import VALUE_OF, ErrorCategory, StreamState, Transition, Verdict, bounded_finish_reason
+from etf_otel.core.results import AssemblyResult, ToolCall
+from etf_otel.core.vocabulary import VALUE_OF, ErrorCategory, StreamState, Verdict
 from etf_otel.instrumentation import counters as _counters
 from etf_otel.instrumentation import linkage
 from etf_otel.instrumentation.counters import totals_for
 from etf_otel.instrumentation.registry import ProposalRecord, ProposalRegistry, ToolNameCap, arguments_value_hash
 from etf_otel.instrumentation.safety import internal_errors_swallowed
+from etf_otel.instrumentation.span_attributes import (
+    INCOMPLETE,
+    count_compatibility,
+    finding_attributes,
+    response_attributes,
+    response_error,
+)
 
 __all__ = ["ProposalRecord", "Telemetry", "capture_content_enabled"]
 
@@ -36,21 +43,6 @@ DEFAULT_MAX_TOOL_NAMES = 64
 DEFAULT_MAX_REJECTED_EVENTS = 16
 DEFAULT_MAX_CONTENT_CHARS = 4096
 DEFAULT_MAX_PROPOSALS = 4096
-
-_COMPAT_SPAN_COUNTERS: Final[dict[Transition, str]] = {
-    Transition.KEEP_NULL: A.ETF_ID_KEPT_NULL,
-    Transition.KEEP_EMPTY: A.ETF_ID_KEPT_EMPTY,
-    Transition.INFER_INDEX: A.ETF_ID_INFERRED_INDEX,
-    Transition.BUFFER_EARLY: A.ETF_ID_BUFFERED_EARLY,
-    Transition.DROP_LATE: A.ETF_ID_DROPPED_LATE,
-}
-"""The call-span attribute counting each compatibility transition (docs/telemetry.md).
-
-A transition missing here is left off the span (it is still counted on
-``etf.tool_call.id_transitions``): a transition the telemetry has no name for never fails a span."""
-
-_TRUNCATED: Final = ErrorCategory.TRUNCATED_STREAM.value
-_INCOMPLETE: Final = ErrorCategory.INCOMPLETE_RESPONSE.value
 
 
 def capture_content_enabled() -> bool:
@@ -67,66 +59,6 @@ _PROPOSED: Final = Verdict.PROPOSED  # a module global: reading it off the enum 
 
 _RECORDING_A_CALL: Final = internal_errors_swallowed("recording a tool call")
 """Stateless, so one instance serves every call."""
-
-
-def _response_error(state: StreamState, rejections: Sequence[Rejection]) -> str | None:
-    """The response span's ``error.type``, if any (docs/telemetry.md): ``truncated_stream`` unless
-    ``completed``, else ``incomplete_response``, else the first rejection that belongs to no call
-    (``missing_index``, ``unknown_slot``, ``snapshot_mismatch`` of the final list). A call's own
-    categories stay on its span."""
-    if state is not StreamState.COMPLETED:
-        return _TRUNCATED
-    if not rejections:
-        return None
-    unattached: ErrorCategory | None = None
-    for rejection in rejections:
-        if rejection.category is ErrorCategory.INCOMPLETE_RESPONSE:
-            return _INCOMPLETE
-        if unattached is None and rejection.index is None:
-            unattached = rejection.category
-    return None if unattached is None else unattached.value
-
-
-def _response_attributes(
-    result: AssemblyResult,
-    state: StreamState,
-    base: dict[str, AttributeValue],
-    protocol: str | None,
-    error_type: str | None,
-) -> dict[str, AttributeValue]:
-    """The start attributes of an ``assemble_response`` span."""
-    attributes: dict[str, AttributeValue] = {
-        A.ETF_STREAM_STATE: VALUE_OF[state],
-        A.GEN_AI_RESPONSE_FINISH_REASONS: [bounded_finish_reason(reason) for reason in result.finish_reasons],
-        A.ETF_STREAM_SLOTS: len(result.calls),
-        A.ETF_STREAM_FRAGMENTS: result.fragments,
-        A.ETF_STREAM_DISPATCHABLE: result.dispatchable,
-        **base,
-    }
-    if protocol is not None:
-        attributes[A.ETF_PROTOCOL] = protocol
-    if error_type is not None:
-        attributes[A.ERROR_TYPE] = error_type
-    return attributes
-
-
-def _count_compatibility(transitions: Iterable[tuple[Transition, int]], attributes: dict[str, AttributeValue]) -> None:
-    """A call's compatibility transition counts as span attributes (``etf.id.kept_null``, ...).
-
-    A transition without a span name is skipped, anything unexpected is logged and dropped:
-    the span is recorded anyway."""
-    with internal_errors_swallowed("counting compatibility transitions"):
-        for transition, count in transitions:
-            counter = _COMPAT_SPAN_COUNTERS.get(transition)
-            if counter is not None and type(count) is int:
-                attributes[counter] = count
-
-
-def _finding_attributes(finding: Finding) -> dict[str, AttributeValue]:
-    attributes: dict[str, AttributeValue] = {A.ETF_ERROR_CATEGORY: finding.category.value}
-    if finding.call_id is not None:  # only ever a preserved, proposed id
-        attributes[A.GEN_AI_TOOL_CALL_ID] = finding.call_id
-    return attributes
 
 
 class Telemetry:
@@ -194,7 +126,7 @@ class Telemetry:
         ended_ns = time.time_ns()
         if base is None:
             base = self._base
-        error_type = _response_error(state, result.rejections)
+        error_type = response_error(state, result.rejections)
         with internal_errors_swallowed("counting a response"):
             self.counters.add_response(
                 result,
@@ -202,13 +134,13 @@ class Telemetry:
                 base.get(A.GEN_AI_PROVIDER_NAME),
                 protocol,
                 self.tool_name_label,
-                error_type == _INCOMPLETE,
+                error_type == INCOMPLETE,
             )
         stream_span = self.tracer.start_span(
             A.SPAN_ASSEMBLE_RESPONSE,
             context=parent,
             kind=SpanKind.INTERNAL,
-            attributes=_response_attributes(result, state, base, protocol, error_type),
+            attributes=response_attributes(result, state, base, protocol, error_type),
             start_time=started_ns,
         )
         try:
@@ -217,7 +149,7 @@ class Telemetry:
                     stream_span.set_status(Status(StatusCode.ERROR))
                 if findings and stream_span.is_recording():
                     for finding in findings:
-                        stream_span.add_event(A.EVENT_INTEGRITY_VIOLATION, _finding_attributes(finding))
+                        stream_span.add_event(A.EVENT_INTEGRITY_VIOLATION, finding_attributes(finding))
             # The calls are children of the response span, itself a child of the current span:
             # one trace holds the response, its calls and (through links) their executions.
             response_context = trace.set_span_in_context(stream_span, parent)
@@ -266,7 +198,7 @@ class Telemetry:
             if call.id is not None:
                 attributes[A.GEN_AI_TOOL_CALL_ID] = call.id
             if call.transitions:
-                _count_compatibility(call.transitions, attributes)
+                count_compatibility(call.transitions, attributes)
             if call.categories:
                 attributes[A.ETF_TOOL_CALL_CATEGORIES] = [category.value for category in call.categories]
                 attributes[A.ERROR_TYPE] = call.categories[0].value
@@ -340,7 +272,7 @@ class Telemetry:
         target = span if span is not None else trace.get_current_span()
         if target.is_recording():
             for finding in findings:
-                target.add_event(A.EVENT_INTEGRITY_VIOLATION, _finding_attributes(finding))
+                target.add_event(A.EVENT_INTEGRITY_VIOLATION, finding_attributes(finding))
 
     def record_divergence(self, kinds: Sequence[str], span: Span | None = None) -> None:
         """Count a wrapped assembler's divergences from the rules (``divergent_assembly``)."""

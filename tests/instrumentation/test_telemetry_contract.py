@@ -654,7 +654,7 @@ def test_every_compatibility_transition_has_a_call_span_counter() -> None:
     from etf_otel import attributes as A
     from etf_otel.core.identity import CompatibilityRule
     from etf_otel.core.unslotted import COMPATIBILITY, INFER_INDEX
-    from etf_otel.instrumentation.telemetry import _COMPAT_SPAN_COUNTERS
+    from etf_otel.instrumentation.span_attributes import COMPAT_SPAN_COUNTERS
 
     decisions = [
         *IdentityRules.for_rules(list(CompatibilityRule)).table.values(),
@@ -662,8 +662,8 @@ def test_every_compatibility_transition_has_a_call_span_counter() -> None:
         *INFER_INDEX.values(),
     ]
     compatible = {decision.transition for decision in decisions if decision.compatibility}
-    assert set(_COMPAT_SPAN_COUNTERS) == compatible
-    assert set(_COMPAT_SPAN_COUNTERS.values()) == {
+    assert set(COMPAT_SPAN_COUNTERS) == compatible
+    assert set(COMPAT_SPAN_COUNTERS.values()) == {
         A.ETF_ID_KEPT_NULL,
         A.ETF_ID_KEPT_EMPTY,
         A.ETF_ID_INFERRED_INDEX,
@@ -675,9 +675,9 @@ def test_every_compatibility_transition_has_a_call_span_counter() -> None:
 def test_a_compatibility_transition_without_a_span_name_never_fails_the_span(
     captured: Captured, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from etf_otel.instrumentation import telemetry
+    from etf_otel.instrumentation import span_attributes
 
-    monkeypatch.delitem(telemetry._COMPAT_SPAN_COUNTERS, Transition.DROP_LATE)
+    monkeypatch.delitem(span_attributes.COMPAT_SPAN_COUNTERS, Transition.DROP_LATE)
     events = [*lifecycle_call(0, "call-1"), {"admit": 0, "transition": "drop_late"}, {"end": "complete"}]
     _consume(captured.instrumentation().stream(iter(events), protocol=LIFECYCLE_TEST))
     # A made-up transition and a malformed count, handed to the telemetry directly (strict mode is on).
