@@ -141,7 +141,13 @@ class LifecycleSlots(ResponseSlots):
         if slot is not None:
             slot.status |= INCOMPLETE
 
-    def admitted(self, key: int, transition: Transition) -> None:
-        """Count a fragment a compatibility rule handled (``buffer_early``, ``drop_late``) on slot ``key``."""
+    def admitted(self, key: int, transition: Transition, *, applied_next: bool = False) -> None:
+        """Count a fragment a compatibility rule handled (``buffer_early``, ``drop_late``) on slot ``key``.
+
+        ``applied_next``: the fragment is applied right after (a buffered delta), and counted
+        then; a fragment set aside (``drop_late``) is counted here only.
+        """
         self._fragment_count += 1
         self._diagnose(SCOPE, key, COMPATIBILITY[transition], None)
+        if applied_next:
+            self._fragment_count -= 1

@@ -122,7 +122,7 @@ class ResponseSlots:
         self._finish_reasons: dict[int, str] = {}
         self._end: ResponseEnd | None = None
         self._spliced = False
-        self._final_snapshot: tuple[CallSnapshot, ...] = ()
+        self._final_snapshot: tuple[CallSnapshot, ...] | None = None
         self._checks_when_cut = checks_when_cut
         """Whether a response that never ended (or failed) still gets the assembly checks.
 
@@ -333,7 +333,9 @@ class ResponseSlots:
     def final_snapshot(self, calls: Sequence[CallSnapshot]) -> None:
         """The provider's final list of calls ``(id, name, arguments)``, a cross-check only.
 
-        An empty list carries no claim (servers send ``[]`` after streaming the calls).
+        Called only when the provider made a claim: an empty final output (servers send
+        ``[]`` after streaming the calls) is no claim, so the adapter does not call this; a
+        non-empty output with no call in it claims there were none.
         """
         self._final_snapshot = tuple(calls)
 

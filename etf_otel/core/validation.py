@@ -65,7 +65,7 @@ def final_calls(
     slots: Sequence[SlotState],
     end: ResponseEnd | None,
     transitions: dict[tuple[int, int], Counter[Transition]],
-    final_snapshot: Sequence[CallSnapshot] = (),
+    final_snapshot: Sequence[CallSnapshot] | None = None,
     *,
     checks_when_cut: bool = True,
 ) -> tuple[list[ToolCall], list[Rejection], list[Rejection]]:
@@ -181,14 +181,14 @@ def _json_equal(left: object, right: object) -> bool:
 
 
 def _final_snapshot_check(
-    slots: Sequence[SlotState], snapshot: Sequence[CallSnapshot]
+    slots: Sequence[SlotState], snapshot: Sequence[CallSnapshot] | None
 ) -> tuple[set[tuple[int, int]], bool]:
     """The slots the provider's final list contradicts, and whether it lists a call no slot proposed.
 
-    An empty list is no claim. Otherwise every listed call must match a slot by id with an
-    equal name and equal arguments, and every slot with an id must be listed.
+    ``None`` is no claim. Otherwise every listed call must match a slot by id with an equal
+    name and equal arguments, and every slot with an id must be listed.
     """
-    if not snapshot:
+    if snapshot is None:
         return set(), False
     by_id = {slot.id: slot for slot in slots if slot.id is not None}
     listed: set[str] = set()

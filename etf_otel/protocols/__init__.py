@@ -10,12 +10,30 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from etf_otel.protocols.anthropic_messages import ANTHROPIC_MESSAGES
 from etf_otel.protocols.base import StreamAssembler, WireProtocol, field
 from etf_otel.protocols.chat_completions import CHAT_COMPLETIONS
+from etf_otel.protocols.responses import RESPONSES
 
-__all__ = ["CHAT_COMPLETIONS", "PROTOCOLS", "StreamAssembler", "WireProtocol", "detect", "field", "get"]
+__all__ = [
+    "ANTHROPIC_MESSAGES",
+    "CHAT_COMPLETIONS",
+    "PROTOCOLS",
+    "RESPONSES",
+    "StreamAssembler",
+    "WireProtocol",
+    "detect",
+    "field",
+    "get",
+]
 
-PROTOCOLS: Final[Mapping[str, WireProtocol]] = MappingProxyType({CHAT_COMPLETIONS.name: CHAT_COMPLETIONS})
+PROTOCOLS: Final[Mapping[str, WireProtocol]] = MappingProxyType(
+    {
+        CHAT_COMPLETIONS.name: CHAT_COMPLETIONS,
+        RESPONSES.name: RESPONSES,
+        ANTHROPIC_MESSAGES.name: ANTHROPIC_MESSAGES,
+    }
+)
 """Every supported wire protocol, by name."""
 
 

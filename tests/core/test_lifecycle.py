@@ -167,12 +167,16 @@ def test_the_final_snapshot_is_a_cross_check_by_id_name_and_arguments() -> None:
     assert any(r.index is None and r.category is E.SNAPSHOT_MISMATCH for r in result.rejections)
 
 
-def test_an_empty_final_snapshot_carries_no_claim() -> None:
-    slots = opened()
-    slots.delta(0, "{}")
-    slots.end()
-    slots.final_snapshot([])
-    assert slots.finish().dispatchable
+def test_no_final_snapshot_is_no_claim_and_an_empty_one_claims_no_calls() -> None:
+    without = opened()
+    without.delta(0, "{}")
+    without.end()
+    assert without.finish().dispatchable
+    empty = opened()
+    empty.delta(0, "{}")
+    empty.end()
+    empty.final_snapshot([])  # e.g. a final output holding only a message: the streamed call is omitted
+    assert empty.finish().calls[0].categories == (E.SNAPSHOT_MISMATCH,)
 
 
 def test_a_final_snapshot_with_arguments_that_are_not_text_mismatches() -> None:
@@ -234,11 +238,13 @@ def test_a_spliced_response_is_truncated_whatever_came_after() -> None:
 
 def test_compatibility_admissions_are_counted_on_their_slot() -> None:
     slots = opened()
-    slots.admitted(0, Transition.BUFFER_EARLY)
+    slots.admitted(0, Transition.BUFFER_EARLY, applied_next=True)
     slots.delta(0, "{}")
     slots.admitted(0, Transition.DROP_LATE)
     slots.end()
-    call = slots.finish().calls[0]
+    result = slots.finish()
+    call = result.calls[0]
+    assert (result.fragments, call.fragments) == (3, 2)  # the dropped one counts on the response only
     assert call.transition_count(Transition.BUFFER_EARLY) == 1
     assert call.transition_count(Transition.DROP_LATE) == 1
     assert call.proposed

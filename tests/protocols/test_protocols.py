@@ -17,7 +17,8 @@ from ..conftest import Captured
 def test_protocols_are_found_by_name_and_descriptions_pass_through() -> None:
     assert get("chat_completions") is CHAT_COMPLETIONS
     assert get(CHAT_COMPLETIONS) is CHAT_COMPLETIONS
-    assert PROTOCOLS == {"chat_completions": CHAT_COMPLETIONS}
+    assert list(PROTOCOLS) == ["chat_completions", "responses", "anthropic_messages"]
+    assert all(get(name).name == name for name in PROTOCOLS)
 
 
 def test_an_unknown_protocol_name_is_refused_with_the_choices() -> None:
@@ -30,7 +31,7 @@ def test_an_unknown_protocol_name_is_refused_with_the_choices() -> None:
     [
         ({"object": "chat.completion.chunk", "choices": []}, CHAT_COMPLETIONS),
         ("[DONE]", CHAT_COMPLETIONS),
-        ({"type": "response.created"}, None),
+        ({"type": "chat.completion"}, None),
         ({"foo": 1}, None),
         ([1, 2], None),
         (None, None),
