@@ -1,97 +1,176 @@
-"""Reading recorded streamed responses: JSON lines or raw SSE captures.
+"""Reading recorded streamed responses (JSON lines or raw SSE) and next requests, from files or stdin.
 
-Two formats are accepted, detected from the first non-blank line:
+The input is read once into memory, never seeked, so that pipes, ``/dev/stdin`` and ``-``
+(standard input) work like files; at most :data:`MAX_INPUT_BYTES` are read. Two recording
+formats are accepted, told apart by the first non-blank line:
 
-* JSON lines: one chunk object per line; a line ``"[DONE]"`` or ``[DONE]`` is the sentinel;
-* SSE text: ``data: {...}`` events (parsed by ``sseclient-py``), ``data: [DONE]``.
+* JSON lines: one event object per line; a line ``"[DONE]"`` or ``[DONE]`` is the sentinel;
+* SSE text: ``data: {...}`` events (parsed by ``sseclient-py``), ``data: [DONE]``. An
+  ``event:`` name is checked against the ``type`` of its data (the Responses and Anthropic
+  APIs send both): a recording whose two disagree is refused, since clients differ in
+  which one they act on. The data is the event; the name never replaces it.
 
-Input that cannot be read as either (not UTF-8, not JSON, a chunk that is not an
-object) raises :class:`RecordingError` with a one-line reason; the CLI turns that into
-exit code 2. Odd *field* types inside a chunk are not input errors: they are the
+Input that cannot be read (missing, a directory, too large, not UTF-8, not JSON, an event
+that is not an object) raises :class:`RecordingError` with a one-line reason; the CLI turns
+that into exit code 2. Odd *field* types inside an event are not input errors: they are the
 assembler's business and become diagnostics.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Final
 
 import sseclient
 
 from etf_otel.errors import RecordingError
 from etf_otel.protocols.chat_completions import DONE
 
-__all__ = ["RecordingError", "read_chunks"]
+__all__ = ["MAX_INPUT_BYTES", "STDIN", "RecordingError", "display_name", "read_chunks", "read_document", "read_input"]
+
+MAX_INPUT_BYTES: Final = 256 * 1024 * 1024
+"""The most a recording or a next request may hold (256 MiB); larger input is refused."""
+STDIN: Final = "-"
+"""The source name that reads standard input."""
 
 _SSE_FIELDS = ("data:", "event:", "id:", "retry:", ":")
+_SSE_DEFAULT_EVENT = "message"
 _JSON_TYPE_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
-def read_chunks(path: str | Path) -> Iterator[object]:
-    """Yield the chunks of a recording in order (``"[DONE]"`` for the sentinel)."""
+def display_name(source: str | Path) -> str:
+    """How ``source`` is named in messages: ``<stdin>`` for ``-``, else the path, made printable."""
+    if str(source) == STDIN:
+        return "<stdin>"
+    text = str(source)
+    return text if text.isprintable() else text.encode("unicode_escape", "backslashreplace").decode("ascii")
+
+
+def read_input(source: str | Path) -> bytes:
+    """All of ``source`` (a path, or ``-`` for standard input), read once and never seeked."""
+    name = display_name(source)
+    if str(source) == STDIN:
+        stdin = sys.stdin
+        buffer: IO[bytes] | None = getattr(stdin, "buffer", None)
+        if stdin is None or buffer is None:
+            raise RecordingError(f"{name}: standard input is closed")
+        if _isatty(stdin):
+            raise RecordingError(f"{name}: standard input is a terminal; pipe or redirect the input into it")
+        return _read_bounded(buffer, name)
     try:
-        handle = open(path, "rb")  # closed by the generator's finally
+        handle = open(source, "rb")
     except OSError as error:
-        raise RecordingError(f"cannot read {path}: {error.strerror or error}") from None
+        raise RecordingError(f"cannot read {name}: {error.strerror or error}") from None
+    with handle:
+        return _read_bounded(handle, name)
+
+
+def _isatty(stream: IO[str]) -> bool:
     try:
-        first = _first_line(handle, path)
-        handle.seek(0)
-        if first is None:
-            return
-        if first.startswith(_SSE_FIELDS):
-            yield from _read_sse(handle, path)
-        else:
-            yield from _read_json_lines(handle, path)
-    finally:
-        handle.close()
+        return stream.isatty()
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
-def _first_line(handle: IO[bytes], path: str | Path) -> str | None:
-    for raw in handle:
-        line = _decode(raw, path).lstrip("\ufeff").strip()
+def _read_bounded(handle: IO[bytes], name: str) -> bytes:
+    try:
+        data = handle.read(MAX_INPUT_BYTES + 1)
+    except (OSError, ValueError) as error:
+        raise RecordingError(f"cannot read {name}: {getattr(error, 'strerror', None) or error}") from None
+    if not isinstance(data, bytes):
+        raise RecordingError(f"cannot read {name}: not a byte stream")
+    if len(data) > MAX_INPUT_BYTES:
+        raise RecordingError(f"{name}: larger than {MAX_INPUT_BYTES // 2**20} MiB")
+    return data
+
+
+def read_chunks(source: str | Path) -> Iterator[object]:
+    """Yield the events of a recording in order (``"[DONE]"`` for the sentinel).
+
+    ``source`` is a path or ``-``; the input is read when iteration starts.
+    """
+    name = display_name(source)
+    yield from parse_recording(read_input(source), name)
+
+
+def parse_recording(data: bytes, name: str) -> Iterator[object]:
+    """The events of a recording held in ``data``; ``name`` is used in error messages."""
+    first = _first_line(data, name)
+    if first is None:
+        return
+    if first.startswith(_SSE_FIELDS):
+        yield from _read_sse(data, name)
+    else:
+        yield from _read_json_lines(data, name)
+
+
+def read_document(source: str | Path) -> object:
+    """One JSON document (a next request), from a path or ``-``."""
+    name = display_name(source)
+    text = _decode(read_input(source), name).lstrip("\ufeff")
+    if not text.strip():
+        raise RecordingError(f"{name}: empty, not JSON")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise RecordingError(f"{name}: not JSON") from None
+
+
+def _first_line(data: bytes, name: str) -> str | None:
+    for number, raw in enumerate(io.BytesIO(data), start=1):
+        line = _decode(raw, name, f":{number}").lstrip("\ufeff").strip()
         if line:
             return line
     return None
 
 
-def _decode(raw: bytes, path: str | Path, where: str = "") -> str:
+def _decode(raw: bytes, name: str, where: str = "") -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise RecordingError(f"{path}{where}: not UTF-8 text") from None
+        raise RecordingError(f"{name}{where}: not UTF-8 text") from None
 
 
-def _chunk(text: str, path: str | Path, where: str) -> object:
+def _event(text: str, name: str, where: str) -> object:
     if text == DONE or text == '"[DONE]"':
         return DONE
     try:
-        chunk = json.loads(text)
+        event = json.loads(text)
     except (ValueError, RecursionError):
-        raise RecordingError(f"{path}{where}: not JSON") from None
-    if not isinstance(chunk, dict):
+        raise RecordingError(f"{name}{where}: not JSON") from None
+    if not isinstance(event, dict):
         raise RecordingError(
-            f"{path}{where}: chunk is a JSON {_JSON_TYPE_NAMES.get(type(chunk), 'value')}, not an object"
+            f"{name}{where}: event is a JSON {_JSON_TYPE_NAMES.get(type(event), 'value')}, not an object"
         )
-    return chunk
+    return event
 
 
-def _read_json_lines(handle: IO[bytes], path: str | Path) -> Iterator[object]:
-    for number, raw in enumerate(handle, start=1):
+def _read_json_lines(data: bytes, name: str) -> Iterator[object]:
+    for number, raw in enumerate(io.BytesIO(data), start=1):
         where = f":{number}"
-        line = _decode(raw, path, where).lstrip("\ufeff").strip()
+        line = _decode(raw, name, where).lstrip("\ufeff").strip()
         if line:
-            yield _chunk(line, path, where)
+            yield _event(line, name, where)
 
 
-def _read_sse(handle: IO[bytes], path: str | Path) -> Iterator[object]:
+def _read_sse(data: bytes, name: str) -> Iterator[object]:
     number = 0
     try:
-        for event in sseclient.SSEClient(handle).events():
+        for sse in sseclient.SSEClient(io.BytesIO(data)).events():
             number += 1
-            data = event.data.strip()
-            if data:
-                yield _chunk(data, path, f": SSE event {number}")
+            payload = sse.data.strip()
+            if not payload:
+                continue
+            where = f": SSE event {number}"
+            event = _event(payload, name, where)
+            if sse.event != _SSE_DEFAULT_EVENT and isinstance(event, dict):
+                kind = event.get("type")
+                if isinstance(kind, str) and kind != sse.event:
+                    raise RecordingError(f"{name}{where}: its event: name differs from the type of its data")
+            yield event
     except UnicodeDecodeError:
-        raise RecordingError(f"{path}: SSE event {number + 1}: not UTF-8 text") from None
+        raise RecordingError(f"{name}: SSE event {number + 1}: not UTF-8 text") from None

@@ -1,35 +1,82 @@
 """``etf-otel replay FILE``: assemble one recorded response and report on it.
 
-The recording is read (:mod:`etf_otel.cli.recording`), its wire protocol is taken from
-``--protocol`` or detected from the first event, and the protocol's adapter assembles it
-by the identity rules. Exit codes: 0 nothing found, 1 a rejection, 2 unreadable input.
+The recording is read once (:mod:`etf_otel.cli.recording`; ``-`` is standard input), its
+wire protocol is taken from ``--protocol`` or detected from the first event by the
+registry (:mod:`etf_otel.protocols`), and the protocol's adapter assembles it by the
+identity rules. With ``--followup NEXT`` the next request's results are checked against
+the response's proposals (linkage). Exit codes: 0 nothing found, 1 a rejection or a
+linkage finding, 2 unusable input or usage (one line on stderr, never a traceback).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import sys
-
-from rich.console import Console
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
 
 from etf_otel import protocols
 from etf_otel.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
-from etf_otel.cli.recording import read_chunks
-from etf_otel.cli.replay_report import build_report, render_report
+from etf_otel.cli.recording import STDIN, display_name, parse_recording, read_document, read_input
+from etf_otel.cli.replay_report import build_report, console_for, displayable, render_linkage, render_report, write_json
 from etf_otel.core.identity import CompatibilityRule, IdentityRules
+from etf_otel.core.linkage import DEFAULT_MAX_PENDING, Conversation, Finding
+from etf_otel.core.results import AssemblyResult
 from etf_otel.errors import RecordingError
-from etf_otel.protocols import CHAT_COMPLETIONS, WireProtocol
+from etf_otel.protocols import WireProtocol
+from etf_otel.protocols.chat_completions import DONE
 
-__all__ = ["add_replay_arguments", "run_replay"]
+if TYPE_CHECKING:
+    from etf_otel.cli.replay_assemblers import AssemblerComparison
+
+__all__ = ["add_replay_arguments", "linkage", "run_replay"]
+
+EPILOG: Final = """\
+exit codes:
+  0  nothing found: no call rejected, the stream ended properly, and (with
+     --followup) each proposed call answered exactly once and nothing else
+  1  integrity problems found: a rejection, a truncated stream, a divergence
+     (--assembler) or a linkage finding (--followup)
+  2  unusable input or usage, with a one-line reason on stderr: unreadable or
+     empty input, not a recording of any supported protocol, a --followup that
+     is no next request of that protocol
+
+example:
+  etf-otel replay reply.sse --followup next-request.json
+  curl -sN ... | etf-otel replay - --json
+
+More: docs/cli.md
+"""
+
+_FOLLOWUP_SHAPES: Final = {
+    "chat_completions": "the messages list, or the request object holding it",
+    "responses": "the input list, or the request object holding it",
+    "anthropic_messages": "the messages list, or the request object holding it",
+}
+_NOTHING: Final = object()
+ASSEMBLER_NAMES: Final = ("openai", "anthropic", "langchain", "reference")
+"""``--assembler`` names: ``replay_assemblers.ASSEMBLERS``, not imported here to keep the CLI's start fast."""
 
 
 def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
-    replay.add_argument("file", help="recorded response: JSON lines, one chunk per line, or raw SSE text")
+    replay.description = "Assemble one recorded streamed response by the identity rules; report each call."
+    replay.epilog = EPILOG
+    replay.formatter_class = argparse.RawDescriptionHelpFormatter
+    replay.add_argument(
+        "file",
+        metavar="FILE",
+        help="recorded response: JSON lines (one event per line) or raw SSE text; - reads standard input",
+    )
     replay.add_argument(
         "--protocol",
         choices=sorted(protocols.PROTOCOLS),
         help="the recording's wire protocol (default: detected from its first event)",
+    )
+    replay.add_argument(
+        "--followup",
+        metavar="NEXT",
+        help="the next request (JSON), to check that its results answer exactly the proposed calls; - reads stdin",
     )
     replay.add_argument("--json", action="store_true", help="print one JSON document (docs/cli.md)")
     replay.add_argument(
@@ -45,8 +92,9 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
     )
     replay.add_argument(
         "--assembler",
-        choices=["openai", "langchain", "reference"],
-        help="also run this assembler, wrapped, and show where it diverges from the rules",
+        choices=ASSEMBLER_NAMES,
+        help="also run this assembler (one that reads the recording's protocol), wrapped, and show where it"
+        " diverges from the rules",
     )
     replay.add_argument(
         "--export",
@@ -55,49 +103,142 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
     )
 
 
-def _protocol_of(events: list[object], name: str | None) -> WireProtocol:
-    """``--protocol``, else the protocol that recognizes the first event.
+def _refuse(reason: str) -> int:
+    print(f"etf-otel replay: {' '.join(reason.splitlines())}", file=sys.stderr)
+    return EXIT_BAD_INPUT
 
-    A recording no protocol recognizes (an empty file, say) is still assembled as Chat
-    Completions, as before protocols were detected: it then reads as a truncated stream.
+
+def _load(source: str, name: str | None) -> tuple[WireProtocol, list[object]]:
+    """The recording's protocol and events; ``RecordingError`` when unusable.
+
+    Detection looks at the first event only (a recording starts with its protocol's start
+    event or chunk). A named protocol must recognize at least one event.
     """
-    if name is not None:
-        return protocols.get(name)
-    return (protocols.detect(events[0]) if events else None) or CHAT_COMPLETIONS
+    label = display_name(source)
+    events = parse_recording(read_input(source), label)
+    if name is None:
+        first = next(events, _NOTHING)
+        protocol = protocols.detect(first) if first is not _NOTHING else None
+        if protocol is None:
+            supported = ", ".join(protocols.PROTOCOLS)
+            raise RecordingError(f"{label}: not a recording of any supported protocol ({supported})")
+        return protocol, [first, *events]
+    protocol = protocols.get(name)
+    loaded = list(events)
+    if not any(protocol.recognizes(event) for event in loaded):
+        raise RecordingError(f"{label}: not a {protocol.name} recording: none of its events is one of that protocol's")
+    return protocol, loaded
+
+
+def _result_ids(source: str, protocol: WireProtocol) -> list[str | None]:
+    """The call ids the next request answers; an id that is not a string answers nothing."""
+    label = display_name(source)
+    document = read_document(source)
+    try:
+        ids = protocol.result_ids(document)
+    except (RecursionError, ValueError, TypeError, AttributeError, KeyError):
+        ids = None
+    if ids is None:
+        shape = _FOLLOWUP_SHAPES.get(protocol.name, "the request as the protocol sends it")
+        raise RecordingError(f"{label}: not a {protocol.name} next request ({shape})")
+    return [call_id if isinstance(call_id, str) else None for call_id in ids]
+
+
+def _assemble(protocol: WireProtocol, events: Sequence[object], allow: Sequence[str]) -> AssemblyResult:
+    assembler = protocol.assembler(rules=IdentityRules.for_rules(allow))
+    for event in events:
+        if event == DONE:
+            assembler.feed_done()
+        else:
+            assembler.feed(event)
+    return assembler.finish()
+
+
+def linkage(result: AssemblyResult, result_ids: Sequence[str | None]) -> list[Finding]:
+    """Findings of the next request against ``result``: only a dispatchable response proposed anything."""
+    proposed = [call.id for call in result.proposals if call.id is not None]
+    conversation = Conversation(max_pending=max(DEFAULT_MAX_PENDING, len(proposed)))
+    conversation.proposed(proposed)
+    return conversation.next_request(result_ids)
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    if args.file == STDIN and args.followup == STDIN:
+        return _refuse("FILE and --followup cannot both read standard input (-)")
     try:
-        events = list(read_chunks(args.file))
+        protocol, events = _load(args.file, args.protocol)
+        result_ids = _result_ids(args.followup, protocol) if args.followup is not None else None
     except RecordingError as error:
-        print(f"etf-otel replay: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    protocol = _protocol_of(events, args.protocol)
-    assembler = protocol.assembler(rules=IdentityRules.for_rules(args.allow))
-    for event in events:
-        assembler.feed(event)
-    result = assembler.finish()
-    if args.export:
-        _export(events, protocol, args)
+        return _refuse(str(error))
     if args.assembler:
-        from etf_otel.cli.replay_assemblers import render_comparison, run_assembler
+        from etf_otel.cli.replay_assemblers import check_assembler
 
         try:
-            comparison = run_assembler(args.assembler, events, args.allow)
-        except ImportError as error:
-            print(f"etf-otel replay: --assembler {args.assembler} needs {error.name or 'its library'}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        if args.json:
-            sys.stdout.write(json.dumps(comparison.to_dict(show_arguments=args.show_arguments), default=str) + "\n")
-        else:
-            render_comparison(comparison, Console(), show_arguments=args.show_arguments)
-        return EXIT_FOUND if result.rejections or comparison.divergences else EXIT_OK
-    report = build_report(result, show_arguments=args.show_arguments)
+            check_assembler(args.assembler, protocol)
+        except (ImportError, ValueError) as error:  # not for this protocol, or its library is missing
+            return _refuse(str(error) or f"--assembler {args.assembler} needs {getattr(error, 'name', None)}")
+    result = _assemble(protocol, events, args.allow)
+    findings = linkage(result, result_ids) if result_ids is not None else None
+    if args.export:
+        try:
+            _export(events, protocol, args)
+        except OSError as error:
+            return _refuse(f"--export: cannot write {display_name(args.export)}: {error.strerror or error}")
+    if args.assembler:
+        return _compare(args, protocol, events, findings)
+    report = build_report(result, show_arguments=args.show_arguments, linkage=findings)
     if args.json:
-        sys.stdout.write(report.to_json(show_arguments=args.show_arguments) + "\n")
+        write_json(report.to_dict(show_arguments=args.show_arguments))
     else:
-        render_report(report, Console(), show_arguments=args.show_arguments)
-    return EXIT_FOUND if result.rejections else EXIT_OK
+        render_report(report, console_for(), show_arguments=args.show_arguments)
+    return EXIT_FOUND if result.rejections or findings else EXIT_OK
+
+
+def _compare(
+    args: argparse.Namespace, protocol: WireProtocol, events: list[object], findings: list[Finding] | None
+) -> int:
+    from etf_otel.cli.replay_assemblers import render_comparison, run_assembler
+    from etf_otel.cli.replay_report import linkage_report
+
+    try:
+        comparison = run_assembler(args.assembler, events, args.allow, protocol=protocol)
+    except ImportError as error:
+        return _refuse(str(error) or f"--assembler {args.assembler} needs {error.name or 'its library'}")
+    linkage_rows = linkage_report(findings) if findings is not None else None
+    if args.json:
+        document = comparison.to_dict(show_arguments=args.show_arguments)
+        if linkage_rows is not None:
+            document["linkage"] = [row.model_dump() for row in linkage_rows]
+        write_json(document)
+    else:
+        console = console_for()
+        render_comparison(_displayable_comparison(comparison), console, show_arguments=args.show_arguments)
+        if linkage_rows is not None:
+            render_linkage(linkage_rows, console, dispatchable=comparison.rules.dispatchable)
+    found = comparison.rules.rejections or comparison.divergences or findings
+    return EXIT_FOUND if found else EXIT_OK
+
+
+def _displayable_comparison(comparison: AssemblerComparison) -> AssemblerComparison:
+    """A copy of ``comparison`` whose strings are safe to print (see ``displayable``)."""
+
+    def shown(value: str | None) -> str | None:
+        return None if value is None else displayable(value)
+
+    def shown_part(value: object) -> object:
+        return displayable(value) if isinstance(value, str) else value
+
+    rules = comparison.rules
+    calls = tuple(
+        call._replace(id=shown(call.id), name=shown(call.name), arguments=displayable(call.arguments))
+        for call in rules.calls
+    )
+    theirs = None if comparison.calls is None else [tuple(map(shown_part, call)) for call in comparison.calls]
+    return dataclasses.replace(
+        comparison,
+        calls=theirs,  # type: ignore[arg-type]  # still (id, name, arguments) triples
+        rules=dataclasses.replace(rules, calls=calls),
+    )
 
 
 def _export(events: list[object], protocol: WireProtocol, args: argparse.Namespace) -> None:

@@ -193,7 +193,7 @@ SHAPE_STREAMS: dict[str, list[Any]] = {
     ),
     "conflict": finished(chunk(fragment(0, "call-a", "read_page", "{}")), chunk(fragment(0, "call-z"))),
     "truncated": [chunk(fragment(0, "call-a", "read_page", "{}"))],
-    "empty": [],
+    "no_tool_calls": [chunk(finish_reason="stop"), "[DONE]"],
     "missing_index": finished(chunk(fragment(0, "call-a", "read_page", "{}"), fragment(MISSING, "call-b"))),
     "odd_types": finished(chunk(fragment(0, 42, 7, ["x"]), fragment(None, {"a": 1}))),
     "two_choices": [
