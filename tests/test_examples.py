@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
+from tests.protocols import anthropic_events
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -165,5 +166,104 @@ def test_zero_code_respects_disabled_instrumentations(server: LocalChatServer) -
     done = zero_code(server, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="etf_otel")
 
     assert "tool call read_page id=call-a" in done.stdout
+    names = [span["name"] for span in console_spans(done.stdout)]
+    assert not any(name.startswith(("assemble_", "execute_tool")) for name in names), names
+
+
+# --- zero code for the anthropic client (entry point ``etf_otel_anthropic``) ---------------------------------------
+#
+# Each of etf-otel's two entry points needs only its own client: the launcher skips an
+# instrumentor whose ``instrument()`` raises ModuleNotFoundError. "Not installed" is
+# simulated by a module of that name, first on PYTHONPATH, that raises it on import.
+
+ANTHROPIC_TOOL_CALL = anthropic_events.stream(anthropic_events.tool_call(0, "toolu_01A", "read_page", '{"page":', "1}"))
+
+
+def launch(example: str, env: dict[str, str], hidden: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``examples/<example>`` under ``opentelemetry-instrument`` with the console exporter."""
+    launcher = BIN / "opentelemetry-instrument"
+    if not launcher.exists():
+        pytest.skip("opentelemetry-instrument is not installed (opentelemetry-instrumentation)")
+    if importlib.util.find_spec("opentelemetry.distro") is None:
+        pytest.skip("opentelemetry-distro is not installed: no configurator for --traces_exporter console")
+    env = {key: value for key, value in clean_env().items() if not key.startswith("ANTHROPIC_")} | env
+    if hidden is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(hidden), env["PYTHONPATH"]])
+    argv = [str(launcher), "--traces_exporter", "console", "--metrics_exporter", "none", "--logs_exporter", "none"]
+    return run([*argv, sys.executable, str(EXAMPLES / example)], env)
+
+
+def hide(directory: Path, module: str) -> Path:
+    (directory / f"{module}.py").write_text(
+        f'raise ModuleNotFoundError("No module named {module!r}", name={module!r})\n'
+    )
+    return directory
+
+
+def zero_code_anthropic(
+    server: LocalChatServer, hidden: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    server.enqueue(Script(events=ANTHROPIC_TOOL_CALL, named=True))
+    settings = {"ANTHROPIC_BASE_URL": server.root_url, "ANTHROPIC_API_KEY": "local"}
+    return launch("zero_code_anthropic.py", {**settings, "OTEL_SERVICE_NAME": "zero-code-anthropic", **env}, hidden)
+
+
+def assert_anthropic_call_recorded(done: subprocess.CompletedProcess[str]) -> None:
+    assert 'tool call read_page id=toolu_01A input={"page":1}' in done.stdout
+    spans = console_spans(done.stdout)
+    (assembled,) = named(spans, "assemble_tool_call read_page")
+    assert assembled["attributes"]["gen_ai.tool.call.id"] == "toolu_01A"
+    assert assembled["attributes"]["etf.tool_call.verdict"] == "proposed"
+    assert assembled["attributes"]["gen_ai.provider.name"] == "anthropic"
+    assert assembled["resource"]["attributes"]["service.name"] == "zero-code-anthropic"
+    (response,) = named(spans, "assemble_response")
+    assert response["attributes"]["etf.stream.state"] == "completed"
+    assert response["attributes"]["etf.protocol"] == "anthropic_messages"
+    assert assembled["parent_id"] == response["context"]["span_id"]
+
+
+def test_zero_code_anthropic_example_has_no_etf_otel_import() -> None:
+    source = (EXAMPLES / "zero_code_anthropic.py").read_text(encoding="utf-8")
+    code = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
+    assert code and not any("etf_otel" in line or "opentelemetry" in line for line in code), code
+
+
+def test_zero_code_anthropic_example_under_opentelemetry_instrument(server: LocalChatServer) -> None:
+    done = zero_code_anthropic(server)
+    assert_anthropic_call_recorded(done)
+    assert "stop_reason=tool_use" in done.stdout
+
+
+def test_zero_code_instruments_anthropic_when_openai_is_not_installed(server: LocalChatServer, tmp_path: Path) -> None:
+    hidden = hide(tmp_path, "openai")
+    probe = subprocess.run(
+        [sys.executable, "-c", "import openai"],
+        env={**clean_env(), "PYTHONPATH": f"{hidden}{os.pathsep}{ROOT}"},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert probe.returncode != 0 and "ModuleNotFoundError" in probe.stderr  # the simulation works
+    done = zero_code_anthropic(server, hidden)
+    assert_anthropic_call_recorded(done)
+    assert "Traceback" not in done.stderr
+
+
+def test_zero_code_instruments_openai_when_anthropic_is_not_installed(server: LocalChatServer, tmp_path: Path) -> None:
+    server.enqueue(Script(events=NULL_CONTINUATION))
+    env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "local", "OTEL_SERVICE_NAME": "zero-code-test"}
+    done = launch("zero_code.py", env, hide(tmp_path, "anthropic"))
+    assert 'tool call read_page id=call-a arguments={"page":1}' in done.stdout
+    (assembled,) = named(console_spans(done.stdout), "assemble_tool_call read_page")
+    assert assembled["attributes"]["gen_ai.tool.call.id"] == "call-a"
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("disabled", ["etf_otel_anthropic", "etf_otel"])
+def test_zero_code_anthropic_respects_disabled_instrumentations(server: LocalChatServer, disabled: str) -> None:
+    """``etf_otel_anthropic`` turns off this client's instrumentor; ``etf_otel`` turns off all of etf-otel."""
+    done = zero_code_anthropic(server, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=disabled)
+    assert "tool call read_page id=toolu_01A" in done.stdout
     names = [span["name"] for span in console_spans(done.stdout)]
     assert not any(name.startswith(("assemble_", "execute_tool")) for name in names), names

@@ -4,21 +4,36 @@ The recording is fed to the named assembler through its etf-otel adapter, exactl
 application would use it, and what the wrapper records (``divergent_assembly`` events
 with ``etf.divergence.kind``) is read back from a private in-memory tracer: the
 divergences shown are the ones the instrumentation emits, not a separate computation.
-Beside it, the identity rules assemble the whole recording (``[DONE]`` included).
+Beside it, the identity rules of the recording's protocol assemble the whole recording
+(``[DONE]`` included).
 
-Assemblers: ``openai`` (the SDK's ``ChatCompletionStreamState``; chunks are built as the SDK
-builds them from SSE data, and nothing after ``[DONE]`` reaches it, as with the SDK's own
-stream), ``langchain`` (``langchain-openai``'s chunk conversion summed with ``+``), and
-``reference`` (the reference assembler itself, which never diverges).
+Which assemblers read which protocol (:data:`ASSEMBLERS_BY_PROTOCOL`):
 
-:data:`QUIRK_STREAMS` are the named streams of the quirks table (``scripts/quirks_table.py``).
+* ``chat_completions``: ``openai`` (the SDK's ``ChatCompletionStreamState``; chunks are
+  built as the SDK builds them from SSE data, and nothing after ``[DONE]`` reaches it, as
+  with the SDK's own stream), ``langchain`` (``langchain-openai``'s chunk conversion summed
+  with ``+``);
+* ``responses``: ``openai`` (the SDK's ``ResponseStreamState``, which
+  ``client.responses.stream(...)`` uses; events built as the SDK builds them, nothing after
+  a ``[DONE]`` line);
+* ``anthropic_messages``: ``anthropic`` (the SDK's ``accumulate_event`` as its
+  ``MessageStream`` drives it; events built as the SDK builds them, ``ping`` dropped and
+  nothing from an ``error`` event on, which the SDK's transport raises instead of handing
+  on);
+* any protocol: ``reference`` (the protocol's own adapter, which never diverges).
+
+A name that does not read the recording's protocol, or whose library is not installed,
+raises :class:`AssemblerUnavailable` with a one-line reason.
+
+The named streams of the quirks tables live in :mod:`etf_otel.cli.quirk_streams`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
@@ -28,21 +43,58 @@ from rich.console import Console
 from rich.table import Table
 
 from etf_otel import attributes as A
+from etf_otel import protocols
 from etf_otel.cli.replay_report import build_report
-from etf_otel.core.identity import CompatibilityRule
+from etf_otel.core.identity import CompatibilityRule, IdentityRules
 from etf_otel.core.results import AssemblyResult
+from etf_otel.instrumentation.assemblers import ObservedAssembler
 from etf_otel.instrumentation.setup import Instrumentation
+from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES, WireProtocol
 from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler
 
 __all__ = [
     "ASSEMBLERS",
-    "QUIRK_STREAMS",
+    "ASSEMBLERS_BY_PROTOCOL",
     "AssemblerComparison",
+    "AssemblerUnavailable",
+    "check_assembler",
+    "recording_protocol",
     "render_comparison",
     "run_assembler",
 ]
 
-ASSEMBLERS = ("openai", "langchain", "reference")
+ASSEMBLERS: Final = ("openai", "anthropic", "langchain", "reference")
+"""Every ``--assembler`` name; :data:`ASSEMBLERS_BY_PROTOCOL` says which protocol each one reads."""
+
+ASSEMBLERS_BY_PROTOCOL: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        CHAT_COMPLETIONS.name: ("openai", "langchain", "reference"),
+        RESPONSES.name: ("openai", "reference"),
+        ANTHROPIC_MESSAGES.name: ("anthropic", "reference"),
+    }
+)
+"""The assemblers that read each protocol's recordings (``reference`` reads all of them)."""
+
+_LIBRARY: Final[Mapping[str, str]] = MappingProxyType(
+    {"openai": "openai", "langchain": "langchain-core", "anthropic": "anthropic"}
+)
+_INSTALL: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "openai": "pip install 'etf-otel[openai]'",
+        "langchain": "pip install 'etf-otel[langchain]'",
+        "anthropic": "pip install 'etf-otel[anthropic]'",
+    }
+)
+
+
+class AssemblerUnavailable(ImportError):
+    """The assembler cannot run on this recording: it does not read the recording's protocol,
+    or its library is not installed. ``str(error)`` is a one-line reason (with the install
+    command when a library is missing); ``error.name`` says what is needed, so that
+    ``f"--assembler {name} needs {error.name}"`` reads too."""
+
+    def __init__(self, reason: str, *, needs: str) -> None:
+        super().__init__(reason, name=needs)
 
 
 @dataclass
@@ -101,6 +153,41 @@ def _until_done(chunks: Iterable[object]) -> list[object]:
     return out
 
 
+def _sdk_response_events(events: Iterable[object]) -> list[object]:
+    """The events the ``openai`` SDK's Responses stream hands its state: built like its SSE decoder does."""
+    from openai._models import construct_type
+    from openai.types.responses import ResponseStreamEvent
+
+    out: list[object] = []
+    for event in events:
+        if event == DONE:
+            break
+        if isinstance(event, dict):
+            out.append(construct_type(type_=ResponseStreamEvent, value=event))
+        elif not isinstance(event, str):
+            out.append(event)
+    return out
+
+
+def _sdk_message_events(events: Iterable[object]) -> list[object]:
+    """The events the ``anthropic`` SDK's stream hands ``MessageStream``: ``ping`` dropped, none from ``error`` on."""
+    from anthropic._models import construct_type
+    from anthropic.types import RawMessageStreamEvent
+
+    out: list[object] = []
+    for event in events:
+        kind = protocols.field(event, "type") if event is not None and not isinstance(event, str) else None
+        if kind == "error":
+            break  # the SDK's transport raises APIStatusError here: the accumulator never sees it
+        if kind == "ping":
+            continue
+        if isinstance(event, dict):
+            out.append(construct_type(type_=RawMessageStreamEvent, value=event))
+        elif not isinstance(event, str):
+            out.append(event)
+    return out
+
+
 @dataclass(frozen=True)
 class _Driver:
     wrap: Callable[[Instrumentation], Any]
@@ -110,8 +197,31 @@ class _Driver:
     chunks: Callable[[Sequence[object]], list[object]]
 
 
-def _driver(name: str) -> _Driver:
-    if name == "openai":
+def recording_protocol(chunks: Sequence[object], protocol: WireProtocol | str | None = None) -> WireProtocol:
+    """``protocol``, else the one that recognizes the first event (Chat Completions when none does)."""
+    if protocol is not None:
+        return protocols.get(protocol)
+    return (protocols.detect(chunks[0]) if chunks else None) or CHAT_COMPLETIONS
+
+
+def _reference_driver(protocol: WireProtocol) -> _Driver:
+    from etf_otel.instrumentation.assemblers import reference_calls
+
+    if protocol is CHAT_COMPLETIONS:
+        return _Driver(
+            lambda etf: etf.assembler(ReferenceAssembler(rules=etf.rules)), "feed", "finish", reference_calls, list
+        )
+    return _Driver(
+        lambda etf: ObservedAssembler(protocol.assembler(rules=etf.rules), etf.observer(protocol=protocol)),
+        "feed",
+        "finish",
+        reference_calls,
+        list,
+    )
+
+
+def _library_driver(name: str, protocol: WireProtocol) -> _Driver:
+    if name == "openai" and protocol is CHAT_COMPLETIONS:
         from etf_otel.integrations.openai_state import completion_calls, instrument_openai_state
 
         return _Driver(
@@ -121,27 +231,87 @@ def _driver(name: str) -> _Driver:
             completion_calls,
             _sdk_chunks,
         )
+    if name == "openai":  # Responses
+        from openai.lib.streaming.responses import _responses  # noqa: F401 - the library must be there
+
+        from etf_otel.integrations.openai_responses_state import instrument_responses_state, response_calls
+
+        return _Driver(
+            lambda etf: instrument_responses_state(instrumentation=etf),
+            "handle_event",
+            "get_final_response",
+            response_calls,
+            _sdk_response_events,
+        )
     if name == "langchain":
+        import langchain_core  # noqa: F401 - the library must be there
+
         from etf_otel.integrations.langchain import instrument_langchain, message_calls
 
         return _Driver(
             lambda etf: instrument_langchain(instrumentation=etf), "add", "result", message_calls, _until_done
         )
-    if name == "reference":
-        from etf_otel.instrumentation.assemblers import reference_calls
+    from anthropic.lib.streaming import _messages  # noqa: F401 - the library must be there
 
-        return _Driver(
-            lambda etf: etf.assembler(ReferenceAssembler(rules=etf.rules)), "feed", "finish", reference_calls, list
+    from etf_otel.integrations.anthropic_state import instrument_anthropic_state
+    from etf_otel.integrations.anthropic_state import message_calls as anthropic_calls
+
+    return _Driver(
+        lambda etf: instrument_anthropic_state(instrumentation=etf),
+        "accumulate",
+        "get_final_message",
+        anthropic_calls,
+        _sdk_message_events,
+    )
+
+
+def _driver(name: str, protocol: WireProtocol = CHAT_COMPLETIONS) -> _Driver:
+    if name not in ASSEMBLERS:
+        raise ValueError(f"unknown assembler {name!r}; expected one of {', '.join(ASSEMBLERS)}")
+    fitting = ASSEMBLERS_BY_PROTOCOL.get(protocol.name, ("reference",))
+    if name not in fitting:
+        readable = [wire for wire, names in ASSEMBLERS_BY_PROTOCOL.items() if name in names]
+        raise AssemblerUnavailable(
+            f"--assembler {name} does not read {protocol.name} recordings (it reads {' and '.join(readable)};"
+            f" for {protocol.name}: {', '.join(fitting)})",
+            needs="a recording of " + " or ".join(readable),
         )
-    raise ValueError(f"unknown assembler {name!r}; expected one of {', '.join(ASSEMBLERS)}")
+    if name == "reference":
+        return _reference_driver(protocol)
+    try:
+        return _library_driver(name, protocol)
+    except ImportError as error:
+        library, install = _LIBRARY[name], _INSTALL[name]
+        raise AssemblerUnavailable(
+            f"--assembler {name} needs {library}, which is not installed: {install}", needs=f"{library} ({install})"
+        ) from error
+
+
+def check_assembler(name: str, protocol: WireProtocol | str) -> None:
+    """Raise what :func:`run_assembler` would for ``name`` on a ``protocol`` recording, before running anything.
+
+    ``ValueError`` for an unknown name; :class:`AssemblerUnavailable` (an ``ImportError``
+    whose ``str`` is the one-line reason) when it does not read that protocol or its
+    library is not installed.
+    """
+    _driver(name, protocols.get(protocol))
 
 
 def run_assembler(
-    name: str, chunks: Sequence[object], allow: Iterable[CompatibilityRule | str] = ()
+    name: str,
+    chunks: Sequence[object],
+    allow: Iterable[CompatibilityRule | str] = (),
+    protocol: WireProtocol | str | None = None,
 ) -> AssemblerComparison:
-    """Run ``chunks`` through assembler ``name`` (wrapped) and through the rules; see the module doc."""
+    """Run ``chunks`` through assembler ``name`` (wrapped) and through the rules; see the module doc.
+
+    ``protocol`` is the recording's (a name of ``etf_otel.protocols.PROTOCOLS``); ``None``
+    detects it from the first event as ``replay`` does. ``ValueError`` for an unknown
+    name, :class:`AssemblerUnavailable` for one that cannot run on this recording.
+    """
     allow = list(allow)
-    driver = _driver(name)
+    wire = recording_protocol(chunks, protocol)
+    driver = _driver(name, wire)
     exporter = InMemorySpanExporter()
     tracer_provider = TracerProvider(shutdown_on_exit=False)
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -166,7 +336,7 @@ def run_assembler(
             kind = (event.attributes or {}).get(A.ETF_DIVERGENCE_KIND)
             if event.name == A.EVENT_INTEGRITY_VIOLATION and isinstance(kind, str):
                 kinds.append(kind)
-    rules = ReferenceAssembler(allow)
+    rules = wire.assembler(rules=IdentityRules.for_rules(allow))
     for chunk in chunks:
         rules.feed(chunk)
     return AssemblerComparison(name, calls, raised, rules.finish(), sorted(set(kinds)))
@@ -215,84 +385,3 @@ def render_comparison(comparison: AssemblerComparison, console: Console, *, show
         console.print(f"{comparison.assembler} raised {comparison.raised}")
     console.print("rules: " + ("dispatchable" if comparison.rules.dispatchable else "not dispatchable"))
     console.print("divergences: " + (", ".join(comparison.divergences) or "none"))
-
-
-def _chunk(*fragments: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-quirk",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "quirk",
-        "choices": [
-            {"index": 0, "delta": {"tool_calls": list(fragments)} if fragments else {}, "finish_reason": finish_reason}
-        ],
-    }
-
-
-_ABSENT: Any = object()
-
-
-def _fragment(
-    index: Any, id: Any = _ABSENT, name: Any = _ABSENT, arguments: Any = _ABSENT, **extra: Any
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"index": index} if index is not _ABSENT else {}
-    if id is not _ABSENT:
-        out["id"] = id
-    function = {key: value for key, value in (("name", name), ("arguments", arguments)) if value is not _ABSENT}
-    if function:
-        out["function"] = function
-    out.update(extra)
-    return out
-
-
-def _finished(*chunks: dict[str, Any]) -> list[object]:
-    return [*chunks, _chunk(finish_reason="tool_calls"), DONE]
-
-
-QUIRK_STREAMS: dict[str, list[object]] = {
-    "clean multi-call stream": _finished(
-        _chunk(_fragment(0, "call_1", "get_a", '{"a":'), _fragment(1, "call_2", "get_b", '{"b":')),
-        _chunk(_fragment(0, arguments="1}"), _fragment(1, arguments="2}")),
-    ),
-    "null continuations": _finished(
-        _chunk(_fragment(0, "call_1", "get_a", '{"a":')), _chunk(_fragment(0, None, arguments="1}"))
-    ),
-    "repeated ids": _finished(
-        _chunk(_fragment(0, "call_1", "get_a", '{"a":')), _chunk(_fragment(0, "call_1", arguments="1}"))
-    ),
-    "repeated names": _finished(
-        _chunk(_fragment(0, "call_1", "get_a", '{"a":')), _chunk(_fragment(0, name="get_a", arguments="1}"))
-    ),
-    "conflicting ids": _finished(
-        _chunk(_fragment(0, "call_1", "get_a", '{"a":')), _chunk(_fragment(0, "call_2", arguments="1}"))
-    ),
-    "all calls on index 0": _finished(
-        _chunk(_fragment(0, "call_1", "get_a", '{"a":1}')), _chunk(_fragment(0, "call_2", "get_b", '{"b":2}'))
-    ),
-    "first index 1": _finished(_chunk(_fragment(1, "call_1", "get_a", '{"a":')), _chunk(_fragment(1, arguments="1}"))),
-    "type: null": _finished(
-        _chunk(_fragment(0, "call_1", "get_a", '{"a":', type="function")),
-        _chunk(_fragment(0, arguments="1}", type=None)),
-    ),
-    "cut mid-arguments": [
-        _chunk(_fragment(0, "call_1", "get_a", '{"a":')),
-        _chunk(_fragment(0, arguments='"x')),
-    ],
-    'empty-string continuations (id: "")': _finished(
-        _chunk(_fragment(0, "call_1", "get_a", '{"a":')), _chunk(_fragment(0, "", arguments="1}"))
-    ),
-    "no id at all": _finished(_chunk(_fragment(0, name="get_a", arguments='{"a":1}'))),
-    "initial null id": _finished(
-        _chunk(_fragment(0, None, "get_a", '{"a":')), _chunk(_fragment(0, "call_1", arguments="1}"))
-    ),
-    "missing index": _finished(_chunk(_fragment(_ABSENT, "call_1", "get_a", '{"a":1}'))),
-    "arguments not a string": _finished(
-        _chunk(_fragment(0, "call_1", "get_a", '{"a":')), _chunk(_fragment(0, arguments=1))
-    ),
-    'finish_reason "length"': [
-        _chunk(_fragment(0, "call_1", "get_a", '{"a":1}')),
-        _chunk(finish_reason="length"),
-        DONE,
-    ],
-}
-"""Named recorded responses, one per quirk (the rows of the quirks table)."""

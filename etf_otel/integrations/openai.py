@@ -1,10 +1,18 @@
-"""OpenTelemetry instrumentor for the ``openai`` client's streamed Chat Completions.
+"""OpenTelemetry instrumentor for the ``openai`` client's streamed Chat Completions and Responses.
 
 ``OpenAIInstrumentor().instrument()`` (or ``opentelemetry-instrument``, through the
 ``opentelemetry_instrumentor`` entry point) wraps ``chat.completions.create`` of the sync
-and async clients. Only ``stream=True`` calls are touched: the returned stream is a
-transparent proxy that yields the SDK's own chunks while the identity rules run beside
-it. ``chat.completions.stream(...)`` calls ``create`` internally and is covered too.
+and async clients, and the Responses API (:mod:`etf_otel.integrations.openai_responses`).
+Only ``stream=True`` calls that return the SDK's ``Stream`` / ``AsyncStream`` are touched:
+the returned stream is a transparent proxy that yields the SDK's own chunks while the
+identity rules run beside it. ``chat.completions.stream(...)`` calls ``create`` internally
+and is covered too.
+
+The end sentinel. The SDK stops at ``data: [DONE]`` without yielding it, so a stream that
+ends with ``[DONE]`` and no ``finish_reason`` (TGI, vllm-mlx) would look cut. The
+iteration of that one SDK stream instance is wrapped before it starts
+(:func:`feed_done_at_sentinel`) so that the sentinel reaches the rules as ``feed_done()``;
+what the application iterates is unchanged.
 
 Linkage across turns. A follow-up request of the same conversation carries the previous
 request's messages, then the assistant message with ``tool_calls``, then one
@@ -19,20 +27,25 @@ that response's proposals before the request is sent, without changing it. At mo
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from wrapt import BoundFunctionWrapper, FunctionWrapper, wrap_function_wrapper
+from wrapt import wrap_function_wrapper
 
 from etf_otel.core.linkage import Conversation
+from etf_otel.instrumentation.observer import ResponseObserver
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.setup import Instrumentation
+from etf_otel.instrumentation.streams import ObservedAsyncStream, ObservedStream
+from etf_otel.integrations.openai_responses import ResponsesWrappers, is_sdk_stream, remove_own_wrapper
 from etf_otel.protocols.base import field
+from etf_otel.protocols.chat_completions import DONE
 
 __all__ = ["OpenAIInstrumentor", "detect_provider", "instrument_openai"]
 
@@ -89,24 +102,28 @@ def _role(message: Any) -> object:
     return field(message, "role")
 
 
-class _ConversationIndex:
-    """Bounded map from a request's message fingerprint to its conversation."""
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class _ConversationIndex(Generic[_K, _V]):
+    """Bounded map (least recently used first out), e.g. from a request's message fingerprint to its conversation."""
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._items: OrderedDict[bytes, Conversation] = OrderedDict()
+        self._items: OrderedDict[_K, _V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: bytes) -> Conversation | None:
+    def get(self, key: _K) -> _V | None:
         with self._lock:
-            conversation = self._items.get(key)
-            if conversation is not None:
+            value = self._items.get(key)
+            if value is not None:
                 self._items.move_to_end(key)
-            return conversation
+            return value
 
-    def put(self, key: bytes, conversation: Conversation) -> None:
+    def put(self, key: _K, value: _V) -> None:
         with self._lock:
-            self._items[key] = conversation
+            self._items[key] = value
             self._items.move_to_end(key)
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
@@ -134,13 +151,16 @@ def split_follow_up(messages: Sequence[Any]) -> tuple[int, list[str | None]] | N
 
 
 class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """Instruments ``openai`` streamed Chat Completions with etf-otel.
+    """Instruments ``openai`` streamed Chat Completions and Responses with etf-otel.
 
     ``instrument(tracer_provider=None, meter_provider=None, provider_name=None, allow=(),
     capture_content=None, max_conversations=1024)``; ``uninstrument()`` restores the client.
+    ``max_conversations`` bounds each index of conversations (Chat Completions prefixes,
+    Responses input prefixes, Responses response ids).
     """
 
     _instrumentation: Instrumentation | None = None
+    _responses: ResponsesWrappers | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return ("openai >= 1.40",)
@@ -159,15 +179,21 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         )
         self._provider_override: str | None = kwargs.get("provider_name")
         self._last_provider: tuple[object, str | None] | None = None
-        self._conversations = _ConversationIndex(kwargs.get("max_conversations", DEFAULT_MAX_CONVERSATIONS))
+        capacity = kwargs.get("max_conversations", DEFAULT_MAX_CONVERSATIONS)
+        self._conversations: _ConversationIndex[bytes, Conversation] = _ConversationIndex(capacity)
         wrap_function_wrapper(_MODULE, "Completions.create", self._create)
         wrap_function_wrapper(_MODULE, "AsyncCompletions.create", self._async_create)
+        self._responses = ResponsesWrappers(self._instrumentation, self._provider_for, capacity)
+        self._responses.wrap()
 
     def _uninstrument(self, **kwargs: Any) -> None:
         import openai.resources.chat.completions as completions
 
-        _remove_own_wrapper(completions.Completions, self._create)
-        _remove_own_wrapper(completions.AsyncCompletions, self._async_create)
+        remove_own_wrapper(completions.Completions, self._create)
+        remove_own_wrapper(completions.AsyncCompletions, self._async_create)
+        if self._responses is not None:
+            self._responses.unwrap()
+            self._responses = None
         self._instrumentation = None
 
     def _provider_of(self, base_url: object) -> str | None:
@@ -179,12 +205,16 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         self._last_provider = (base_url, provider)
         return provider
 
+    def _provider_for(self, resource: Any) -> str | None:
+        """``gen_ai.provider.name`` for a call on ``resource`` (an SDK resource such as ``Completions``)."""
+        return self._provider_override or self._provider_of(getattr(resource._client, "base_url", ""))
+
     def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
         """Everything the stream wrapper needs, decided before the request is sent."""
         with internal_errors_swallowed("preparing an openai request"):
             if self._instrumentation is None or not kwargs.get("stream"):
                 return None
-            provider = self._provider_override or self._provider_of(getattr(instance._client, "base_url", ""))
+            provider = self._provider_for(instance)
             messages = list(kwargs.get("messages") or ())
             conversation: Conversation | None = None
             tool_ids: list[str | None] | None = None
@@ -199,37 +229,94 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             return {"conversation": conversation, "provider_name": provider, "tool_message_ids": tool_ids}
         return None
 
+    def _observe(self, result: Any, prepared: dict[str, Any]) -> Any:
+        """The proxy the application gets for an SDK stream of Chat Completions chunks; anything else unchanged."""
+        observed = result
+        with internal_errors_swallowed("observing an openai stream"):
+            instrumentation = self._instrumentation
+            if instrumentation is None or not is_sdk_stream(result):
+                return result
+            observed = instrumentation.stream(result, **prepared)
+            observer = observer_of(observed)
+            if observer is not None:
+                feed_done_at_sentinel(result, observer.assembler.feed_done)
+        return observed
+
     def _create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         prepared = self._prepare(instance, kwargs)
         result = wrapped(*args, **kwargs)
-        if prepared is None or self._instrumentation is None:
+        if prepared is None:
             return result
-        return self._instrumentation.stream(result, **prepared)
+        return self._observe(result, prepared)
 
     async def _async_create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         prepared = self._prepare(instance, kwargs)
         result = await wrapped(*args, **kwargs)
-        if prepared is None or self._instrumentation is None:
+        if prepared is None:
             return result
-        return self._instrumentation.stream(result, **prepared)
+        return self._observe(result, prepared)
 
 
-def _remove_own_wrapper(cls: type, wrapper: Any) -> None:
-    """Remove our wrapper from ``cls.create`` wherever it sits in a chain of wrapt wrappers.
+def observer_of(observed: object) -> ResponseObserver | None:
+    """The observer behind a stream proxy made by ``Instrumentation.stream`` (``None`` when it did not wrap)."""
+    if isinstance(observed, (ObservedStream, ObservedAsyncStream)):
+        observer: ResponseObserver = observed._self_observer
+        return observer
+    return None
 
-    ``opentelemetry.instrumentation.utils.unwrap`` removes the outermost wrapper, which is
-    another instrumentation's when it wrapped ``create`` after us.
+
+def _sentinel_seen(feed_done: Callable[[], None]) -> None:
+    with internal_errors_swallowed("observing the end sentinel"):
+        feed_done()
+
+
+def feed_done_at_sentinel(stream: Any, feed_done: Callable[[], None]) -> None:
+    """Call ``feed_done`` when the SDK ``stream`` meets ``data: [DONE]``, which it swallows.
+
+    Works on that one instance before its iteration starts; every event, type and exception
+    the application sees stays the SDK's own.
+
+    * Async: its SSE iteration (``_iter_events``) is wrapped, and each event's ``data`` is
+      tested the way the SDK tests it (starting with ``[DONE]``).
+    * Sync, at no cost per event: the SDK's loop over its SSE events ends early only at the
+      sentinel (the one ``break`` of ``Stream.__stream__``), otherwise it exhausts them. So
+      ``_iter_events`` is only remembered, and its chunk iterator (``_iterator``) is
+      delegated to with ``yield from``; when the chunks end without an error, SSE events
+      still pending mean the sentinel came.
+
+    A stream whose iteration is not where this SDK version keeps it is left alone.
     """
-    outer: Any = None
-    current: Any = cls.__dict__.get("create")
-    while isinstance(current, (FunctionWrapper, BoundFunctionWrapper)):
-        if current._self_wrapper == wrapper:
-            if outer is None:
-                setattr(cls, "create", current.__wrapped__)  # noqa: B010 - cls is any class
-            else:
-                outer.__wrapped__ = current.__wrapped__
-            return
-        outer, current = current, current.__wrapped__
+    events = getattr(stream, "_iter_events", None)
+    iterator = getattr(stream, "_iterator", None)
+    if "_iter_events" in vars(stream) or not callable(events) or iterator is None:
+        return  # already done for this stream, or another SDK layout
+    if hasattr(iterator, "__anext__"):
+
+        async def iter_events_async() -> AsyncIterator[Any]:
+            async for sse in events():
+                if sse.data.startswith(DONE):
+                    _sentinel_seen(feed_done)
+                yield sse
+
+        stream._iter_events = iter_events_async
+        return
+    started: list[Any] = []
+
+    def iter_events() -> Any:
+        sse_events = events()
+        started.append(sse_events)
+        return sse_events
+
+    def chunks() -> Iterator[Any]:
+        yield from iterator
+        with internal_errors_swallowed("observing the end sentinel"):
+            for sse_events in started:
+                if inspect.getgeneratorstate(sse_events) == inspect.GEN_SUSPENDED:
+                    feed_done()
+                sse_events.close()  # what dropping the SDK's loop did before
+
+    stream._iter_events = iter_events
+    stream._iterator = chunks()
 
 
 def instrument_openai(**kwargs: Any) -> OpenAIInstrumentor:

@@ -32,6 +32,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
 from etf_otel.instrumentation import ObservedAsyncStream, ObservedStream
 from etf_otel.integrations.openai import OpenAIInstrumentor, detect_provider, instrument_openai
+from etf_otel.protocols.chat_completions import assemble
 from tests.conftest import Captured
 
 USER: list[dict[str, Any]] = [{"role": "user", "content": "read page 1 and save a report"}]
@@ -885,3 +886,121 @@ def test_request_body_is_json_identical(etf: Etf, server: LocalChatServer, clien
     body = server.requests[-1].body
     assert body["messages"] == USER and body["stream"] is True and body["model"] == "m"
     assert json.loads(json.dumps(body)) == body
+
+
+# --- the [DONE] sentinel, which the SDK swallows -----------------------------------------------------------------
+
+# TGI 3.1.2 and vllm-mlx end a tool-call stream with ``data: [DONE]`` and never send a finish_reason.
+DONE_WITHOUT_FINISH_REASON = [
+    chunk(tool_calls=[frag(0, id="call-a", type="function", function=fn("read_page", '{"page":'))]),
+    chunk(tool_calls=[frag(0, function=fn(arguments="1}"))]),
+    DONE,
+]
+
+NEITHER_DONE_NOR_FINISH_REASON = DONE_WITHOUT_FINISH_REASON[:-1]
+
+
+def _replay_verdict(events: Sequence[Any]) -> tuple[str, bool]:
+    """What ``etf-otel replay`` decides for the same events (the reference assembler over the raw data)."""
+    result = assemble(copy.deepcopy(list(events)))
+    return result.state.value, result.dispatchable
+
+
+@pytest.mark.parametrize(
+    ("events", "state", "dispatchable"),
+    [
+        pytest.param(DONE_WITHOUT_FINISH_REASON, "completed", True, id="done-without-finish-reason"),
+        pytest.param(NEITHER_DONE_NOR_FINISH_REASON, "truncated", False, id="neither"),
+    ],
+)
+def test_done_sentinel_reaches_the_rules_through_the_client(
+    etf: Etf, server: LocalChatServer, client: Any, events: list[Any], state: str, dispatchable: bool
+) -> None:
+    outcome = run_both(etf, server, client, events)
+    assert outcome.error is None and len(outcome.chunks) == 2  # [DONE] is never yielded to the app
+
+    response = response_span(etf.captured)
+    assert response.attributes["etf.stream.state"] == state
+    assert response.attributes["etf.stream.dispatchable"] is dispatchable
+    assert tuple(response.attributes["gen_ai.response.finish_reasons"]) == ()
+    (span,) = tool_spans(etf.captured)
+    assert span.attributes["gen_ai.tool.call.id"] == "call-a"
+    assert span.attributes["etf.tool_call.verdict"] == ("proposed" if dispatchable else "rejected")
+    # The same judgement as replay of the raw bytes.
+    assert _replay_verdict(events) == (state, dispatchable)
+
+
+def test_done_sentinel_reaches_the_rules_through_the_async_client(etf: Etf, server: LocalChatServer) -> None:
+    async def run() -> list[Outcome]:
+        async with openai.AsyncOpenAI(base_url=server.base_url, api_key="t", max_retries=0, timeout=5.0) as client:
+            baseline = await consume_async(client)
+            etf.instrument()
+            return [baseline, await consume_async(client), await consume_async(client)]
+
+    server.enqueue(
+        Script(events=DONE_WITHOUT_FINISH_REASON),
+        Script(events=DONE_WITHOUT_FINISH_REASON),
+        Script(events=NEITHER_DONE_NOR_FINISH_REASON),
+    )
+    baseline, done, neither = asyncio.run(run())
+    assert done.chunks == baseline.chunks and done.error is None and len(done.chunks) == 2
+    assert neither.chunks == baseline.chunks and neither.error is None
+    assert done.stream_type is ObservedAsyncStream
+
+    first, second = etf.captured.spans("assemble_response")
+    assert (first.attributes["etf.stream.state"], first.attributes["etf.stream.dispatchable"]) == ("completed", True)
+    assert (second.attributes["etf.stream.state"], second.attributes["etf.stream.dispatchable"]) == (
+        "truncated",
+        False,
+    )
+    assert [span.attributes["etf.tool_call.verdict"] for span in tool_spans(etf.captured)] == ["proposed", "rejected"]
+
+
+def test_done_sentinel_through_the_stream_helper(etf: Etf, server: LocalChatServer, client: Any) -> None:
+    """``chat.completions.stream(...)`` reads the same raw SDK stream: the sentinel is seen there too."""
+    server.enqueue(Script(events=DONE_WITHOUT_FINISH_REASON))
+    etf.instrument()
+    with client.chat.completions.stream(model="m", messages=USER) as stream:
+        kinds = [type(event).__name__ for event in stream]
+    assert "FunctionToolCallArgumentsDeltaEvent" in kinds
+    response = response_span(etf.captured)
+    assert response.attributes["etf.stream.state"] == "completed"
+    assert response.attributes["etf.stream.dispatchable"] is True
+
+
+def test_stream_left_before_the_sentinel_is_abandoned(etf: Etf, server: LocalChatServer, client: Any) -> None:
+    """The sentinel is observed when the SDK meets it, not assumed: a consumer that stops first sees no end."""
+    outcome = run_both(etf, server, client, DONE_WITHOUT_FINISH_REASON, stop_after=2)
+    assert len(outcome.chunks) == 2
+    assert response_span(etf.captured).attributes["etf.stream.state"] == "abandoned"
+
+
+def test_raw_response_wrapper_is_left_alone(etf: Etf, server: LocalChatServer, client: Any) -> None:
+    """``with_raw_response.create(stream=True)`` returns the HTTP response, not a stream: nothing is observed."""
+    etf.instrument()
+    server.enqueue(Script(events=DONE_WITHOUT_FINISH_REASON))
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=USER, stream=True)
+    assert type(raw).__name__ == "LegacyAPIResponse"
+    stream = raw.parse()
+    assert type(stream) is openai.Stream
+    assert len(list(stream)) == 2
+    assert etf.captured.spans() == []
+
+
+def test_sdk_leaves_its_event_loop_early_only_at_the_sentinel() -> None:
+    """Pins what the sync ``[DONE]`` detection relies on: ``Stream.__stream__`` has one ``break``, at ``[DONE]``.
+
+    The SSE events still pending when the chunks end are how the sentinel is told apart from
+    a body that simply ended; another early exit in a later SDK must be looked at first.
+    """
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(openai.Stream.__stream__)))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    breaks = [node for node in ast.walk(tree) if isinstance(node, (ast.Break, ast.Return))]
+    assert [type(node) for node in breaks] == [ast.Break]
+    guard = parents[breaks[0]]
+    assert isinstance(guard, ast.If)
+    assert ast.unparse(guard.test) == "sse.data.startswith('[DONE]')"

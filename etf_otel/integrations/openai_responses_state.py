@@ -1,0 +1,275 @@
+"""Divergence checks for the ``openai`` SDK's own Responses accumulator (``ResponseStreamState``).
+
+``client.responses.stream(...)`` gives a ``ResponseStream`` (``AsyncResponseStream``) that
+owns a ``ResponseStreamState`` (``openai.lib.streaming.responses._responses``): every raw
+event goes through ``state.handle_event(event)``, and ``stream.get_final_response()``
+returns the ``ParsedResponse`` the state built from ``response.completed``, or raises
+``RuntimeError`` when none came. Both are wrapped here without changing what they return
+or raise; at the end of the response the function calls of that final response are
+compared with what the identity rules (protocol ``"responses"``) preserve for the same
+events, and every difference is recorded as ``divergent_assembly`` with a bounded
+``etf.divergence.kind``.
+
+What the SDK does with the quirks (``openai`` 3.51, pinned in
+``tests/integrations/test_responses_state.py`` and shown in ``docs/quirks.md``):
+
+* The final response is ``response.completed``'s ``output`` as sent: a ``call_id``
+  changed there (after ``output_item.done``) is taken (``id_replaced``), and the
+  argument snapshots of ``function_call_arguments.done`` and ``output_item.done`` are
+  never compared with the deltas or with each other (``arguments_differ`` when the
+  terminal output disagrees with the deltas). An empty terminal ``output`` gives a
+  response without calls (``calls_merged``).
+* ``handle_event`` raises ``RuntimeError`` (recorded as ``assembler_raised``) on an
+  argument delta for an ``output_index`` with no ``output_item.added`` (an early delta or
+  an unknown index), on a ``call_id`` or item ``id`` changed between ``output_item.added``
+  and ``output_item.done`` (an empty placeholder ``call_id`` and GitHub Copilot's rotated
+  item ids included), on a reused ``output_index`` and on a second ``response.created``
+  with another id.
+* Without ``response.completed`` (a cut stream, ``response.incomplete``,
+  ``response.failed``) ``get_final_response`` raises ``RuntimeError``
+  (``assembler_raised``).
+
+Entry points:
+
+* ``instrument_responses_state(state)``: a ``ResponseStreamState`` (a new one when
+  ``state`` is ``None``) fed by hand; ``handle_event`` feeds the rules too and
+  ``get_final_response()`` (which the SDK's state lacks: it is the stream's, with the
+  same ``RuntimeError``) ends the response and compares.
+* ``instrument_response_stream(stream)`` takes the ``ResponseStream`` (sync or async) of
+  ``with client.responses.stream(...) as stream`` and returns the **same object**: its
+  state is replaced by the observed one (every attribute and method forwarded), and when
+  its events are exhausted the final response is compared, so iterating the events is
+  enough. Instrument it before consuming it (a stream already started is returned
+  unchanged). ``instrument_response_stream_manager(client.responses.stream(...))`` does
+  that on entering the ``with`` block.
+
+``instrument_assembler`` is not the way in for this SDK: it runs the Chat Completions
+rules. The ``openai`` package is imported only when a state has to be created.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+import wrapt
+
+from etf_otel.core.divergence import AssembledCall
+from etf_otel.instrumentation._switches import _disabled
+from etf_otel.instrumentation.assemblers import AssemblerAdapter, ObservedAssembler
+from etf_otel.instrumentation.convenience import _instrumentation
+from etf_otel.instrumentation.safety import internal_errors_swallowed
+from etf_otel.instrumentation.setup import Instrumentation
+from etf_otel.instrumentation.streams import ObservedAsyncStream, ObservedStream
+from etf_otel.integrations.openai_state import ComparisonObserver
+
+__all__ = [
+    "NO_COMPLETED_RESPONSE",
+    "OPENAI_RESPONSES_STATE_ADAPTER",
+    "PROTOCOL",
+    "ObservedStreamManager",
+    "ResponseStateWithFinal",
+    "instrument_response_stream",
+    "instrument_response_stream_manager",
+    "instrument_responses_state",
+    "observed_protocol_assembler",
+    "response_calls",
+]
+
+if TYPE_CHECKING:
+    _ObjectProxy = wrapt.ObjectProxy[Any]
+else:
+    _ObjectProxy = wrapt.ObjectProxy
+
+PROTOCOL: Final = "responses"
+"""The wire protocol whose rules the SDK's assembly is compared with."""
+
+NO_COMPLETED_RESPONSE: Final = "Didn't receive a `response.completed` event."
+"""The message of the SDK's ``RuntimeError`` when a stream ends without ``response.completed``."""
+
+
+def response_calls(response: Any) -> list[AssembledCall]:
+    """``(call_id, name, arguments)`` of every ``function_call`` item of a (final) response, in output order."""
+    return [
+        (getattr(item, "call_id", None), getattr(item, "name", None), getattr(item, "arguments", None))
+        for item in getattr(response, "output", None) or ()
+        if getattr(item, "type", None) == "function_call"
+    ]
+
+
+class ResponseStateWithFinal(_ObjectProxy):
+    """A ``ResponseStreamState`` with the stream's ``get_final_response()``; everything else is the state's.
+
+    The SDK's state keeps the final response in ``_completed_response`` and the stream
+    reads it there; ``get_final_response`` does what ``ResponseStream.get_final_response``
+    does once the events are consumed (the same ``RuntimeError`` without one).
+    """
+
+    def get_final_response(self) -> Any:
+        response = self.__wrapped__._completed_response
+        if not response:
+            raise RuntimeError(NO_COMPLETED_RESPONSE)
+        return response
+
+
+OPENAI_RESPONSES_STATE_ADAPTER: Final[dict[str, Any]] = {
+    "feed": ("handle_event",),
+    "finish": "get_final_response",
+    "done": None,
+    "calls": response_calls,
+}
+"""How a :class:`ResponseStateWithFinal` is driven (the fields of an :class:`AssemblerAdapter`)."""
+
+_ADAPTER: Final = AssemblerAdapter(**OPENAI_RESPONSES_STATE_ADAPTER)
+
+
+def observed_protocol_assembler(
+    instrumentation: Instrumentation,
+    assembler: Any,
+    adapter: AssemblerAdapter,
+    protocol: str,
+    *,
+    record_response: bool = True,
+) -> Any:
+    """``assembler`` observed against ``protocol``'s rules; with ``record_response=False`` the divergence check alone.
+
+    ``Instrumentation.assembler`` always runs the Chat Completions rules; the integrations
+    of other protocols build their observer here.
+    """
+    if _disabled():
+        return assembler
+    if record_response:
+        observer = instrumentation.observer(protocol=protocol)
+    else:
+        observer = ComparisonObserver(instrumentation.telemetry, instrumentation.rules, protocol=protocol)
+    return ObservedAssembler(assembler, observer, adapter=adapter)
+
+
+def _new_state() -> Any:
+    from openai._types import omit
+    from openai.lib.streaming.responses._responses import ResponseStreamState
+
+    return ResponseStreamState(input_tools=omit, text_format=omit)
+
+
+def instrument_responses_state(
+    state: Any = None,
+    *,
+    instrumentation: Instrumentation | None = None,
+    **config: Any,
+) -> Any:
+    """Wrap a ``ResponseStreamState`` (a new one when ``state`` is ``None``) for one response.
+
+    The result forwards everything to the state and adds ``get_final_response()`` (also
+    when etf-otel is disabled: then it is the bare :class:`ResponseStateWithFinal`).
+    ``config`` (``tracer_provider``, ``allow``, ...) builds a dedicated :class:`Instrumentation`
+    when ``instrumentation`` is not given.
+    """
+    if state is None:
+        state = _new_state()
+    return observed_protocol_assembler(
+        _instrumentation(instrumentation, config), ResponseStateWithFinal(state), _ADAPTER, PROTOCOL
+    )
+
+
+def _is_fresh_state(state: Any) -> bool:
+    if not callable(getattr(state, "handle_event", None)) or not hasattr(state, "_completed_response"):
+        return False
+    return (
+        getattr(state, "_ResponseStreamState__current_snapshot", None) is None
+        and state._completed_response is None
+        and not getattr(state, "_output_items", None)
+    )
+
+
+def _compare_now(observed: Any) -> None:
+    """End the response: the observed ``get_final_response`` compares (or records that it raised)."""
+    try:
+        observed.get_final_response()
+    except Exception:  # recorded as assembler_raised; the application meets it when it asks for the response
+        return
+
+
+def _finishing(iterator: Iterator[Any], observed: Any) -> Iterator[Any]:
+    yield from iterator
+    _compare_now(observed)
+
+
+async def _async_finishing(iterator: AsyncIterator[Any], observed: Any) -> AsyncIterator[Any]:
+    async for event in iterator:
+        yield event
+    _compare_now(observed)
+
+
+def instrument_response_stream(
+    stream: Any,
+    *,
+    instrumentation: Instrumentation | None = None,
+    record_response: bool | None = None,
+    **config: Any,
+) -> Any:
+    """Add the divergence check to a ``ResponseStream`` / ``AsyncResponseStream``; returns ``stream``.
+
+    ``record_response`` ``None`` (default): record the response's spans and metrics unless
+    its raw stream is already observed by etf-otel. Anything that is not a fresh SDK
+    stream is returned untouched.
+    """
+    if _disabled():
+        return stream
+    with internal_errors_swallowed("instrumenting a response stream"):
+        state = getattr(stream, "_state", None)
+        iterator = getattr(stream, "_iterator", None)
+        if iterator is None or not _is_fresh_state(state):
+            return stream
+        if record_response is None:
+            raw = getattr(stream, "_raw_stream", None)
+            record_response = not isinstance(raw, (ObservedStream, ObservedAsyncStream))
+        observed = observed_protocol_assembler(
+            _instrumentation(instrumentation, config),
+            ResponseStateWithFinal(state),
+            _ADAPTER,
+            PROTOCOL,
+            record_response=record_response,
+        )
+        finishing = (
+            _async_finishing(iterator, observed) if hasattr(iterator, "__anext__") else _finishing(iterator, observed)
+        )
+        stream._state = observed
+        stream._iterator = finishing
+    return stream
+
+
+class ObservedStreamManager(_ObjectProxy):
+    """A stream manager (sync or async) whose stream is instrumented on entering the ``with`` block."""
+
+    def __init__(self, manager: Any, instrument: Callable[[Any], Any]) -> None:
+        super().__init__(manager)
+        self._self_instrument = instrument
+
+    def __enter__(self) -> Any:
+        return self._self_instrument(self.__wrapped__.__enter__())
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        return self.__wrapped__.__exit__(*exc_info)
+
+    async def __aenter__(self) -> Any:
+        return self._self_instrument(await self.__wrapped__.__aenter__())
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        return await self.__wrapped__.__aexit__(*exc_info)
+
+
+def instrument_response_stream_manager(
+    manager: Any,
+    *,
+    instrumentation: Instrumentation | None = None,
+    record_response: bool | None = None,
+    **config: Any,
+) -> Any:
+    """Wrap what ``client.responses.stream(...)`` returns; ``with`` gives the instrumented stream."""
+    if _disabled():
+        return manager
+    etf = _instrumentation(instrumentation, config)
+    return ObservedStreamManager(
+        manager, lambda stream: instrument_response_stream(stream, instrumentation=etf, record_response=record_response)
+    )
