@@ -5,7 +5,11 @@
 * Nothing in the repository points outside it at ``../shared`` (the contract's working copy
   that a clone does not have); the markdown pages do not cite "SPEC" either.
 * The identity table, the compatibility rules (with their call-span counters) and the divergence
-  sub-kinds written in the docs are the code's, row by row.
+  sub-kinds written in the docs are the code's, row by row; every compatibility rule is in the
+  tables of docs/identity-rules.md and docs/protocols.md, with the same transition in both.
+* Every finish reason the code keeps (``KNOWN_FINISH_REASONS``) is listed where
+  ``gen_ai.response.finish_reasons`` is described (docs/telemetry.md, README.md), and nothing
+  else is listed there as one.
 
 The category and telemetry tables are checked against the code in ``tests/test_dashboards.py``.
 """
@@ -19,7 +23,7 @@ import pytest
 
 from etf_otel.core.divergence import DivergenceKind
 from etf_otel.core.identity import STRICT_TABLE, CompatibilityRule, IdState, Incoming
-from etf_otel.core.vocabulary import ErrorCategory, Transition
+from etf_otel.core.vocabulary import KNOWN_FINISH_REASONS, OTHER_FINISH_REASON, ErrorCategory, Transition
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -89,6 +93,51 @@ def first_table(text: str) -> list[list[str]]:
             break
     assert len(rows) > 1, "no table with rows"
     return rows[1:]
+
+
+def table_columns(text: str, *names: str) -> list[tuple[str, ...]]:
+    """The cells of the columns ``names`` (found by their header) of the first table in ``text``."""
+    header: list[str] | None = None
+    rows: list[tuple[str, ...]] = []
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            if header is not None:
+                break
+            continue
+        if SEPARATOR_ROW_RE.match(line):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+        else:
+            rows.append(tuple(cells[header.index(name)] for name in names))
+    assert header is not None and rows, "no table with rows"
+    return rows
+
+
+def documented_rule_transitions(text: str) -> dict[str, str]:
+    """``rule -> transition`` from the first table of a "Compatibility rules" section."""
+    documented: dict[str, str] = {}
+    for rule_cell, transition_cell in table_columns(text, "rule", "transition"):
+        (rule,) = BACKTICKED_RE.findall(rule_cell)
+        (transition,) = BACKTICKED_RE.findall(transition_cell)
+        assert rule not in documented, f"{rule} documented twice"
+        documented[rule] = transition
+    return documented
+
+
+FINISH_REASONS_ROW_RE = re.compile(r"^\| `gen_ai\.response\.finish_reasons` \|([^\n]*)\|$", re.M)
+FINISH_REASONS_README_RE = re.compile(r"`gen_ai\.response\.finish_reasons` \(([^)]*)\)")
+PLAIN_VALUE_RE = re.compile(r"^_?[a-z][a-z_]*$")
+
+
+def documented_finish_reasons(description: str) -> tuple[set[str], set[str]]:
+    """The code's finish reasons missing from ``description``, and plain values there that are none.
+
+    Dotted names (``response.incomplete``) are the events a reason comes from, not reasons.
+    """
+    listed = {value for value in BACKTICKED_RE.findall(description) if PLAIN_VALUE_RE.match(value)}
+    return set(KNOWN_FINISH_REASONS) - listed, listed - set(KNOWN_FINISH_REASONS) - {OTHER_FINISH_REASON}
 
 
 def scanned_files() -> list[Path]:
@@ -224,3 +273,42 @@ def test_divergence_sub_kinds_in_docs_are_the_code_kinds() -> None:
     documented = [BACKTICKED_RE.findall(row[0])[0] for row in rows]
     assert len(documented) == len(set(documented))
     assert set(documented) == {kind.value for kind in DivergenceKind}
+
+
+@pytest.mark.parametrize("page", ["identity-rules.md", "protocols.md"])
+def test_every_compatibility_rule_is_in_the_rules_table_of(page: str) -> None:
+    documented = documented_rule_transitions(section(DOCS / page, "Compatibility rules"))
+    assert set(documented) == {rule.value for rule in CompatibilityRule}
+    assert set(documented.values()) <= {transition.value for transition in Transition}
+
+
+def test_protocols_and_identity_rules_give_each_compatibility_rule_the_same_transition() -> None:
+    rules = documented_rule_transitions(section(DOCS / "identity-rules.md", "Compatibility rules"))
+    assert documented_rule_transitions(section(DOCS / "protocols.md", "Compatibility rules")) == rules
+
+
+def test_every_known_finish_reason_is_in_the_telemetry_reference() -> None:
+    rows = FINISH_REASONS_ROW_RE.findall(section(DOCS / "telemetry.md", "`assemble_response`"))
+    assert len(rows) == 1, "no single gen_ai.response.finish_reasons row"
+    missing, unknown = documented_finish_reasons(rows[0])
+    assert (missing, unknown) == (set(), set())
+    assert OTHER_FINISH_REASON in BACKTICKED_RE.findall(rows[0])
+
+
+def test_every_known_finish_reason_is_in_the_readme_telemetry_reference() -> None:
+    descriptions = FINISH_REASONS_README_RE.findall(section(REPO / "README.md", "Telemetry reference"))
+    assert len(descriptions) == 1, "no single gen_ai.response.finish_reasons description"
+    assert documented_finish_reasons(descriptions[0]) == (set(), set())
+
+
+def test_the_finish_reason_and_rule_checks_report_what_is_missing() -> None:
+    """The checks above can fail: a reason left out, a misspelled one, a rule left out or renamed."""
+    complete = " ".join(f"`{reason}`" for reason in sorted(KNOWN_FINISH_REASONS))
+    assert documented_finish_reasons(f"{complete} `_OTHER` `response.incomplete`") == (set(), set())
+    stale = complete.replace("`pause_turn`", "`pause`")
+    assert documented_finish_reasons(stale) == ({"pause_turn"}, {"pause"})
+    table = "| rule | transition |\n|---|---|\n| `empty_continuation` | `keep_empty` |\n"
+    table += "| `drop_post_done` | `drop_late` |\n"  # drop_post_done_delta misspelled; three rules left out
+    documented = documented_rule_transitions(table)
+    assert documented == {"empty_continuation": "keep_empty", "drop_post_done": "drop_late"}
+    assert set(documented) != {rule.value for rule in CompatibilityRule}

@@ -77,7 +77,16 @@ class Conversation:
 
         With ``tool_message_ids`` (the ``tool_call_id`` of each ``role: "tool"`` message the
         request carries) the messages are what answers a call; without them, a host result
-        is. Either way the pending proposals are cleared afterwards.
+        is. Either way the pending proposals are cleared afterwards. :meth:`settle` also
+        returns the proposals found answered.
+        """
+        return self.settle(tool_message_ids)[0]
+
+    def settle(self, tool_message_ids: Iterable[object] | None = None) -> tuple[list[Finding], tuple[str, ...]]:
+        """:meth:`next_request`, plus the pending proposals it found answered, in proposal order.
+
+        The answered ids are always proposed, preserved ids (never an orphaned or unknown one):
+        with the findings' ``unanswered_call`` ids they cover every proposal that was pending.
         """
         findings: list[Finding] = []
         if tool_message_ids is None:
@@ -94,9 +103,10 @@ class Conversation:
         findings.extend(
             Finding(ErrorCategory.UNANSWERED_CALL, call_id) for call_id in self._pending if call_id not in answered
         )
+        settled = tuple(call_id for call_id in self._pending if call_id in answered)
         self._pending.clear()
         self._executed = set()
-        return findings
+        return findings, settled
 
     def end(self) -> list[Finding]:
         """The turn is over: every proposal still without a result is unanswered."""

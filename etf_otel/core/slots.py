@@ -1,7 +1,8 @@
 """The protocol-neutral slot model: per-response assembly state and final validation.
 
-A protocol adapter (Chat Completions today; the Responses API and Anthropic Messages
-later) turns its wire events into these calls on :class:`ResponseSlots`:
+A protocol adapter (Chat Completions here; the Responses API and Anthropic Messages
+through :class:`~etf_otel.core.lifecycle.LifecycleSlots`) turns its wire events into
+these calls on :class:`ResponseSlots`:
 
 * :meth:`~ResponseSlots.fragment`: an update to the slot ``(choice, index)``, carrying
   any of an id, a name and an argument delta (missing values are :data:`ABSENT`);
@@ -319,8 +320,14 @@ class ResponseSlots:
         self._finish_reasons[choice] = reason
 
     def end(self, how: ResponseEnd = ResponseEnd.COMPLETE) -> None:
-        """The response ended with a terminal event of its protocol; the last one wins."""
-        self._end = how
+        """The response ended with a terminal event of its protocol.
+
+        When a provider sends several, the most severe wins (failed, then incomplete, then
+        complete): a stream that said it failed and then that it completed contradicts
+        itself, and dispatching its calls would trust the better news.
+        """
+        if self._end is None or _SEVERITY[how] > _SEVERITY[self._end]:
+            self._end = how
 
     @property
     def ended(self) -> ResponseEnd | None:
@@ -381,6 +388,8 @@ class ResponseSlots:
         self._overflow = {}
         return self._result
 
+
+_SEVERITY: Final = {ResponseEnd.COMPLETE: 0, ResponseEnd.INCOMPLETE: 1, ResponseEnd.FAILED: 2}
 
 _STATE_OF_END: Final = {
     ResponseEnd.COMPLETE: StreamState.COMPLETED,

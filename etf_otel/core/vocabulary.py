@@ -157,8 +157,9 @@ class Verdict(str, Enum):
 class StreamState(str, Enum):
     """How a response's stream ended (``etf.stream.state``).
 
-    The pure assembler only ever decides ``completed`` or ``truncated``; ``abandoned``
-    and ``failed`` are observed by the stream wrapper, which sees the consumer and the
+    The slot model decides ``completed``, ``truncated``, or ``failed`` when the protocol
+    says so (``response.failed``, an ``error`` event); ``abandoned``, and ``failed`` for a
+    stream that raised, are observed by the stream wrapper, which sees the consumer and the
     iterator.
     """
 

@@ -283,3 +283,24 @@ def test_a_reopened_slot_ends_at_its_last_close() -> None:
     slots.end()
     call = slots.finish().calls[0]
     assert (call.opened_ns, call.closed_ns) == (0, 2)
+
+
+@pytest.mark.parametrize(
+    ("ends", "state", "dispatchable"),
+    [
+        ([ResponseEnd.FAILED, ResponseEnd.COMPLETE], StreamState.FAILED, False),
+        ([ResponseEnd.INCOMPLETE, ResponseEnd.COMPLETE], StreamState.COMPLETED, False),
+        ([ResponseEnd.COMPLETE, ResponseEnd.INCOMPLETE], StreamState.COMPLETED, False),
+        ([ResponseEnd.COMPLETE, ResponseEnd.COMPLETE], StreamState.COMPLETED, True),
+    ],
+)
+def test_of_several_terminal_events_the_most_severe_wins(
+    ends: list[ResponseEnd], state: StreamState, dispatchable: bool
+) -> None:
+    """A provider that said it failed and then that it completed is not trusted with the better news."""
+    slots = opened()
+    slots.delta(0, "{}")
+    for end in ends:
+        slots.end(end)
+    result = slots.finish()
+    assert (result.state, result.dispatchable) == (state, dispatchable)

@@ -61,3 +61,24 @@ def test_ids_that_are_not_strings_are_orphaned_results_not_errors() -> None:
     assert conversation.result(["call-a"]) == Finding(E.ORPHANED_RESULT)
     findings = conversation.next_request([["call-a"], {"id": 1}, 7, "call-a"])
     assert findings == [Finding(E.ORPHANED_RESULT)] * 3
+
+
+def test_settling_returns_the_answered_proposals_in_proposal_order() -> None:
+    conversation = Conversation()
+    conversation.proposed(["call-a", "call-b", "call-c"])
+    findings, answered = conversation.settle(["call-c", "call-zzz", "call-a", "call-a"])
+    assert answered == ("call-a", "call-c")  # proposal order; the orphan and the duplicate add nothing
+    assert findings == [
+        Finding(E.ORPHANED_RESULT),
+        Finding(E.DUPLICATE_RESULT, "call-a"),
+        Finding(E.UNANSWERED_CALL, "call-b"),
+    ]
+    assert conversation.settle(["call-a"]) == ([Finding(E.ORPHANED_RESULT)], ())  # nothing pending any more
+
+
+def test_settling_without_tool_messages_answers_with_host_results() -> None:
+    conversation = Conversation(max_pending=2)
+    conversation.proposed(["call-a", "call-b"])
+    assert conversation.result("call-b") is None
+    conversation.proposed(["call-c"])  # call-a forgotten: never reported, never answered
+    assert conversation.settle() == ([Finding(E.UNANSWERED_CALL, "call-c")], ("call-b",))
