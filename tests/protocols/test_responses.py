@@ -789,3 +789,13 @@ def _output(call_id: Any = MISSING) -> dict[str, Any]:
 )
 def test_result_ids_are_the_call_ids_of_function_call_outputs(followup: Any, ids: list[Any] | None) -> None:
     assert RESPONSES.result_ids(followup) == ids
+
+
+@pytest.mark.parametrize(
+    ("first", "state"), [(error(), StreamState.FAILED), (failed(), StreamState.FAILED), (incomplete(), None)]
+)
+def test_a_completed_after_a_worse_end_does_not_make_the_response_dispatchable(first: Any, state: Any) -> None:
+    """Of several terminal events the most severe decides: a later ``response.completed`` is not believed."""
+    result = run(stream(call(0, "call_a"), first, end=completed()))
+    assert not result.dispatchable
+    assert result.state is (state or StreamState.COMPLETED)
