@@ -3,7 +3,8 @@
 Each wrapper is a transparent proxy (``wrapt``): ``isinstance`` checks, attributes and
 every chunk are the wrapped stream's own; only iteration and closing are watched. The
 response ends, and is reported once, by exhaustion, by an error, by ``close()``/``break``/
-leaving ``with``, or when an abandoned stream is garbage collected.
+leaving ``with``, or when an abandoned stream is garbage collected. :func:`observer_of` gives
+the observer behind a wrapper (the proxies forward every other attribute to the stream).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import wrapt
 
 from etf_otel.instrumentation.observer import CLOSED, EOF, ERROR, ResponseObserver, observe_failed
 
-__all__ = ["ObservedAsyncStream", "ObservedStream"]
+__all__ = ["ObservedAsyncStream", "ObservedStream", "observer_of"]
 
 if TYPE_CHECKING:  # wrapt < 2.5 proxies are not subscriptable at run time
     _ObjectProxy = wrapt.ObjectProxy[Any]
@@ -177,3 +178,15 @@ class ObservedAsyncStream(_ObjectProxy):
             return await exit_(*exc_info) if exit_ is not None else None
         finally:
             self._self_end(CLOSED)
+
+
+def observer_of(stream: object) -> ResponseObserver | None:
+    """The observer behind an observed stream (what ``Instrumentation.stream`` returns), else ``None``.
+
+    A function, not a property of the proxies: an attribute of theirs would hide the wrapped
+    stream's attribute of the same name.
+    """
+    if isinstance(stream, (ObservedStream, ObservedAsyncStream)):
+        observer: ResponseObserver = stream._self_observer
+        return observer
+    return None

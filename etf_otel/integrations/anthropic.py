@@ -29,7 +29,8 @@ kept). The ``tool_use_id`` of each ``tool_result`` block after the assistant mes
 checked against that response's proposals before the request is sent, without changing it:
 an id that was not proposed, or any result in a later message, is ``orphaned_result``; two
 results for one id ``duplicate_result``; a proposal with no result in the first user message
-``unanswered_call``.
+``unanswered_call``. Only a list or tuple of messages is read: messages given as an iterator
+(a generator) are left for the SDK to send, and that request is not linked.
 
 Guard mode. ``instrumentor.instrumentation.host(host, guard=True)`` refuses a call that was
 not a valid proposal with ``GuardRefusedError`` before the host runs. The Messages API
@@ -47,23 +48,21 @@ from collections.abc import Awaitable, Callable, Collection, Generator, Sequence
 from typing import Any
 
 from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from wrapt import wrap_function_wrapper
 
-from etf_otel.core.linkage import Conversation
 from etf_otel.instrumentation._switches import _disabled
 from etf_otel.instrumentation.safety import internal_errors_swallowed
-from etf_otel.instrumentation.setup import Instrumentation
-from etf_otel.integrations.openai import (
-    DEFAULT_MAX_CONVERSATIONS,
-    _ConversationIndex,
-    _fingerprint,
-    _message_digests,
-    _plain,
+from etf_otel.integrations._common import (
+    ClientInstrumentor,
+    FollowUp,
+    Method,
+    PrefixConversations,
+    last_position,
+    plain,
+    string_or_none,
+    unwrap_methods,
+    wrap_methods,
 )
-from etf_otel.integrations.openai_responses import remove_own_wrapper
 from etf_otel.protocols import get as get_protocol
-from etf_otel.protocols.base import field
 
 __all__ = ["PROTOCOL", "AnthropicInstrumentor", "instrument_anthropic", "provider_of", "split_follow_up"]
 
@@ -91,7 +90,7 @@ def provider_of(client: object) -> str:
     return name if isinstance(name, str) and name else DEFAULT_PROVIDER
 
 
-def split_follow_up(messages: Sequence[Any]) -> tuple[int, list[str | None]] | None:
+def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
     """``(position of the last assistant message, the results the request gives its calls)``.
 
     ``None`` when the request has no assistant message (it starts a conversation) or when its
@@ -99,17 +98,13 @@ def split_follow_up(messages: Sequence[Any]) -> tuple[int, list[str | None]] | N
     every ``tool_result`` block after the assistant message, in order; one outside the first
     user message after it, or whose id is not a string, is ``None`` (``orphaned_result``).
     """
-    last_assistant = None
-    for position in range(len(messages) - 1, -1, -1):
-        if field(messages[position], "role") == "assistant":
-            last_assistant = position
-            break
+    last_assistant = last_position(messages, "assistant")
     if last_assistant is None:
         return None
-    ids = get_protocol(PROTOCOL).result_ids([_plain(message) for message in messages])
+    ids = get_protocol(PROTOCOL).result_ids([plain(message) for message in messages])
     if ids is None:
         return None
-    return last_assistant, [call_id if isinstance(call_id, str) else None for call_id in ids]
+    return last_assistant, [string_or_none(call_id) for call_id in ids]
 
 
 class _ObservedRequest:
@@ -130,22 +125,15 @@ class _ObservedRequest:
         return self._observe(stream)
 
 
-class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class AnthropicInstrumentor(ClientInstrumentor):
     """Instruments ``anthropic`` streamed Messages (``create(stream=True)`` and ``stream(...)``) with etf-otel.
 
     ``instrument(tracer_provider=None, meter_provider=None, provider_name=None, allow=(),
     capture_content=None, max_conversations=1024)``; ``uninstrument()`` restores the client.
     """
 
-    _instrumentation: Instrumentation | None = None
-
     def instrumentation_dependencies(self) -> Collection[str]:
         return (_DEPENDENCY,)
-
-    @property
-    def instrumentation(self) -> Instrumentation | None:
-        """The shared setup; use ``.host(...)`` on it so executions link to their assemblies."""
-        return self._instrumentation
 
     def _instrument(self, **kwargs: Any) -> None:
         # Imported first: without the package, the launcher skips this entry point on the
@@ -160,29 +148,23 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             _logger.warning("etf-otel: %s; the anthropic client is not instrumented", conflict)
             return
         self._stream_types = (anthropic.Stream, anthropic.AsyncStream)
-        self._instrumentation = Instrumentation(
-            kwargs.get("tracer_provider"),
-            kwargs.get("meter_provider"),
-            allow=kwargs.get("allow", ()),
-            capture_content=kwargs.get("capture_content"),
-        )
-        self._provider_override: str | None = kwargs.get("provider_name")
-        self._conversations: _ConversationIndex[bytes, Conversation] = _ConversationIndex(
-            kwargs.get("max_conversations", DEFAULT_MAX_CONVERSATIONS)
-        )
-        wrap_function_wrapper(messages, "Messages.create", self._create)
-        wrap_function_wrapper(messages, "AsyncMessages.create", self._async_create)
-        wrap_function_wrapper(messages, "Messages.stream", self._stream)
-        wrap_function_wrapper(messages, "AsyncMessages.stream", self._async_stream)
+        _, capacity = self._set_up(kwargs)
+        self._conversations = PrefixConversations(capacity, split_follow_up)
+        wrap_methods(messages, self._methods())
 
     def _uninstrument(self, **kwargs: Any) -> None:
         from anthropic.resources.messages import messages
 
-        remove_own_wrapper(messages.Messages, self._create, "create")
-        remove_own_wrapper(messages.AsyncMessages, self._async_create, "create")
-        remove_own_wrapper(messages.Messages, self._stream, "stream")
-        remove_own_wrapper(messages.AsyncMessages, self._async_stream, "stream")
+        unwrap_methods(messages, self._methods())
         self._instrumentation = None
+
+    def _methods(self) -> list[Method]:
+        return [
+            ("Messages", "create", self._create),
+            ("AsyncMessages", "create", self._async_create),
+            ("Messages", "stream", self._stream),
+            ("AsyncMessages", "stream", self._async_stream),
+        ]
 
     # --- before the request ---------------------------------------------------------------------------------
 
@@ -192,7 +174,7 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             if self._instrumentation is None or _disabled():
                 return None
             provider = self._provider_override or provider_of(getattr(instance, "_client", None))
-            conversation, result_ids = self._conversation_of(kwargs.get("messages"))
+            conversation, result_ids = self._conversations.link(kwargs.get("messages"))
             return {
                 "conversation": conversation,
                 "provider_name": provider,
@@ -200,25 +182,6 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 "protocol": PROTOCOL,
             }
         return None
-
-    def _conversation_of(self, messages: object) -> tuple[Conversation | None, list[str | None] | None]:
-        """The conversation a request continues (a new one when none matches) and the results it carries.
-
-        Messages given as an iterator are not read (that would consume them): no linkage.
-        """
-        if not isinstance(messages, (list, tuple)):
-            return None, None
-        digests = _message_digests(messages)
-        conversation: Conversation | None = None
-        result_ids: list[str | None] | None = None
-        follow_up = split_follow_up(messages)
-        if follow_up is not None:
-            position, result_ids = follow_up
-            conversation = self._conversations.get(_fingerprint(digests[:position]))
-        if conversation is None:
-            conversation, result_ids = Conversation(), None
-        self._conversations.put(_fingerprint(digests), conversation)
-        return conversation, result_ids
 
     # --- the stream -------------------------------------------------------------------------------------------
 
@@ -250,25 +213,26 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     def _stream(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         prepared = self._prepare(instance, kwargs)
-        manager = wrapped(*args, **kwargs)
-        if prepared is not None:
-            with internal_errors_swallowed("instrumenting a message stream manager"):
-                request = getattr(manager, _SYNC_REQUEST)
-                if not callable(request):
-                    raise TypeError("the stream manager's request is not callable")
-                setattr(manager, _SYNC_REQUEST, lambda: self._observed(request(), prepared))
-        return manager
+        return self._observed_manager(wrapped(*args, **kwargs), prepared, _SYNC_REQUEST)
 
     def _async_stream(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         prepared = self._prepare(instance, kwargs)
-        manager = wrapped(*args, **kwargs)
+        return self._observed_manager(wrapped(*args, **kwargs), prepared, _ASYNC_REQUEST)
+
+    def _observed_manager(self, manager: Any, prepared: dict[str, Any] | None, attribute: str) -> Any:
+        """``manager`` whose request (``attribute``, sync or async), made on entering ``with``, is observed."""
         if prepared is not None:
             with internal_errors_swallowed("instrumenting a message stream manager"):
-                request = getattr(manager, _ASYNC_REQUEST)
-                if not hasattr(request, "__await__"):
-                    raise TypeError("the stream manager's request is not awaitable")
+                request = getattr(manager, attribute)
                 observe: Callable[[Any], Any] = lambda stream: self._observed(stream, prepared)  # noqa: E731
-                setattr(manager, _ASYNC_REQUEST, _ObservedRequest(request, observe))
+                if attribute == _ASYNC_REQUEST:
+                    if not hasattr(request, "__await__"):
+                        raise TypeError("the stream manager's request is not awaitable")
+                    setattr(manager, attribute, _ObservedRequest(request, observe))
+                else:
+                    if not callable(request):
+                        raise TypeError("the stream manager's request is not callable")
+                    setattr(manager, attribute, lambda: observe(request()))
         return manager
 
 

@@ -51,10 +51,8 @@ rules. The ``anthropic`` package is imported only when an event is accumulated.
 from __future__ import annotations
 
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final
-
-import wrapt
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Final
 
 from etf_otel.core.divergence import AssembledCall
 from etf_otel.instrumentation._switches import _disabled
@@ -62,8 +60,9 @@ from etf_otel.instrumentation.assemblers import AssemblerAdapter
 from etf_otel.instrumentation.convenience import _instrumentation
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.setup import Instrumentation
-from etf_otel.instrumentation.streams import ObservedAsyncStream, ObservedStream
-from etf_otel.integrations.openai_responses_state import ObservedStreamManager, observed_protocol_assembler
+from etf_otel.instrumentation.streams import observer_of
+from etf_otel.integrations._common import ObjectProxy, compare_now, observed_stream_manager
+from etf_otel.integrations.openai_responses_state import observed_protocol_assembler
 
 __all__ = [
     "ANTHROPIC_STATE_ADAPTER",
@@ -74,11 +73,6 @@ __all__ = [
     "instrument_message_stream_manager",
     "message_calls",
 ]
-
-if TYPE_CHECKING:
-    _ObjectProxy = wrapt.ObjectProxy[Any]
-else:
-    _ObjectProxy = wrapt.ObjectProxy
 
 PROTOCOL: Final = "anthropic_messages"
 """The wire protocol whose rules the SDK's assembly is compared with."""
@@ -200,7 +194,7 @@ _VIEW_ADAPTER: Final = AssemblerAdapter(
 )
 
 
-class _RawTap(_ObjectProxy):
+class _RawTap(ObjectProxy):
     """The raw event stream a ``MessageStream`` reads: every event it accumulated is reported.
 
     An event is reported when the stream asks for the next one (it has accumulated it by
@@ -258,13 +252,6 @@ class _RawTap(_ObjectProxy):
             self._self_settle()
 
 
-def _compare_now(observed: Any) -> None:
-    try:
-        observed.get_final_message()
-    except Exception:  # recorded as assembler_raised; the stream's own get_final_message meets it too
-        return
-
-
 def _checked(iterator: Iterator[Any], tap: _RawTap, observed: Any) -> Iterator[Any]:
     try:
         yield from iterator
@@ -272,7 +259,7 @@ def _checked(iterator: Iterator[Any], tap: _RawTap, observed: Any) -> Iterator[A
         tap._self_raise_in_accumulation(error)
         raise
     tap._self_settle()
-    _compare_now(observed)
+    compare_now(observed, "get_final_message")
 
 
 async def _async_checked(iterator: AsyncIterator[Any], tap: _RawTap, observed: Any) -> AsyncIterator[Any]:
@@ -283,7 +270,7 @@ async def _async_checked(iterator: AsyncIterator[Any], tap: _RawTap, observed: A
         tap._self_raise_in_accumulation(error)
         raise
     tap._self_settle()
-    _compare_now(observed)
+    compare_now(observed, "get_final_message")
 
 
 def _is_fresh_stream(stream: Any) -> bool:
@@ -316,7 +303,7 @@ def instrument_message_stream(
             return stream
         raw = stream._raw_stream
         if record_response is None:
-            record_response = not isinstance(raw, (ObservedStream, ObservedAsyncStream))
+            record_response = observer_of(raw) is None
         observed = observed_protocol_assembler(
             _instrumentation(instrumentation, config),
             _StreamView(stream),
@@ -344,10 +331,4 @@ def instrument_message_stream_manager(
     **config: Any,
 ) -> Any:
     """Wrap what ``client.messages.stream(...)`` returns; ``with`` gives the instrumented stream."""
-    if _disabled():
-        return manager
-    etf = _instrumentation(instrumentation, config)
-    instrument: Callable[[Any], Any] = lambda stream: instrument_message_stream(  # noqa: E731
-        stream, instrumentation=etf, record_response=record_response
-    )
-    return ObservedStreamManager(manager, instrument)
+    return observed_stream_manager(manager, instrument_message_stream, instrumentation, record_response, config)

@@ -21,36 +21,36 @@ prefix: the messages before the last assistant message must be exactly the messa
 earlier streamed request (compared by a SHA-256 fingerprint; no content is kept). The
 tool messages after it (none at all when the app skipped them) are then checked against
 that response's proposals before the request is sent, without changing it. At most ``max_conversations`` are remembered
-(least recently used first out).
+(least recently used first out). Only a list or tuple of messages is read: messages given as
+an iterator (a generator) are left for the SDK to send, and that request is not linked.
 """
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
-import threading
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from wrapt import wrap_function_wrapper
-
-from etf_otel.core.linkage import Conversation
-from etf_otel.instrumentation.observer import ResponseObserver
 from etf_otel.instrumentation.safety import internal_errors_swallowed
-from etf_otel.instrumentation.setup import Instrumentation
-from etf_otel.instrumentation.streams import ObservedAsyncStream, ObservedStream
-from etf_otel.integrations.openai_responses import ResponsesWrappers, is_sdk_stream, remove_own_wrapper
+from etf_otel.instrumentation.streams import observer_of
+from etf_otel.integrations._common import (
+    ClientInstrumentor,
+    FollowUp,
+    Method,
+    PrefixConversations,
+    last_position,
+    string_or_none,
+    unwrap_methods,
+    wrap_methods,
+)
+from etf_otel.integrations.openai_responses import ResponsesWrappers, is_sdk_stream
 from etf_otel.protocols.base import field
 from etf_otel.protocols.chat_completions import DONE
 
 __all__ = ["OpenAIInstrumentor", "detect_provider", "instrument_openai"]
 
 _MODULE = "openai.resources.chat.completions"
-DEFAULT_MAX_CONVERSATIONS = 1024
 
 # Hosts whose provider is unambiguous, with the GenAI ``gen_ai.provider.name`` value.
 _PROVIDER_HOSTS = (
@@ -75,82 +75,24 @@ def detect_provider(base_url: object) -> str | None:
     return None
 
 
-def _plain(value: Any) -> Any:
-    if type(value) is dict:
-        return value
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(exclude_unset=True, warnings=False)
-    return value
-
-
-_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, default=str, separators=(",", ":"))
-"""One shared encoder: ``json.dumps`` with options builds a new encoder on every call."""
-
-
-def _message_digests(messages: Sequence[Any]) -> list[bytes]:
-    """One SHA-256 per message, so a request's prefix and whole history share the work."""
-    encode = _CANONICAL_JSON.encode
-    return [hashlib.sha256(encode(_plain(m)).encode("utf-8", "surrogatepass")).digest() for m in messages]
-
-
-def _fingerprint(digests: Sequence[bytes]) -> bytes:
-    return hashlib.sha256(b"".join(digests)).digest()
-
-
-def _role(message: Any) -> object:
-    return field(message, "role")
-
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-class _ConversationIndex(Generic[_K, _V]):
-    """Bounded map (least recently used first out), e.g. from a request's message fingerprint to its conversation."""
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._items: OrderedDict[_K, _V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: _K) -> _V | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def put(self, key: _K, value: _V) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
-
-
-def split_follow_up(messages: Sequence[Any]) -> tuple[int, list[str | None]] | None:
+def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
     """``(position of the last assistant message, tool_call_ids of the tool messages after it)``.
 
     ``None`` when the request has no assistant message: it starts a conversation. An
     assistant message followed by no tool message at all answers none of its calls.
     """
-    last_assistant = None
-    for position in range(len(messages) - 1, -1, -1):
-        if _role(messages[position]) == "assistant":
-            last_assistant = position
-            break
+    last_assistant = last_position(messages, "assistant")
     if last_assistant is None:
         return None
-    ids: list[str | None] = []
-    for message in messages[last_assistant + 1 :]:
-        if _role(message) == "tool":
-            call_id = field(message, "tool_call_id")
-            ids.append(call_id if isinstance(call_id, str) else None)
+    ids = [
+        string_or_none(field(message, "tool_call_id"))
+        for message in messages[last_assistant + 1 :]
+        if field(message, "role") == "tool"
+    ]
     return last_assistant, ids
 
 
-class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class OpenAIInstrumentor(ClientInstrumentor):
     """Instruments ``openai`` streamed Chat Completions and Responses with etf-otel.
 
     ``instrument(tracer_provider=None, meter_provider=None, provider_name=None, allow=(),
@@ -159,42 +101,30 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     Responses input prefixes, Responses response ids).
     """
 
-    _instrumentation: Instrumentation | None = None
     _responses: ResponsesWrappers | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return ("openai >= 1.40",)
 
-    @property
-    def instrumentation(self) -> Instrumentation | None:
-        """The shared setup; use ``.host(...)`` on it so executions link to their assemblies."""
-        return self._instrumentation
-
     def _instrument(self, **kwargs: Any) -> None:
-        self._instrumentation = Instrumentation(
-            kwargs.get("tracer_provider"),
-            kwargs.get("meter_provider"),
-            allow=kwargs.get("allow", ()),
-            capture_content=kwargs.get("capture_content"),
-        )
-        self._provider_override: str | None = kwargs.get("provider_name")
+        instrumentation, capacity = self._set_up(kwargs)
         self._last_provider: tuple[object, str | None] | None = None
-        capacity = kwargs.get("max_conversations", DEFAULT_MAX_CONVERSATIONS)
-        self._conversations: _ConversationIndex[bytes, Conversation] = _ConversationIndex(capacity)
-        wrap_function_wrapper(_MODULE, "Completions.create", self._create)
-        wrap_function_wrapper(_MODULE, "AsyncCompletions.create", self._async_create)
-        self._responses = ResponsesWrappers(self._instrumentation, self._provider_for, capacity)
+        self._conversations = PrefixConversations(capacity, split_follow_up)
+        wrap_methods(_MODULE, self._methods())
+        self._responses = ResponsesWrappers(instrumentation, self._provider_for, capacity)
         self._responses.wrap()
 
     def _uninstrument(self, **kwargs: Any) -> None:
         import openai.resources.chat.completions as completions
 
-        remove_own_wrapper(completions.Completions, self._create)
-        remove_own_wrapper(completions.AsyncCompletions, self._async_create)
+        unwrap_methods(completions, self._methods())
         if self._responses is not None:
             self._responses.unwrap()
             self._responses = None
         self._instrumentation = None
+
+    def _methods(self) -> list[Method]:
+        return [("Completions", "create", self._create), ("AsyncCompletions", "create", self._async_create)]
 
     def _provider_of(self, base_url: object) -> str | None:
         """:func:`detect_provider`, remembered for the last base URL object seen (usually the only one)."""
@@ -215,17 +145,7 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             if self._instrumentation is None or not kwargs.get("stream"):
                 return None
             provider = self._provider_for(instance)
-            messages = list(kwargs.get("messages") or ())
-            conversation: Conversation | None = None
-            tool_ids: list[str | None] | None = None
-            digests = _message_digests(messages)
-            follow_up = split_follow_up(messages)
-            if follow_up is not None:
-                position, tool_ids = follow_up
-                conversation = self._conversations.get(_fingerprint(digests[:position]))
-            if conversation is None:
-                conversation, tool_ids = Conversation(), None
-            self._conversations.put(_fingerprint(digests), conversation)
+            conversation, tool_ids = self._conversations.link(kwargs.get("messages"))
             return {"conversation": conversation, "provider_name": provider, "tool_message_ids": tool_ids}
         return None
 
@@ -255,14 +175,6 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if prepared is None:
             return result
         return self._observe(result, prepared)
-
-
-def observer_of(observed: object) -> ResponseObserver | None:
-    """The observer behind a stream proxy made by ``Instrumentation.stream`` (``None`` when it did not wrap)."""
-    if isinstance(observed, (ObservedStream, ObservedAsyncStream)):
-        observer: ResponseObserver = observed._self_observer
-        return observer
-    return None
 
 
 def _sentinel_seen(feed_done: Callable[[], None]) -> None:

@@ -36,19 +36,23 @@ recently used first out).
 
 from __future__ import annotations
 
-import hashlib
-import json
-import threading
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar
-
-from wrapt import BoundFunctionWrapper, FunctionWrapper, wrap_function_wrapper
+from typing import Any, Final
 
 from etf_otel.core.linkage import Conversation
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.setup import Instrumentation
+from etf_otel.integrations._common import (
+    LruIndex,
+    Method,
+    digests,
+    fingerprint,
+    remove_own_wrapper,
+    string_or_none,
+    unwrap_methods,
+    wrap_methods,
+)
 from etf_otel.protocols.base import field
 
 __all__ = [
@@ -71,87 +75,19 @@ _CREATED: Final = "response.created"
 _OUTPUT_TYPES: Final = frozenset({"reasoning", "mcp_list_tools", "mcp_approval_request", "compaction"})
 
 
-# --- shared with the Chat Completions wrappers (etf_otel.integrations.openai imports them) --------------
-
-
 def is_sdk_stream(result: object) -> bool:
     """Whether ``result`` is the SDK's ``Stream`` / ``AsyncStream`` (not a raw or parsed response wrapper).
 
     ``with_raw_response.create(stream=True)`` goes through the wrapped ``create`` too but
-    returns the HTTP response, which the application parses itself: it is left alone.
+    returns the HTTP response, which the application parses itself: it is left alone. Shared
+    with the Chat Completions wrappers (:mod:`etf_otel.integrations.openai`).
     """
     from openai import AsyncStream, Stream
 
     return isinstance(result, (Stream, AsyncStream))
 
 
-def remove_own_wrapper(cls: type, wrapper: Any, name: str = "create") -> None:
-    """Remove our wrapper from ``cls.<name>`` wherever it sits in a chain of wrapt wrappers.
-
-    ``opentelemetry.instrumentation.utils.unwrap`` removes the outermost wrapper, which is
-    another instrumentation's when it wrapped the method after us.
-    """
-    outer: Any = None
-    current: Any = cls.__dict__.get(name)
-    while isinstance(current, (FunctionWrapper, BoundFunctionWrapper)):
-        if current._self_wrapper == wrapper:
-            if outer is None:
-                setattr(cls, name, current.__wrapped__)
-            else:
-                outer.__wrapped__ = current.__wrapped__
-            return
-        outer, current = current, current.__wrapped__
-
-
 # --- input items ------------------------------------------------------------------------------------------
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-class _Lru(Generic[_K, _V]):
-    """A bounded map, least recently used first out."""
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._items: OrderedDict[_K, _V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: _K) -> _V | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def put(self, key: _K, value: _V) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
-
-
-_CANONICAL_JSON: Final = json.JSONEncoder(sort_keys=True, default=str, separators=(",", ":"))
-
-
-def _plain(value: Any) -> Any:
-    if type(value) is dict:
-        return value
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(exclude_unset=True, warnings=False)
-    return value
-
-
-def _digests(items: Sequence[Any]) -> list[bytes]:
-    """One SHA-256 per input item (canonical JSON; SDK objects as the fields they were given)."""
-    encode = _CANONICAL_JSON.encode
-    return [hashlib.sha256(encode(_plain(item)).encode("utf-8", "surrogatepass")).digest() for item in items]
-
-
-def _fingerprint(digests: Sequence[bytes]) -> bytes:
-    return hashlib.sha256(b"".join(digests)).digest()
 
 
 def _is_output_item(item: object) -> bool:
@@ -167,7 +103,7 @@ def input_items(value: object) -> list[Any]:
         return [{"role": "user", "content": value}]
     if isinstance(value, (list, tuple)):
         return list(value)
-    return []  # omitted (``omit``), or a shape this integration does not read
+    return []  # omitted (``omit``), an iterator (reading it would consume it), or another shape
 
 
 def output_run_starts(items: Sequence[Any]) -> list[int]:
@@ -184,12 +120,7 @@ def output_run_starts(items: Sequence[Any]) -> list[int]:
 
 def result_call_ids(items: Sequence[Any]) -> list[str | None]:
     """The ``call_id`` of every ``function_call_output`` item, in order (``None`` when not a string)."""
-    ids: list[str | None] = []
-    for item in items:
-        if field(item, "type") == "function_call_output":
-            call_id = field(item, "call_id")
-            ids.append(call_id if isinstance(call_id, str) else None)
-    return ids
+    return [string_or_none(field(item, "call_id")) for item in items if field(item, "type") == "function_call_output"]
 
 
 class _Thread:
@@ -224,8 +155,8 @@ class ResponsesWrappers:
     ) -> None:
         self._instrumentation: Instrumentation | None = instrumentation
         self._provider_for = provider_for
-        self._by_input: _Lru[bytes, _Thread] = _Lru(max_conversations)
-        self._by_response: _Lru[str, _Thread] = _Lru(max_conversations)
+        self._by_input: LruIndex[bytes, _Thread] = LruIndex(max_conversations)
+        self._by_response: LruIndex[str, _Thread] = LruIndex(max_conversations)
         self._wrapped = False
 
     # --- patching ---------------------------------------------------------------------------
@@ -236,10 +167,7 @@ class ResponsesWrappers:
             import openai.resources.responses.responses  # noqa: F401 - only checks that it exists
         except ImportError:
             return
-        wrap_function_wrapper(_MODULE, "Responses.create", self._create)
-        wrap_function_wrapper(_MODULE, "AsyncResponses.create", self._async_create)
-        wrap_function_wrapper(_MODULE, "Responses.retrieve", self._retrieve)
-        wrap_function_wrapper(_MODULE, "AsyncResponses.retrieve", self._async_retrieve)
+        wrap_methods(_MODULE, self._methods())
         self._wrapped = True
 
     def unwrap(self) -> None:
@@ -248,11 +176,16 @@ class ResponsesWrappers:
             return
         import openai.resources.responses.responses as responses
 
-        remove_own_wrapper(responses.Responses, self._create)
-        remove_own_wrapper(responses.AsyncResponses, self._async_create)
-        remove_own_wrapper(responses.Responses, self._retrieve, "retrieve")
-        remove_own_wrapper(responses.AsyncResponses, self._async_retrieve, "retrieve")
+        unwrap_methods(responses, self._methods())
         self._wrapped = False
+
+    def _methods(self) -> list[Method]:
+        return [
+            ("Responses", "create", self._create),
+            ("AsyncResponses", "create", self._async_create),
+            ("Responses", "retrieve", self._retrieve),
+            ("AsyncResponses", "retrieve", self._async_retrieve),
+        ]
 
     # --- the wrappers -----------------------------------------------------------------------
 
@@ -285,7 +218,7 @@ class ResponsesWrappers:
                 return None
             provider = self._provider_for(instance)
             items = input_items(kwargs.get("input"))
-            digests = _digests(items)
+            item_digests = digests(items)
             thread: _Thread | None = None
             result_ids: list[str | None] | None = None
             previous = kwargs.get("previous_response_id")
@@ -295,13 +228,13 @@ class ResponsesWrappers:
                     thread, result_ids = candidate, result_call_ids(items)
             else:
                 for start in reversed(output_run_starts(items)):
-                    prefix = _fingerprint(digests[:start])
+                    prefix = fingerprint(item_digests[:start])
                     candidate = self._by_input.get(prefix)
                     if candidate is not None:
                         if candidate.request_key == prefix:
                             thread, result_ids = candidate, result_call_ids(items[start:])
                         break
-            return _Prepared(thread, result_ids, _fingerprint(digests) if items else None, provider)
+            return _Prepared(thread, result_ids, fingerprint(item_digests) if items else None, provider)
         return None
 
     def _prepare_replay(self, instance: Any, kwargs: dict[str, Any]) -> _Prepared | None:

@@ -49,10 +49,7 @@ rules. The ``openai`` package is imported only when a state has to be created.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final
-
-import wrapt
+from typing import Any, Final
 
 from etf_otel.core.divergence import AssembledCall
 from etf_otel.instrumentation._switches import _disabled
@@ -60,7 +57,8 @@ from etf_otel.instrumentation.assemblers import AssemblerAdapter, ObservedAssemb
 from etf_otel.instrumentation.convenience import _instrumentation
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.setup import Instrumentation
-from etf_otel.instrumentation.streams import ObservedAsyncStream, ObservedStream
+from etf_otel.instrumentation.streams import observer_of
+from etf_otel.integrations._common import ObjectProxy, ObservedStreamManager, observed_stream_manager, then_compare
 from etf_otel.integrations.openai_state import ComparisonObserver
 
 __all__ = [
@@ -75,11 +73,6 @@ __all__ = [
     "observed_protocol_assembler",
     "response_calls",
 ]
-
-if TYPE_CHECKING:
-    _ObjectProxy = wrapt.ObjectProxy[Any]
-else:
-    _ObjectProxy = wrapt.ObjectProxy
 
 PROTOCOL: Final = "responses"
 """The wire protocol whose rules the SDK's assembly is compared with."""
@@ -97,7 +90,7 @@ def response_calls(response: Any) -> list[AssembledCall]:
     ]
 
 
-class ResponseStateWithFinal(_ObjectProxy):
+class ResponseStateWithFinal(ObjectProxy):
     """A ``ResponseStreamState`` with the stream's ``get_final_response()``; everything else is the state's.
 
     The SDK's state keeps the final response in ``_completed_response`` and the stream
@@ -182,25 +175,6 @@ def _is_fresh_state(state: Any) -> bool:
     )
 
 
-def _compare_now(observed: Any) -> None:
-    """End the response: the observed ``get_final_response`` compares (or records that it raised)."""
-    try:
-        observed.get_final_response()
-    except Exception:  # recorded as assembler_raised; the application meets it when it asks for the response
-        return
-
-
-def _finishing(iterator: Iterator[Any], observed: Any) -> Iterator[Any]:
-    yield from iterator
-    _compare_now(observed)
-
-
-async def _async_finishing(iterator: AsyncIterator[Any], observed: Any) -> AsyncIterator[Any]:
-    async for event in iterator:
-        yield event
-    _compare_now(observed)
-
-
 def instrument_response_stream(
     stream: Any,
     *,
@@ -222,8 +196,7 @@ def instrument_response_stream(
         if iterator is None or not _is_fresh_state(state):
             return stream
         if record_response is None:
-            raw = getattr(stream, "_raw_stream", None)
-            record_response = not isinstance(raw, (ObservedStream, ObservedAsyncStream))
+            record_response = observer_of(getattr(stream, "_raw_stream", None)) is None
         observed = observed_protocol_assembler(
             _instrumentation(instrumentation, config),
             ResponseStateWithFinal(state),
@@ -231,32 +204,9 @@ def instrument_response_stream(
             PROTOCOL,
             record_response=record_response,
         )
-        finishing = (
-            _async_finishing(iterator, observed) if hasattr(iterator, "__anext__") else _finishing(iterator, observed)
-        )
         stream._state = observed
-        stream._iterator = finishing
+        stream._iterator = then_compare(iterator, observed, "get_final_response")
     return stream
-
-
-class ObservedStreamManager(_ObjectProxy):
-    """A stream manager (sync or async) whose stream is instrumented on entering the ``with`` block."""
-
-    def __init__(self, manager: Any, instrument: Callable[[Any], Any]) -> None:
-        super().__init__(manager)
-        self._self_instrument = instrument
-
-    def __enter__(self) -> Any:
-        return self._self_instrument(self.__wrapped__.__enter__())
-
-    def __exit__(self, *exc_info: Any) -> Any:
-        return self.__wrapped__.__exit__(*exc_info)
-
-    async def __aenter__(self) -> Any:
-        return self._self_instrument(await self.__wrapped__.__aenter__())
-
-    async def __aexit__(self, *exc_info: Any) -> Any:
-        return await self.__wrapped__.__aexit__(*exc_info)
 
 
 def instrument_response_stream_manager(
@@ -267,9 +217,4 @@ def instrument_response_stream_manager(
     **config: Any,
 ) -> Any:
     """Wrap what ``client.responses.stream(...)`` returns; ``with`` gives the instrumented stream."""
-    if _disabled():
-        return manager
-    etf = _instrumentation(instrumentation, config)
-    return ObservedStreamManager(
-        manager, lambda stream: instrument_response_stream(stream, instrumentation=etf, record_response=record_response)
-    )
+    return observed_stream_manager(manager, instrument_response_stream, instrumentation, record_response, config)

@@ -31,10 +31,7 @@ The ``openai`` package is imported only when a state has to be created.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
-
-import wrapt
+from typing import Any
 
 from etf_otel.core.divergence import AssembledCall
 from etf_otel.core.results import AssemblyResult
@@ -44,7 +41,8 @@ from etf_otel.instrumentation.convenience import _instrumentation
 from etf_otel.instrumentation.observer import ResponseObserver
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.setup import Instrumentation
-from etf_otel.instrumentation.streams import ObservedAsyncStream, ObservedStream
+from etf_otel.instrumentation.streams import observer_of
+from etf_otel.integrations._common import observed_stream_manager, then_compare
 
 __all__ = [
     "OPENAI_STATE_ADAPTER",
@@ -55,11 +53,6 @@ __all__ = [
     "instrument_stream_manager",
     "observed_assembler",
 ]
-
-if TYPE_CHECKING:
-    _ObjectProxy = wrapt.ObjectProxy[Any]
-else:
-    _ObjectProxy = wrapt.ObjectProxy
 
 
 def completion_calls(completion: Any) -> list[AssembledCall]:
@@ -138,25 +131,6 @@ def _is_fresh_state(state: Any) -> bool:
     return False
 
 
-def _compare_now(observed: Any) -> None:
-    """End the response: the observed ``get_final_completion`` compares (or records that it raised)."""
-    try:
-        observed.get_final_completion()
-    except Exception:  # recorded as assembler_raised; the application meets it when it asks for the completion
-        return
-
-
-def _finishing(iterator: Iterator[Any], observed: Any) -> Iterator[Any]:
-    yield from iterator
-    _compare_now(observed)
-
-
-async def _async_finishing(iterator: AsyncIterator[Any], observed: Any) -> AsyncIterator[Any]:
-    async for event in iterator:
-        yield event
-    _compare_now(observed)
-
-
 def instrument_completion_stream(
     stream: Any,
     *,
@@ -178,46 +152,15 @@ def instrument_completion_stream(
         if iterator is None or not _is_fresh_state(state):
             return stream
         if record_response is None:
-            raw = getattr(stream, "_raw_stream", None)
-            record_response = not isinstance(raw, (ObservedStream, ObservedAsyncStream))
+            record_response = observer_of(getattr(stream, "_raw_stream", None)) is None
         observed = observed_assembler(
             _instrumentation(instrumentation, config), state, record_response=record_response, **OPENAI_STATE_ADAPTER
         )
         if observed is state:
             return stream
-        finishing = (
-            _async_finishing(iterator, observed) if hasattr(iterator, "__anext__") else _finishing(iterator, observed)
-        )
         stream._state = observed
-        stream._iterator = finishing
+        stream._iterator = then_compare(iterator, observed, "get_final_completion")
     return stream
-
-
-class _ObservedStreamManager(_ObjectProxy):
-    """``ChatCompletionStreamManager`` (sync or async) whose stream gets the divergence check on entry."""
-
-    def __init__(self, manager: Any, instrumentation: Instrumentation, record_response: bool | None) -> None:
-        super().__init__(manager)
-        self._self_instrumentation = instrumentation
-        self._self_record_response = record_response
-
-    def __enter__(self) -> Any:
-        stream = self.__wrapped__.__enter__()
-        return instrument_completion_stream(
-            stream, instrumentation=self._self_instrumentation, record_response=self._self_record_response
-        )
-
-    def __exit__(self, *exc_info: Any) -> Any:
-        return self.__wrapped__.__exit__(*exc_info)
-
-    async def __aenter__(self) -> Any:
-        stream = await self.__wrapped__.__aenter__()
-        return instrument_completion_stream(
-            stream, instrumentation=self._self_instrumentation, record_response=self._self_record_response
-        )
-
-    async def __aexit__(self, *exc_info: Any) -> Any:
-        return await self.__wrapped__.__aexit__(*exc_info)
 
 
 def instrument_stream_manager(
@@ -228,6 +171,4 @@ def instrument_stream_manager(
     **config: Any,
 ) -> Any:
     """Wrap what ``client.chat.completions.stream(...)`` returns; ``with`` gives the instrumented stream."""
-    if _disabled():
-        return manager
-    return _ObservedStreamManager(manager, _instrumentation(instrumentation, config), record_response)
+    return observed_stream_manager(manager, instrument_completion_stream, instrumentation, record_response, config)

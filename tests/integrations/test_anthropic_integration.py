@@ -814,6 +814,29 @@ def test_messages_given_as_an_iterator_are_sent_unread(etf: Etf, server: LocalCh
     assert response_span(etf.captured).attributes["etf.stream.state"] == "completed"
 
 
+@pytest.mark.parametrize("way", ["stream_helper", "async_create", "async_stream_helper"])
+def test_messages_given_as_a_generator_are_sent_unread(
+    etf: Etf, server: LocalChatServer, client: Any, way: str
+) -> None:
+    """The other ways in, with a generator: every message reaches the server, the stream is still observed."""
+    follow_up = [*USER, assistant_turn("toolu_a"), user(tool_result("toolu_a"))]
+
+    def generated() -> Any:
+        return (message for message in follow_up)
+
+    if way == "stream_helper":
+        run_both(etf, server, client, TEXT_ONLY, lambda c: consume_helper(c, generated()))
+    else:
+        run = consume_async if way == "async_create" else consume_helper_async
+        run_both_async(etf, server, TEXT_ONLY, lambda c: run(c, generated()))
+    first, second = server.requests[-2:]
+    assert first.body["messages"] == follow_up
+    assert second.body["messages"] == follow_up
+    response = response_span(etf.captured)
+    assert response.attributes["etf.stream.state"] == "completed"
+    assert violations(response) == []
+
+
 # --- guard mode ---------------------------------------------------------------------------------------------------
 
 

@@ -809,6 +809,42 @@ def test_unrelated_conversations_are_not_linked(etf: Etf, server: LocalChatServe
     assert "etf.integrity.violations" not in etf.captured.metrics()
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_messages_given_as_a_generator_reach_the_server_intact(etf: Etf, server: LocalChatServer, mode: str) -> None:
+    """Messages given as a generator are left to the SDK: reading them first would consume them.
+
+    Every message reaches the server, as without the instrumentor, and the stream is observed as
+    usual; only the linkage of that one request is skipped (no prefix to compare).
+    """
+    follow_up = [*USER, assistant_turn("call-a"), tool_message("call-a")]
+    options: dict[str, Any] = {"base_url": server.base_url, "api_key": "t", "max_retries": 0, "timeout": 5.0}
+
+    async def run_async() -> Outcome:
+        async with openai.AsyncOpenAI(**options) as client:
+            messages: Any = (message for message in follow_up)
+            return await consume_async(client, messages)
+
+    def run() -> Outcome:
+        if mode == "async":
+            return asyncio.run(run_async())
+        with openai.OpenAI(**options) as client:
+            messages: Any = (message for message in follow_up)
+            return consume(client, messages)
+
+    server.enqueue(Script(events=TEXT_ONLY), Script(events=TEXT_ONLY))
+    baseline = run()
+    etf.instrument()
+    observed = run()
+    assert (observed.chunks, observed.error) == (baseline.chunks, None)
+    assert observed.stream_type is (ObservedStream if mode == "sync" else ObservedAsyncStream)
+    first, second = server.requests[-2:]
+    assert first.body["messages"] == follow_up
+    assert second.body["messages"] == follow_up
+    response = response_span(etf.captured)
+    assert response.attributes["etf.stream.state"] == "completed"
+    assert violations(response) == []
+
+
 # --- coexistence with the OpenTelemetry GenAI instrumentation for openai -----------------------------------------
 
 

@@ -644,6 +644,24 @@ def test_unrelated_input_is_not_linked(etf: Etf, server: LocalChatServer) -> Non
     assert all(violations(span) == [] for span in etf.captured.spans("assemble_response"))
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_input_given_as_a_generator_is_left_to_the_sdk(etf: Etf, server: LocalChatServer, mode: str) -> None:
+    """Only a string, a list or a tuple ``input`` is read: a generator would be consumed before the SDK sends it.
+
+    The SDK itself refuses a generator (it cannot serialize it): the application meets the same
+    error with the instrumentor, and the generator is still unread.
+    """
+    baseline_input = (item for item in USER)
+    baseline = consume(server, mode, input=baseline_input)
+    etf.instrument()
+    observed_input = (item for item in USER)
+    observed = consume(server, mode, input=observed_input)
+    assert baseline.error is not None and baseline.error[0] is TypeError
+    assert observed.error == baseline.error
+    assert list(observed_input) == USER
+    assert server.requests == []
+
+
 def test_rejected_response_proposed_nothing(etf: Etf, server: LocalChatServer) -> None:
     """Results for a response that was not dispatchable answer no proposal: it proposed nothing."""
     etf.instrument()
