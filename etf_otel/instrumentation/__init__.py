@@ -14,7 +14,7 @@ from etf_otel.instrumentation.convenience import SetupOptions, instrument_assemb
 from etf_otel.instrumentation.host import ObservedHost, ToolHost
 from etf_otel.instrumentation.observer import ResponseObserver
 from etf_otel.instrumentation.setup import Instrumentation
-from etf_otel.instrumentation.streams import ObservedAsyncStream, ObservedStream
+from etf_otel.instrumentation.streams import ObservedAsyncStream, ObservedStream, observer_of
 from etf_otel.instrumentation.telemetry import Telemetry
 
 __all__ = [
@@ -33,4 +33,5 @@ __all__ = [
     "instrument_assembler",
     "instrument_host",
     "instrument_stream",
+    "observer_of",
 ]
