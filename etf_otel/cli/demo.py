@@ -6,7 +6,8 @@ reference assembler and executes them through an instrumented, guarded host; the
 request carries the tool results, which the instrumentation checks for linkage. The
 control run (continuations omit the id) and the target run (continuations carry
 ``id: null``) must preserve the same ids and write the same report; the rejection and
-linkage cases must each be caught with their category.
+linkage cases must each be caught with their category. The same agent then talks the OpenAI
+Responses and Anthropic Messages protocols through their SDKs (``demo_protocols.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import hashlib
 import json
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +30,11 @@ from rich.console import Console
 from rich.table import Table
 
 from etf_otel import attributes as A
+from etf_otel.cli.demo_protocols import Part, ProtocolCase, print_protocols, run_anthropic, run_responses
 from etf_otel.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
 from etf_otel.cli.sdk_setup import setup_sdk
-from etf_otel.core.results import AssemblyResult, ToolCall
+from etf_otel.core.results import AssemblyResult
 from etf_otel.errors import GuardRefusedError
 from etf_otel.protocols.chat_completions import ReferenceAssembler
 
@@ -87,8 +90,10 @@ class DemoHost:
         self.workdir = workdir
         (workdir / "source.txt").write_text(SOURCE_TEXT, encoding="utf-8")
 
-    def execute(self, call: ToolCall) -> str:
-        arguments = json.loads(call.arguments)
+    def execute(self, call: Any) -> str:
+        """Run one call: a ``ToolCall``, a Responses ``function_call`` item, an Anthropic ``tool_use`` block."""
+        text = getattr(call, "arguments", None)
+        arguments = json.loads(text) if isinstance(text, str) else call.input
         if call.name == "read_source":
             return (self.workdir / Path(arguments["path"]).name).read_text(encoding="utf-8")
         if call.name == "save_report":
@@ -289,59 +294,84 @@ def run_demo(export: str | None = None, console: Console | None = None) -> int:
         tracer = tracer_provider.get_tracer("etf_otel.demo")
         with tempfile.TemporaryDirectory(prefix="etf-demo-") as workdir, LocalChatServer() as server:
             client = openai.OpenAI(base_url=server.base_url, api_key="etf-demo", max_retries=0)
-            reports: dict[str, str] = {}
-            outcomes: list[CaseOutcome] = []
-            for tag, continuation, label in (
-                ("control", ABSENT_KEY, "control (continuations omit id)"),
-                ("target", None, "target (continuations id: null)"),
-            ):
-                run_dir = Path(workdir) / tag
-                run_dir.mkdir()
-                agent = _Agent(client, instrumentation.host(DemoHost(run_dir), guard=True))
-                with tracer.start_as_current_span(f"agent run {tag}"):
-                    outcome = _run_conversation(agent, server, continuation, "1")
-                outcome.name = label
-                outcomes.append(outcome)
-                report = run_dir / "report.md"
-                reports[tag] = report.read_text(encoding="utf-8") if report.exists() else ""
-            guarded = _Agent(client, instrumentation.host(DemoHost(Path(workdir)), guard=True))
-            for name, expected, script in _rejection_cases():
-                with tracer.start_as_current_span(f"agent case {expected}"):
-                    outcomes.append(_run_rejection(guarded, server, name, expected, script))
-            for name, expected, edit in _linkage_cases():
-                before = len(summary_exporter.get_finished_spans())
-                with tracer.start_as_current_span(f"agent case {expected}"):
-                    outcome = _linkage_case(guarded, server, name, expected, edit)
-                outcome.categories = _violations(summary_exporter.get_finished_spans()[before:])
-                outcomes.append(outcome)
+            run, part = DemoRun(), Part(server, tracer, summary_exporter, DemoHost(Path(workdir)))
+            _run_chat(run, part, client, instrumentation, Path(workdir))
+            run.responses = run_responses(part, client, instrumentation)
+            run.anthropic = run_anthropic(part, tracer_provider, meter_provider, PROVIDER)
         spans = summary_exporter.get_finished_spans()
-        return _print_summary(console, outcomes, reports, spans, summary_reader, setup.destination)
+        return _print_summary(console, run, spans, summary_reader, setup.destination)
     finally:
         instrumentor.uninstrument()
         setup.shutdown()
 
 
-def _print_summary(
-    console: Console,
-    outcomes: list[CaseOutcome],
-    reports: dict[str, str],
-    spans: Sequence[ReadableSpan],
-    reader: InMemoryMetricReader,
-    destination: str | None,
-) -> int:
-    console.print("[bold]etf-otel demo[/bold]: a synthetic agent reads a source and saves a report\n")
-    table = Table(title="streams through the real openai client", title_justify="left")
+@dataclass
+class DemoRun:
+    """Every case of one demo run, per protocol; ``anthropic`` is why that part was skipped, if it was."""
+
+    chat: list[CaseOutcome] = field(default_factory=list)
+    reports: dict[str, str] = field(default_factory=dict)
+    responses: list[ProtocolCase] = field(default_factory=list)
+    anthropic: list[ProtocolCase] | str = ""
+
+
+def _run_chat(run: DemoRun, part: Part, client: Any, instrumentation: Any, workdir: Path) -> None:
+    """The Chat Completions part: control and target runs, rejection cases, linkage cases."""
+    server, tracer, exporter = part.server, part.tracer, part.spans
+    for tag, continuation, label in (
+        ("control", ABSENT_KEY, "control (continuations omit id)"),
+        ("target", None, "target (continuations id: null)"),
+    ):
+        run_dir = workdir / tag
+        run_dir.mkdir()
+        agent = _Agent(client, instrumentation.host(DemoHost(run_dir), guard=True))
+        with tracer.start_as_current_span(f"agent run {tag}"):
+            outcome = _run_conversation(agent, server, continuation, "1")
+        outcome.name = label
+        run.chat.append(outcome)
+        report = run_dir / "report.md"
+        run.reports[tag] = report.read_text(encoding="utf-8") if report.exists() else ""
+    guarded = _Agent(client, instrumentation.host(part.host, guard=True))
+    for name, expected, script in _rejection_cases():
+        with tracer.start_as_current_span(f"agent case {expected}"):
+            run.chat.append(_run_rejection(guarded, server, name, expected, script))
+    for name, expected, edit in _linkage_cases():
+        before = len(exporter.get_finished_spans())
+        with tracer.start_as_current_span(f"agent case {expected}"):
+            outcome = _linkage_case(guarded, server, name, expected, edit)
+        outcome.categories = _violations(exporter.get_finished_spans()[before:])
+        run.chat.append(outcome)
+
+
+def _chat_table(outcomes: list[CaseOutcome]) -> Table:
+    table = Table(title="Chat Completions: streams through the real openai client", title_justify="left")
     for column in ("case", "stream", "dispatched", "caught", "outcome"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # ids and categories fold, never cut
     for outcome in outcomes:
         caught = ", ".join(dict.fromkeys(outcome.categories)) or "-"
         verdict = "[green]ok[/green]" if outcome.ok else f"[red]expected {outcome.expected}[/red]"
         if outcome.note:
             verdict += f" ({outcome.note})"
         table.add_row(outcome.name, outcome.state, "yes" if outcome.dispatched else "no", caught, verdict)
-    console.print(table)
+    return table
 
-    control, target = outcomes[0], outcomes[1]
+
+def _metric_points(reader: InMemoryMetricReader) -> int:
+    data = reader.get_metrics_data()
+    resources = data.resource_metrics if data is not None else []
+    return sum(len(metric.data.data_points) for r in resources for scope in r.scope_metrics for metric in scope.metrics)
+
+
+def _print_summary(
+    console: Console,
+    run: DemoRun,
+    spans: Sequence[ReadableSpan],
+    reader: InMemoryMetricReader,
+    destination: str | None,
+) -> int:
+    console.print("[bold]etf-otel demo[/bold]: a synthetic agent reads a source and saves a report\n")
+    console.print(_chat_table(run.chat))
+    control, target, reports = run.chat[0], run.chat[1], run.reports
     same_ids = control.ids == target.ids and bool(control.ids)
     same_report = bool(reports.get("control")) and reports.get("control") == reports.get("target")
     digest = hashlib.sha256(reports.get("target", "").encode()).hexdigest()[:12]
@@ -349,21 +379,10 @@ def _print_summary(
         f"control vs target: preserved ids {'identical' if same_ids else 'DIFFER'} ({', '.join(target.ids)}); "
         f"report {'identical' if same_report else 'DIFFERS'} (sha256 {digest}…)"
     )
-    data = reader.get_metrics_data()
-    points = 0
-    if data is not None:
-        points = sum(
-            len(metric.data.data_points)
-            for resource in data.resource_metrics
-            for scope in resource.scope_metrics
-            for metric in scope.metrics
-        )
-    names: dict[str, int] = {}
-    for span in spans:
-        base = span.name.split(" ")[0]
-        names[base] = names.get(base, 0) + 1
+    print_protocols(console, run.responses, run.anthropic)
+    names = Counter(span.name.split(" ")[0] for span in spans)
     span_counts = ", ".join(f"{count} {name}" for name, count in sorted(names.items()))
-    console.print(f"telemetry: {len(spans)} spans ({span_counts}), {points} metric series")
+    console.print(f"\ntelemetry: {len(spans)} spans ({span_counts}), {_metric_points(reader)} metric series")
     console.print(f"exported to: {destination or 'console summary only (use --export FILE or OTEL_EXPORTER_OTLP_*)'}")
     target_spans = [s for s in spans if (s.attributes or {}).get(A.GEN_AI_TOOL_CALL_ID) == "call-read-1"]
     if target_spans:
@@ -372,10 +391,8 @@ def _print_summary(
             attributes = dict(span.attributes or {})
             shown = {key: attributes[key] for key in sorted(attributes) if key.startswith(("etf.", "gen_ai.", "error"))}
             console.print(f"  {span.name}: {shown}")
-    all_ok = all(outcome.ok for outcome in outcomes) and same_ids and same_report
-    console.print(
-        "\n[bold green]all cases behaved as the rules say[/bold green]"
-        if all_ok
-        else "\n[bold red]some cases did not behave as expected[/bold red]"
-    )
+    cases: list[Any] = [*run.chat, *run.responses, *(run.anthropic if isinstance(run.anthropic, list) else [])]
+    all_ok = all(case.ok for case in cases) and same_ids and same_report
+    verdict = "[green]all cases behaved as the rules say" if all_ok else "[red]some cases did not behave as expected"
+    console.print(f"\n[bold]{verdict}[/]")
     return EXIT_OK if all_ok else EXIT_FOUND
