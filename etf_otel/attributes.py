@@ -67,6 +67,13 @@ ETF_STREAM_DISPATCHABLE: Final = "etf.stream.dispatchable"
 ETF_GUARD_REFUSED: Final = "etf.guard.refused"
 ETF_DIVERGENCE_KIND: Final = "etf.divergence.kind"
 
+# --- settlement evidence (docs/telemetry.md) -----------------------------------------------------
+ETF_LINKAGE_ANSWERED_IDS: Final = "etf.linkage.answered_ids"
+"""On the ``assemble_response`` span of a request that settled the previous response of its
+conversation: the previous response's proposals that request answered (preserved, proposed ids only)."""
+ETF_LINKAGE_ANSWERED_IDS_DROPPED: Final = "etf.linkage.answered_ids_dropped"
+"""Answered proposals beyond the bound of ``etf.linkage.answered_ids`` (only when non-zero)."""
+
 # --- metrics (docs/telemetry.md) ------------------------------------------------------------------
 METRIC_FRAGMENTS: Final = "etf.tool_call.fragments"
 METRIC_ID_TRANSITIONS: Final = "etf.tool_call.id_transitions"
@@ -100,3 +107,11 @@ TOOL_NAME_OTHER: Final = OTHER
 # --- configuration -------------------------------------------------------------------------
 ENV_CAPTURE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 ENV_DISABLED_INSTRUMENTATIONS: Final = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
+ENV_PROVIDER_NAME: Final = "OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME"
+"""``provider_name``: the ``gen_ai.provider.name`` of every response (README.md, "Configuration")."""
+ENV_ALLOW: Final = "OTEL_INSTRUMENTATION_ETF_ALLOW"
+"""``allow``: compatibility rule names, comma-separated; an unknown name is ignored with a warning."""
+ENV_GUARD: Final = "OTEL_INSTRUMENTATION_ETF_GUARD"
+"""``guard``: ``true`` or ``false``, the default of the hosts a setup wraps."""
+ENV_MAX_CONVERSATIONS: Final = "OTEL_INSTRUMENTATION_ETF_MAX_CONVERSATIONS"
+"""``max_conversations``: the conversations each instrumentor's indexes remember (a positive integer)."""

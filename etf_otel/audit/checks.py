@@ -7,12 +7,23 @@ linking into it, in any order, and returns the trace's findings. It runs in phas
 1. :func:`telemetry_findings`: malformed spans, and parents or link targets that never arrived;
 2. :func:`execution_findings`: each execution matched to its proposal (refused, orphaned, or
    executing a call that was not a valid proposal);
-3. :func:`call_findings`: each proposal's executions (duplicated, never executed, only failed);
+3. :func:`call_findings`: each proposal's executions (duplicated, only failed), or the lack of any
+   evidence about it (``unjudged``);
 4. :func:`tool_message_findings`: tool messages answering nothing the trace proposed;
 5. :func:`recorded_violation_findings`: what the instrumentation recorded and the audit did not find.
 
 Findings map to docs/categories.md categories where one exists; ``missing_span`` and
 ``malformed_span`` are about the telemetry itself and have no category.
+
+Settlement evidence crosses traces. When a request settles the previous response of its
+conversation, the instrumentation records on the request's ``assemble_response`` span the
+proposals it answered (``etf.linkage.answered_ids``) and one ``unanswered_call`` event per
+proposal it did not. That request is often a trace of its own (no application span around the
+turns), so :class:`Evidence` collects both, by call id, from every span of the input before any
+trace is checked. A proposal is judged only on evidence: executed (an ``execute_tool`` span),
+answered (a tool message of its trace, or a settlement's ``etf.linkage.answered_ids``),
+unanswered (a settlement's ``unanswered_call`` event, reported where it was recorded, as
+``unanswered_call``), or else ``unjudged`` (informational).
 """
 
 from __future__ import annotations
@@ -20,10 +31,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from etf_otel.audit.model import AuditFinding, FindingKind, Item, LinkProbe, Role, SpanRecord
+from etf_otel import attributes as A
+from etf_otel.audit.model import AuditFinding, FindingKind, Item, LinkProbe, Role, SpanData, SpanRecord
 from etf_otel.core.vocabulary import ErrorCategory, StreamState, Verdict
 
 __all__ = [
+    "DEFAULT_MAX_EVIDENCE_IDS",
+    "Evidence",
     "TraceIndex",
     "call_findings",
     "check_trace",
@@ -33,6 +47,63 @@ __all__ = [
     "telemetry_findings",
     "tool_message_findings",
 ]
+
+
+DEFAULT_MAX_EVIDENCE_IDS = 1_000_000
+"""Settled call ids :class:`Evidence` keeps; later ones are counted, not kept (their proposals stay unjudged)."""
+_UNANSWERED: str = ErrorCategory.UNANSWERED_CALL.value
+RECORDED_UNANSWERED_DETAIL = "recorded by the instrumentation"
+"""``detail`` of an ``unanswered_call`` finding: the settlement's own event is the evidence."""
+UNJUDGED_DETAIL = "no execution, no settlement recorded"
+"""``detail`` of an ``unjudged`` finding."""
+
+
+@dataclass
+class Evidence:
+    """Which calls a settlement recorded, by call id, across every trace of the input (bounded).
+
+    A settlement is a later request's ``etf.linkage.answered_ids`` (on its ``assemble_response``
+    span) or an ``unanswered_call`` event naming the call (on any span). ``settled`` maps each
+    call id to the end of the latest span recording one; it settles a proposal whose span ended
+    before that (a settlement can only cover calls proposed before it, in the same process, on
+    the same clock). Call ids are matched across traces as they are: ids that repeat across
+    conversations (a server numbering its calls ``call_0``, ``call_1``, ...) can hide a proposal
+    behind another conversation's later settlement, never report one that has none. Past
+    ``max_ids`` ids the rest are counted in ``dropped``: their proposals become ``unjudged``.
+    """
+
+    settled: dict[str, int] = field(default_factory=dict)
+    max_ids: int = DEFAULT_MAX_EVIDENCE_IDS
+    dropped: int = 0
+
+    def note(self, call_id: str, at_ns: int) -> None:
+        """A span ending at ``at_ns`` recorded a settlement of ``call_id``."""
+        seen = self.settled.get(call_id)
+        if seen is None and len(self.settled) >= self.max_ids:
+            self.dropped += 1
+        elif seen is None or at_ns > seen:
+            self.settled[call_id] = at_ns
+
+    def add(self, span: SpanData, record: SpanRecord) -> None:
+        """Note the settlements one span records (``record`` is its :func:`~etf_otel.audit.model.to_record`)."""
+        if record.role is Role.RESPONSE:
+            ids = span.attributes.get(A.ETF_LINKAGE_ANSWERED_IDS)
+            if isinstance(ids, list):
+                for call_id in ids:
+                    if isinstance(call_id, str) and call_id:
+                        self.note(call_id, record.end_ns)
+        self.add_events(record)
+
+    def add_events(self, record: SpanRecord) -> None:
+        """Note the ``unanswered_call`` events of ``record`` (all a trace checked on its own has)."""
+        for category, call_id in record.violations:
+            if category == _UNANSWERED and call_id is not None:
+                self.note(call_id, record.end_ns)
+
+    def settles(self, call: SpanRecord) -> bool:
+        """Whether a settlement recorded after ``call``'s span ended names its call id."""
+        at_ns = self.settled.get(call.call_id) if call.call_id is not None else None
+        return at_ns is not None and at_ns >= call.end_ns
 
 
 def _response_of_calls(calls: list[SpanRecord], responses: list[SpanRecord]) -> dict[str, SpanRecord]:
@@ -215,8 +286,19 @@ def execution_findings(index: TraceIndex) -> tuple[list[AuditFinding], dict[str,
     return findings, executed
 
 
-def call_findings(index: TraceIndex, executed: dict[str, list[SpanRecord]]) -> list[AuditFinding]:
-    """Phase 3: each proposal executed more than once, never (and unanswered), or only with host errors."""
+def call_findings(
+    index: TraceIndex, executed: dict[str, list[SpanRecord]], evidence: Evidence | None = None
+) -> list[AuditFinding]:
+    """Phase 3: each proposal executed more than once, only with host errors, or judged on no evidence.
+
+    A valid proposal that was never executed is answered by a tool message of the trace or a
+    settlement's ``etf.linkage.answered_ids``; if a settlement recorded it unanswered, that event
+    is the finding (:func:`recorded_violation_findings`); with neither it is ``unjudged``.
+    """
+    if evidence is None:
+        evidence = Evidence()
+        for record in index.records:
+            evidence.add_events(record)
     findings: list[AuditFinding] = []
     for call in index.calls:
         runs = executed.get(call.span_id, [])
@@ -230,19 +312,22 @@ def call_findings(index: TraceIndex, executed: dict[str, list[SpanRecord]]) -> l
                     detail=f"{len(runs)} executions",
                 )
             )
-        answered_by_message = call.call_id is not None and call.call_id in index.answered
+        call_id = call.call_id
+        settled = (call_id is not None and call_id in index.answered) or evidence.settles(call)
         if not runs:
-            if index.judge(call)[0] is True and not answered_by_message:
+            if not settled and index.judge(call)[0] is True:
                 findings.append(
-                    AuditFinding.of(FindingKind.UNANSWERED_CALL, index.trace_id, call.span_id, call_id=call.call_id)
+                    AuditFinding.of(
+                        FindingKind.UNJUDGED, index.trace_id, call.span_id, call_id=call_id, detail=UNJUDGED_DETAIL
+                    )
                 )
-        elif all(run.error_type is not None for run in runs) and not answered_by_message:
+        elif all(run.error_type is not None for run in runs) and not settled:
             findings.append(
                 AuditFinding.of(
                     FindingKind.EXECUTION_WITHOUT_RESULT,
                     runs[-1].trace_id,
                     runs[-1].span_id,
-                    call_id=call.call_id,
+                    call_id=call_id,
                     detail=f"error.type {runs[-1].error_type}",
                 )
             )
@@ -267,7 +352,10 @@ def tool_message_findings(index: TraceIndex) -> list[AuditFinding]:
 
 
 def recorded_violation_findings(index: TraceIndex, found: list[AuditFinding]) -> list[AuditFinding]:
-    """Phase 5: what the instrumentation already recorded, unless ``found`` has the same thing."""
+    """Phase 5: what the instrumentation already recorded, unless ``found`` has the same thing.
+
+    An ``unanswered_call`` event naming a call is a settlement's evidence: it is reported as
+    ``unanswered_call`` (on the span that recorded it), every other event as ``recorded_violation``."""
     by_span = {(finding.category, finding.span_id) for finding in found}
     by_call = {(finding.category, finding.call_id) for finding in found if finding.call_id is not None}
     findings: list[AuditFinding] = []
@@ -275,21 +363,32 @@ def recorded_violation_findings(index: TraceIndex, found: list[AuditFinding]) ->
         for category, call_id in record.violations:
             if (category, record.span_id) in by_span or (call_id is not None and (category, call_id) in by_call):
                 continue
-            findings.append(
-                AuditFinding.of(
+            if category == _UNANSWERED and call_id is not None:  # a settlement's evidence: the finding itself
+                finding = AuditFinding.of(
+                    FindingKind.UNANSWERED_CALL,
+                    index.trace_id,
+                    record.span_id,
+                    call_id=call_id,
+                    detail=RECORDED_UNANSWERED_DETAIL,
+                )
+            else:
+                finding = AuditFinding.of(
                     FindingKind.RECORDED_VIOLATION, index.trace_id, record.span_id, category=category, call_id=call_id
                 )
-            )
+            findings.append(finding)
     return findings
 
 
-def check_trace(trace_id: str, items: Iterable[Item]) -> list[AuditFinding]:
-    """All findings of one trace, given every record of it and every probe linking into it."""
+def check_trace(trace_id: str, items: Iterable[Item], evidence: Evidence | None = None) -> list[AuditFinding]:
+    """All findings of one trace, given every record of it and every probe linking into it.
+
+    ``evidence`` is the settlement evidence of the whole input (``audit_spans`` collects it);
+    without it only the trace's own ``unanswered_call`` events count as settlements."""
     index = index_trace(trace_id, items)
     findings = telemetry_findings(index)
     executions, executed = execution_findings(index)
     findings += executions
-    findings += call_findings(index, executed)
+    findings += call_findings(index, executed, evidence)
     findings += tool_message_findings(index)
     findings += recorded_violation_findings(index, findings)
     return findings

@@ -43,16 +43,24 @@ STATUS_CODE_ERROR = 2
 
 
 class FindingKind(str, Enum):
-    """What the audit found (closed set). ``category`` gives the docs/categories.md category."""
+    """What the audit found (closed set), named after the evidence: the span or message it is in.
+
+    A kind is not a category. Each finding also carries the error category of
+    docs/categories.md, the vocabulary ``replay`` and the telemetry use too: a kind with a
+    fixed one has it in :data:`FIXED_CATEGORY` (``orphaned_execution`` and
+    ``orphaned_tool_message`` are both ``orphaned_result``), the others take the span's or
+    event's. The values are the ``kind`` of ``audit --json`` and of ``sql/audit_findings.sql``,
+    one name each (docs/cli.md#findings; tests/cli/test_cli_contract.py checks they agree).
+    """
 
     ORPHANED_EXECUTION = "orphaned_execution"
     """An ``execute_tool`` span whose call id and link match no ``assemble_tool_call`` of the trace."""
     DUPLICATE_EXECUTION = "duplicate_execution"
     """A proposal executed more than once (one finding per extra execution)."""
     UNANSWERED_CALL = "unanswered_call"
-    """A proposal of a dispatchable response that was never executed nor answered by a tool message."""
+    """A proposal a settlement recorded as unanswered (an ``unanswered_call`` event naming it), on that span."""
     EXECUTION_WITHOUT_RESULT = "execution_without_result"
-    """A call executed only with host errors (``error.type``), and no tool message answers it."""
+    """A call executed only with host errors (``error.type``), and no tool message or settlement answers it."""
     EXECUTED_REJECTED = "executed_rejected"
     """An execution of a rejected call, or of any call of a truncated or otherwise non-dispatchable response."""
     REFUSED_EXECUTION = "refused_execution"
@@ -65,6 +73,9 @@ class FindingKind(str, Enum):
     """A parent or link points at a span that never arrived (started but never exported, or not in the input)."""
     MALFORMED_SPAN = "malformed_span"
     """An etf-otel span without an attribute the contract requires (docs/telemetry.md)."""
+    UNJUDGED = "unjudged"
+    """Informational, not a problem: a valid proposal neither executed nor settled by a later request
+    (no ``etf.linkage.answered_ids`` naming it, no ``unanswered_call`` event): the input has no evidence either way."""
 
 
 FIXED_CATEGORY: dict[FindingKind, str | None] = {

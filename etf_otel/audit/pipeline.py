@@ -3,7 +3,8 @@
 1. a **source** yields protocol-neutral :class:`SpanData` (``etf_otel.audit.sources.otlp_json``
    reads OTLP JSON files, ``etf_otel.audit.sources.phoenix`` a Phoenix server; anything else only
    has to build ``SpanData``);
-2. :class:`Partitioner` groups the compact :class:`SpanRecord` of each span by trace (bounded memory);
+2. :class:`Partitioner` groups the compact :class:`SpanRecord` of each span by trace (bounded memory),
+   while :class:`Evidence` collects the settlement evidence of every trace (bounded too);
 3. :func:`check_trace` decides the findings of one trace; :class:`AuditReport` aggregates.
 
 :func:`audit_spans` runs these; :func:`sql_audit` instead runs the same checks as SQL in a ClickHouse
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from etf_otel.audit.checks import check_trace
+from etf_otel.audit.checks import Evidence, check_trace
 from etf_otel.audit.model import SpanData, SpanRecord, items_of, to_record
 from etf_otel.audit.partition import Partitioner
 from etf_otel.audit.report import AuditReport
@@ -37,9 +38,11 @@ def audit_spans(
     """
     report = report if report is not None else AuditReport()
     partitioner = partitioner if partitioner is not None else Partitioner()
+    evidence = Evidence()  # settlements cross traces: collected before any trace is checked
     try:
         for span in spans:
             record = to_record(span)
+            evidence.add(span, record)
             if not record.links:
                 partitioner.add(record.trace_id, record)
             else:
@@ -48,7 +51,7 @@ def audit_spans(
         total = max(partitioner.buckets, 1)
         for done, group in enumerate(partitioner.groups(), start=1):
             for trace_id, items in group:
-                findings = check_trace(trace_id, items)
+                findings = check_trace(trace_id, items, evidence)
                 if any(isinstance(item, SpanRecord) for item in items):
                     report.add_trace(findings)
                 else:  # only probes: a link into a trace none of whose spans arrived

@@ -2,6 +2,10 @@
 
 A model only: :meth:`AuditReport.to_dict` is the ``--json`` document, :attr:`AuditReport.has_findings`
 decides the exit status; printing it is the command line's job (``etf_otel.cli.audit``).
+
+:data:`INFORMATIONAL` kinds (``unjudged``) are counted per kind like the others, but they are not
+problems: they are left out of ``findings``, ``ok``, the exit status, ``traces_with_findings`` and
+``traces_detail``.
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ from typing import Any
 
 from etf_otel.audit.model import AuditFinding, FindingKind
 
-__all__ = ["FIRST_TRACES", "MAX_TRACE_DETAILS", "AuditReport", "KindSummary"]
+__all__ = ["FIRST_TRACES", "INFORMATIONAL", "MAX_TRACE_DETAILS", "AuditReport", "KindSummary"]
 
 FIRST_TRACES = 5
 """Trace ids listed per finding kind."""
 MAX_TRACE_DETAILS = 1000
 """Traces whose findings are listed one by one in ``--json`` (the rest are counted)."""
+INFORMATIONAL: frozenset[FindingKind] = frozenset({FindingKind.UNJUDGED})
+"""Kinds that report what the input cannot tell, not a problem: they never fail the audit."""
 
 
 @dataclass
@@ -44,7 +50,8 @@ class AuditReport:
 
     @property
     def findings(self) -> int:
-        return sum(summary.count for summary in self.kinds.values())
+        """Findings of every kind but the :data:`INFORMATIONAL` ones."""
+        return sum(summary.count for kind, summary in self.kinds.items() if kind not in INFORMATIONAL)
 
     @property
     def has_findings(self) -> bool:
@@ -64,6 +71,8 @@ class AuditReport:
         for finding in findings:
             self._count(finding, first_of_kind_in_batch=(finding.kind, finding.trace_id) not in seen)
             seen.add((finding.kind, finding.trace_id))
+            if finding.kind in INFORMATIONAL:
+                continue
             if finding.trace_id not in traces:
                 traces.add(finding.trace_id)
                 self._note_trace(finding.trace_id)

@@ -10,14 +10,16 @@ audit over files (``--engine python``, the default), a Phoenix server (``--phoen
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
+from typing import Final
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from etf_otel.audit.model import FindingKind, SpanData
 from etf_otel.audit.partition import Partitioner
@@ -27,6 +29,7 @@ from etf_otel.audit.sources.otlp_json import InputStats, expand_paths, iter_span
 from etf_otel.audit.sources.phoenix import DEFAULT_PROJECT, PhoenixStats, iter_phoenix_spans
 from etf_otel.audit.sources.sql import DEFAULT_DATABASE, ChdbEngine, ClickHouseEngine, TimeWindow
 from etf_otel.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
+from etf_otel.cli.replay_report import console_for, displayable, write_json
 from etf_otel.errors import OtlpInputError, PhoenixError, SqlAuditError
 
 __all__ = [
@@ -54,8 +57,32 @@ def _fail(message: str) -> int:
 # --- arguments ------------------------------------------------------------------------------------
 
 
+EPILOG: Final = """\
+exit codes:
+  0  no finding in the traces read
+  1  findings: a linkage problem (orphaned_execution, duplicate_execution,
+     unanswered_call, ...), or telemetry the audit cannot judge (missing_span,
+     malformed_span)
+  2  nothing to audit, unusable input or usage, with a one-line reason on stderr:
+     no PATH, options that do not go together, a file that is not OTLP JSON, an
+     unreachable server, input that holds no trace span
+
+example:
+  etf-otel audit traces/ --json
+  etf-otel audit --phoenix http://localhost:6006 --project agents
+
+More: docs/cli.md
+"""
+
+TELEMETRY_KINDS: Final = (FindingKind.MISSING_SPAN, FindingKind.MALFORMED_SPAN)
+"""Kinds about the telemetry itself rather than the calls: they have no error category."""
+
+
 def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``etf-otel audit``: ``paths``, ``--phoenix``, ``--project``, ``--json``, ``--no-progress``."""
+    parser.description = "Check call-to-result linkage, per trace, in exported traces (OTLP JSON, Phoenix, SQL)."
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
         "paths",
         nargs="*",
@@ -104,44 +131,49 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def emit_audit_report(report: AuditReport, json_output: bool) -> int:
-    """Print the report (``--json`` or the readable table) and return the exit code of docs/cli.md."""
+    """Print the report (``--json`` or the table) and return the exit code of docs/cli.md (``| head`` keeps it)."""
     if json_output:
-        sys.stdout.write(json.dumps(report.to_dict()) + "\n")
+        write_json(report.to_dict())
     else:
-        render_audit_report(report, Console())
+        render_audit_report(report, console_for())
     return EXIT_FOUND if report.has_findings else EXIT_OK
 
 
 def render_audit_report(report: AuditReport, console: Console) -> None:
-    """A readable report with ``rich``: one table row per finding kind, then the first trace ids of each."""
-    console.print(
-        f"[bold]etf-otel audit[/bold]: {report.files} file(s), {report.spans} span(s), {report.traces} trace(s)"
-        + (f", {report.skipped_records} non-trace record(s) skipped" if report.skipped_records else "")
-    )
+    """A readable report with ``rich``: one table row per finding kind, then the first trace ids of each.
+
+    Every string from the input is printed literally (never as markup, control characters
+    escaped: see ``displayable``), and every column folds: nothing is cut short at any width.
+    """
+    skipped = f", {report.skipped_records} non-trace record(s) skipped" if report.skipped_records else ""
+    counts = f": {report.files} file(s), {report.spans} span(s), {report.traces} trace(s){skipped}"
+    console.print(Text.assemble(("etf-otel audit", "bold"), counts))
     if not report.kinds:
-        console.print("[green]No linkage problems found.[/green]")
+        console.print(Text("No linkage problems found.", style="green"))
         return
     table = Table(title="Findings")
-    table.add_column("kind", style="bold", no_wrap=True)
-    table.add_column("category")
-    table.add_column("count", justify="right")
-    table.add_column("traces", justify="right")
+    table.add_column("kind", style="bold", overflow="fold")
+    table.add_column("category", overflow="fold")
+    table.add_column("count", justify="right", overflow="fold")
+    table.add_column("traces", justify="right", overflow="fold")
     for kind, summary in report.sorted_kinds():
-        categories = ", ".join(f"{name} ({count})" for name, count in sorted(summary.categories.items())) or "—"
-        table.add_row(kind.value, categories, str(summary.count), str(summary.traces))
+        shown = "\n".join(f"{displayable(name)} ({n})" for name, n in sorted(summary.categories.items())) or "-"
+        table.add_row(Text(kind.value), Text(shown), Text(str(summary.count)), Text(str(summary.traces)))
     console.print(table)
     console.print("First trace ids:")
     for kind, summary in report.sorted_kinds():
         more = summary.traces - len(summary.first_traces)
-        console.print(f"  [bold]{kind.value}[/bold]", soft_wrap=True)
+        console.print(Text(f"  {kind.value}", style="bold"), soft_wrap=True)
         for trace_id in summary.first_traces:
-            console.print(f"    {trace_id}", soft_wrap=True)
+            console.print(Text(f"    {displayable(trace_id)}"), soft_wrap=True)
         if more > 0:
-            console.print(f"    … and {more} more", soft_wrap=True)
-    console.print(
-        f"[red]{report.findings} finding(s)[/red] in {report.traces_with_findings} trace(s). "
-        "missing_span and malformed_span concern the telemetry itself (they have no error category)."
-    )
+            console.print(Text(f"    and {more} more"), soft_wrap=True)
+    footer = Text.assemble((f"{report.findings} finding(s)", "red"), f" in {report.traces_with_findings} trace(s).")
+    telemetry = [kind.value for kind in TELEMETRY_KINDS if kind in report.kinds]
+    if telemetry:  # only then: a note about kinds that are not there would only puzzle
+        footer.append(f" {' and '.join(telemetry)} concern{'s' * (len(telemetry) == 1)} the telemetry itself")
+        footer.append(" (no error category).")
+    console.print(footer)
 
 
 # --- files (the default engine) ---------------------------------------------------------------------
@@ -281,7 +313,7 @@ def _audit_phoenix(url: str, project: str, stats: PhoenixStats, report: AuditRep
         transient=True,
         disable=not (progress and errors.is_terminal),
     )
-    task = bar.add_task(f"reading Phoenix project {project}", total=None, spans=0)
+    task = bar.add_task(f"reading Phoenix project {escape(displayable(project))}", total=None, spans=0)
 
     def counted() -> Iterator[SpanData]:
         for span in iter_phoenix_spans(url, project, stats=stats):

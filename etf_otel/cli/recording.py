@@ -10,18 +10,28 @@ formats are accepted, told apart by the first non-blank line:
   APIs send both): a recording whose two disagree is refused, since clients differ in
   which one they act on. The data is the event; the name never replaces it.
 
+Either may be gzip-compressed (recognized by its magic bytes, not its name, as ``audit``
+does); the decompressed text is bounded by :data:`MAX_INPUT_BYTES` too.
+
+A recording is **one streamed response**. Two shapes that are not are refused rather than
+judged: a complete (non-streamed) response body (:func:`complete_body`), and several
+responses one after the other (:func:`later_responses`, ``cat a.sse b.sse``), which no
+client would ever merge into one.
+
 Input that cannot be read (missing, a directory, too large, not UTF-8, not JSON, an event
-that is not an object) raises :class:`RecordingError` with a one-line reason; the CLI turns
-that into exit code 2. Odd *field* types inside an event are not input errors: they are the
-assembler's business and become diagnostics.
+that is not an object, a broken gzip) raises :class:`RecordingError` with a one-line reason;
+the CLI turns that into exit code 2. Odd *field* types inside an event are not input errors:
+they are the assembler's business and become diagnostics.
 """
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import sys
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Final
 
@@ -30,13 +40,24 @@ import sseclient
 from etf_otel.errors import RecordingError
 from etf_otel.protocols.chat_completions import DONE
 
-__all__ = ["MAX_INPUT_BYTES", "STDIN", "RecordingError", "display_name", "read_chunks", "read_document", "read_input"]
+__all__ = [
+    "MAX_INPUT_BYTES",
+    "STDIN",
+    "RecordingError",
+    "complete_body",
+    "display_name",
+    "later_responses",
+    "read_chunks",
+    "read_document",
+    "read_input",
+]
 
 MAX_INPUT_BYTES: Final = 256 * 1024 * 1024
 """The most a recording or a next request may hold (256 MiB); larger input is refused."""
 STDIN: Final = "-"
 """The source name that reads standard input."""
 
+_GZIP_MAGIC: Final = b"\x1f\x8b"
 _SSE_FIELDS = ("data:", "event:", "id:", "retry:", ":")
 _SSE_DEFAULT_EVENT = "message"
 _JSON_TYPE_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
@@ -85,7 +106,19 @@ def _read_bounded(handle: IO[bytes], name: str) -> bytes:
         raise RecordingError(f"cannot read {name}: not a byte stream")
     if len(data) > MAX_INPUT_BYTES:
         raise RecordingError(f"{name}: larger than {MAX_INPUT_BYTES // 2**20} MiB")
-    return data
+    return _gunzip(data, name) if data.startswith(_GZIP_MAGIC) else data
+
+
+def _gunzip(data: bytes, name: str) -> bytes:
+    """``data`` decompressed (every member of it), at most :data:`MAX_INPUT_BYTES`."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as compressed:
+            text = compressed.read(MAX_INPUT_BYTES + 1)
+    except (OSError, EOFError, zlib.error):  # BadGzipFile is an OSError; a truncated member is EOFError
+        raise RecordingError(f"{name}: broken gzip (truncated or corrupt)") from None
+    if len(text) > MAX_INPUT_BYTES:
+        raise RecordingError(f"{name}: larger than {MAX_INPUT_BYTES // 2**20} MiB once decompressed")
+    return text
 
 
 def read_chunks(source: str | Path) -> Iterator[object]:
@@ -174,3 +207,112 @@ def _read_sse(data: bytes, name: str) -> Iterator[object]:
             yield event
     except UnicodeDecodeError:
         raise RecordingError(f"{name}: SSE event {number + 1}: not UTF-8 text") from None
+
+
+# --- one streamed response ------------------------------------------------------------------------
+
+_RESPONSES_ENDS: Final = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
+
+
+def complete_body(event: object) -> str | None:
+    """What ``event`` is when it is a complete, non-streamed response body, else ``None``.
+
+    Chat Completions: ``object: "chat.completion"``, or ``choices`` that all hold a ``message``
+    and no ``delta``; Responses: ``object: "response"`` without a ``type`` (every stream event
+    has one); Anthropic Messages: ``type: "message"`` (stream events are ``message_start``, ...).
+    """
+    if not isinstance(event, dict):
+        return None
+    kind, choices = event.get("type"), event.get("choices")
+    if event.get("object") == "chat.completion" or (
+        kind is None
+        and isinstance(choices, list)
+        and choices
+        and all(isinstance(choice, dict) and "message" in choice and "delta" not in choice for choice in choices)
+    ):
+        return "a complete chat.completion body"
+    if event.get("object") == "response" and kind is None:
+        return "a complete Responses body (object: response)"
+    if kind == "message":
+        return "a complete Messages body (type: message)"
+    return None
+
+
+def later_responses(protocol: str, events: Sequence[object]) -> list[int]:
+    """Where each response after the first starts (positions in ``events``); ``[]`` for one response.
+
+    A response ended by its terminal event and followed by another response's events:
+
+    * ``chat_completions``: a chunk after a ``[DONE]`` that followed chunks; without ``[DONE]``,
+      a chunk with another (non-empty) ``id`` than the response's, once every choice seen has a
+      finish reason, that carries one of those finished choices again;
+    * ``responses``: a ``response.created`` after ``response.completed``, ``.incomplete``,
+      ``.failed`` or ``error``;
+    * ``anthropic_messages``: a ``message_start`` after ``message_stop``, ``error`` or a
+      ``message_delta`` with a ``stop_reason``.
+
+    A second start *before* the first response ended is not counted here: that is a splice
+    inside one stream, which the protocol's adapter judges (a truncated response). Other
+    protocols are not checked (``[]``).
+    """
+    if protocol == "chat_completions":
+        return _chat_starts(events)
+    if protocol == "responses":
+        return _typed_starts(events, "response.created", lambda event: event.get("type") in _RESPONSES_ENDS)
+    if protocol == "anthropic_messages":
+        return _typed_starts(events, "message_start", _anthropic_end)
+    return []
+
+
+def _anthropic_end(event: dict[str, object]) -> bool:
+    kind = event.get("type")
+    if kind in ("message_stop", "error"):
+        return True
+    delta = event.get("delta")
+    return kind == "message_delta" and isinstance(delta, dict) and delta.get("stop_reason") is not None
+
+
+def _typed_starts(events: Sequence[object], start: str, ends: Callable[[dict[str, object]], bool]) -> list[int]:
+    starts: list[int] = []
+    ended = False
+    for position, event in enumerate(events):
+        if not isinstance(event, dict):
+            continue
+        if ended and event.get("type") == start:
+            starts.append(position)
+            ended = False
+        elif ends(event):
+            ended = True
+    return starts
+
+
+def _chat_starts(events: Sequence[object]) -> list[int]:
+    starts: list[int] = []
+    done, started, response_id = False, False, ""  # started: a chunk of the current response came
+    seen: set[object] = set()
+    finished: set[object] = set()
+    for position, event in enumerate(events):
+        if event == DONE:
+            done = started  # a [DONE] before any chunk ends no response
+            continue
+        if not isinstance(event, dict) or "choices" not in event:
+            continue
+        started = True
+        raw_id = event.get("id")
+        chunk_id = raw_id if isinstance(raw_id, str) else ""
+        raw = event["choices"]
+        choices = [choice for choice in raw if isinstance(choice, dict)] if isinstance(raw, list) else []
+        indexes = [_choice_index(choice, at) for at, choice in enumerate(choices)]
+        another = bool(response_id and chunk_id and chunk_id != response_id)
+        if done or (another and seen and seen <= finished and finished.intersection(indexes)):
+            starts.append(position)
+            done, response_id, seen, finished = False, "", set(), set()
+        response_id = response_id or chunk_id
+        seen.update(indexes)
+        finished.update(index for index, choice in zip(indexes, choices, strict=True) if choice.get("finish_reason"))
+    return starts
+
+
+def _choice_index(choice: dict[str, object], position: int) -> object:
+    index = choice.get("index")
+    return index if type(index) is int else position

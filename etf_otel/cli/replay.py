@@ -12,13 +12,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
+import json
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from etf_otel import protocols
 from etf_otel.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
-from etf_otel.cli.recording import STDIN, display_name, parse_recording, read_document, read_input
+from etf_otel.cli.recording import (
+    STDIN,
+    complete_body,
+    display_name,
+    later_responses,
+    parse_recording,
+    read_document,
+    read_input,
+)
 from etf_otel.cli.replay_report import build_report, console_for, displayable, render_linkage, render_report, write_json
 from etf_otel.core.identity import CompatibilityRule, IdentityRules
 from etf_otel.core.linkage import DEFAULT_MAX_PENDING, Conversation, Finding
@@ -54,7 +66,6 @@ _FOLLOWUP_SHAPES: Final = {
     "responses": "the input list, or the request object holding it",
     "anthropic_messages": "the messages list, or the request object holding it",
 }
-_NOTHING: Final = object()
 ASSEMBLER_NAMES: Final = ("openai", "anthropic", "langchain", "reference")
 """``--assembler`` names: ``replay_assemblers.ASSEMBLERS``, not imported here to keep the CLI's start fast."""
 
@@ -112,22 +123,52 @@ def _load(source: str, name: str | None) -> tuple[WireProtocol, list[object]]:
     """The recording's protocol and events; ``RecordingError`` when unusable.
 
     Detection looks at the first event only (a recording starts with its protocol's start
-    event or chunk). A named protocol must recognize at least one event.
+    event or chunk). A named protocol must recognize at least one event. A complete
+    (non-streamed) body and several responses in a row are refused (docs/cli.md, "One
+    streamed response per recording").
     """
     label = display_name(source)
-    events = parse_recording(read_input(source), label)
+    data = read_input(source)
+    try:
+        events = list(parse_recording(data, label))
+    except RecordingError:
+        body = _whole_document_body(data)  # a pretty-printed body is no JSON lines
+        if body is None:
+            raise
+        raise RecordingError(_not_a_stream(label, body)) from None
+    body = complete_body(events[0]) if events else None
+    if body is not None:
+        raise RecordingError(_not_a_stream(label, body))
     if name is None:
-        first = next(events, _NOTHING)
-        protocol = protocols.detect(first) if first is not _NOTHING else None
+        protocol = protocols.detect(events[0]) if events else None
         if protocol is None:
             supported = ", ".join(protocols.PROTOCOLS)
             raise RecordingError(f"{label}: not a recording of any supported protocol ({supported})")
-        return protocol, [first, *events]
-    protocol = protocols.get(name)
-    loaded = list(events)
-    if not any(protocol.recognizes(event) for event in loaded):
-        raise RecordingError(f"{label}: not a {protocol.name} recording: none of its events is one of that protocol's")
-    return protocol, loaded
+    else:
+        protocol = protocols.get(name)
+        if not any(protocol.recognizes(event) for event in events):
+            raise RecordingError(
+                f"{label}: not a {protocol.name} recording: none of its events is one of that protocol's"
+            )
+    starts = later_responses(protocol.name, events)
+    if starts:
+        raise RecordingError(
+            f"{label}: {len(starts) + 1} responses in one recording (the second starts at event {starts[0] + 1});"
+            " replay reads one: split it"
+        )
+    return protocol, events
+
+
+def _whole_document_body(data: bytes) -> str | None:
+    """What ``data`` is when it is one JSON document that is a complete response body."""
+    try:
+        return complete_body(json.loads(data.decode("utf-8").lstrip("\ufeff")))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+
+
+def _not_a_stream(label: str, body: str) -> str:
+    return f"{label}: {body}, not a stream: replay reads a streamed response (stream: true), as JSON lines or SSE"
 
 
 def _result_ids(source: str, protocol: WireProtocol) -> list[str | None]:
@@ -185,7 +226,7 @@ def run_replay(args: argparse.Namespace) -> int:
         except OSError as error:
             return _refuse(f"--export: cannot write {display_name(args.export)}: {error.strerror or error}")
     if args.assembler:
-        return _compare(args, protocol, events, findings)
+        return _compare(args, protocol, events, result, findings)
     report = build_report(result, show_arguments=args.show_arguments, linkage=findings)
     if args.json:
         write_json(report.to_dict(show_arguments=args.show_arguments))
@@ -195,27 +236,31 @@ def run_replay(args: argparse.Namespace) -> int:
 
 
 def _compare(
-    args: argparse.Namespace, protocol: WireProtocol, events: list[object], findings: list[Finding] | None
+    args: argparse.Namespace,
+    protocol: WireProtocol,
+    events: list[object],
+    result: AssemblyResult,
+    findings: list[Finding] | None,
 ) -> int:
+    """``--assembler``: the replay report of ``result``, plus what the assembler made of the recording."""
     from etf_otel.cli.replay_assemblers import render_comparison, run_assembler
-    from etf_otel.cli.replay_report import linkage_report
 
     try:
         comparison = run_assembler(args.assembler, events, args.allow, protocol=protocol)
     except ImportError as error:
         return _refuse(str(error) or f"--assembler {args.assembler} needs {error.name or 'its library'}")
-    linkage_rows = linkage_report(findings) if findings is not None else None
+    comparison = dataclasses.replace(comparison, rules=result)  # the very result replay reports
+    report = build_report(result, show_arguments=args.show_arguments, linkage=findings)
     if args.json:
-        document = comparison.to_dict(show_arguments=args.show_arguments)
-        if linkage_rows is not None:
-            document["linkage"] = [row.model_dump() for row in linkage_rows]
+        document = report.to_dict(show_arguments=args.show_arguments)
+        document["assembler"] = comparison.assembler_dict(show_arguments=args.show_arguments)
         write_json(document)
     else:
         console = console_for()
         render_comparison(_displayable_comparison(comparison), console, show_arguments=args.show_arguments)
-        if linkage_rows is not None:
-            render_linkage(linkage_rows, console, dispatchable=comparison.rules.dispatchable)
-    found = comparison.rules.rejections or comparison.divergences or findings
+        if report.linkage is not None:
+            render_linkage(report.linkage, console, dispatchable=result.dispatchable)
+    found = result.rejections or comparison.divergences or findings
     return EXIT_FOUND if found else EXIT_OK
 
 
@@ -242,12 +287,39 @@ def _displayable_comparison(comparison: AssemblerComparison) -> AssemblerCompari
 
 
 def _export(events: list[object], protocol: WireProtocol, args: argparse.Namespace) -> None:
-    """Run the recording through the real instrumentation, exporting to ``args.export``."""
-    from etf_otel.cli.sdk_setup import setup_sdk
+    """Run the recording through the real instrumentation; append its telemetry to ``args.export``.
+
+    The telemetry is collected in memory and written here, in one go: a path that cannot be
+    written (a directory, a full disk) is an ``OSError`` for the caller, never the SDK
+    exporters' logged tracebacks.
+    """
+    text = _telemetry(events, protocol, args.allow)
+    path = Path(args.export)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as out:  # the OTLP JSON file exporters append too
+        out.write(text)
+
+
+def _telemetry(events: list[object], protocol: WireProtocol, allow: Sequence[str]) -> str:
+    """What the instrumentation emits for ``events``, as OTLP JSON lines (spans, then metrics)."""
+    from opentelemetry.exporter.otlp.json.file import FileMetricExporter, FileSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     from etf_otel.instrumentation import Instrumentation
 
-    setup = setup_sdk("etf-otel-replay", args.export)
-    instrumentation = Instrumentation(setup.tracer_provider, setup.meter_provider, allow=args.allow)
+    buffer = io.StringIO()
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "etf-otel-replay"})
+    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    tracer_provider.add_span_processor(BatchSpanProcessor(FileSpanExporter(stream=buffer)))
+    reader = PeriodicExportingMetricReader(FileMetricExporter(stream=buffer), export_interval_millis=60_000)
+    meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+    instrumentation = Instrumentation(tracer_provider, meter_provider, allow=allow)
     for _ in instrumentation.stream(iter(events), protocol=protocol):
         pass
-    setup.shutdown()
+    tracer_provider.shutdown()  # exports every span left
+    meter_provider.shutdown()  # collects and exports the metrics once
+    return buffer.getvalue()

@@ -109,8 +109,12 @@ class AssemblerComparison:
     rules: AssemblyResult
     divergences: list[str] = field(default_factory=list)
 
-    def to_dict(self, *, show_arguments: bool = False) -> dict[str, Any]:
-        """A JSON-able document: ``assembler``, ``raised``, ``calls``, ``divergences`` and the rules' replay report."""
+    def assembler_dict(self, *, show_arguments: bool = False) -> dict[str, Any]:
+        """What the assembler made of the recording: ``name``, ``raised``, ``calls``, ``divergences``.
+
+        ``replay --assembler NAME --json`` prints it as ``"assembler"`` beside the keys of the
+        replay report of the same recording (docs/cli.md).
+        """
         calls = None
         if self.calls is not None:
             calls = []
@@ -119,14 +123,14 @@ class AssemblerComparison:
                 if show_arguments:
                     entry["arguments"] = arguments
                 calls.append(entry)
-        exclude = None if show_arguments else {"calls": {"__all__": {"arguments"}}}
-        return {
-            "assembler": self.assembler,
-            "raised": self.raised,
-            "calls": calls,
-            "divergences": list(self.divergences),
-            "rules": build_report(self.rules, show_arguments=show_arguments).model_dump(exclude=exclude),
-        }
+        return {"name": self.assembler, "raised": self.raised, "calls": calls, "divergences": list(self.divergences)}
+
+    def to_dict(self, *, show_arguments: bool = False) -> dict[str, Any]:
+        """The comparison on its own (a library view; the CLI prints :meth:`assembler_dict` in the
+        replay report): ``assembler`` (the name), ``raised``, ``calls``, ``divergences``, ``rules``."""
+        own = self.assembler_dict(show_arguments=show_arguments)
+        rules = build_report(self.rules, show_arguments=show_arguments).to_dict(show_arguments=show_arguments)
+        return {"assembler": own.pop("name"), **own, "rules": rules}
 
 
 def _sdk_chunks(chunks: Iterable[object]) -> list[object]:
@@ -353,16 +357,19 @@ def _text(value: object) -> str:
 
 
 def render_comparison(comparison: AssemblerComparison, console: Console, *, show_arguments: bool = False) -> None:
-    """Print the rules' calls and the assembler's calls side by side, then the divergences."""
+    """Print the rules' calls (with their categories) and the assembler's side by side, then the divergences.
+
+    Every column folds: an id or name is never cut short with an ellipsis, at any width.
+    """
     table = Table(title=f"rules vs {comparison.assembler}", title_justify="left")
-    columns = ["#", "rules id", "rules name", "verdict"]
+    columns = ["#", "rules id", "rules name", "verdict", "categories"]
     if show_arguments:
         columns.append("rules arguments")
     columns += [f"{comparison.assembler} id", f"{comparison.assembler} name"]
     if show_arguments:
         columns.append(f"{comparison.assembler} arguments")
     for column in columns:
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     ours = comparison.rules.calls
     theirs = comparison.calls or []
     for position in range(max(len(ours), len(theirs))):
@@ -370,10 +377,11 @@ def render_comparison(comparison: AssemblerComparison, console: Console, *, show
         if position < len(ours):
             call = ours[position]
             row += [_text(call.id), _text(call.name), call.verdict.value]
+            row.append("\n".join(category.value for category in call.categories) or "-")
             if show_arguments:
                 row.append(call.arguments)
         else:
-            row += ["", "", ""] + ([""] if show_arguments else [])
+            row += ["", "", "", ""] + ([""] if show_arguments else [])
         if position < len(theirs):
             call_id, name, arguments = theirs[position]
             row += [_text(call_id), _text(name)] + ([_text(arguments)] if show_arguments else [])
@@ -383,5 +391,7 @@ def render_comparison(comparison: AssemblerComparison, console: Console, *, show
     console.print(table)
     if comparison.raised is not None:
         console.print(f"{comparison.assembler} raised {comparison.raised}")
-    console.print("rules: " + ("dispatchable" if comparison.rules.dispatchable else "not dispatchable"))
+    rejections = ", ".join(dict.fromkeys(rejection.category.value for rejection in comparison.rules.rejections))
+    dispatchable = "dispatchable" if comparison.rules.dispatchable else "not dispatchable"
+    console.print(f"rules: {dispatchable}" + (f" (rejections: {rejections})" if rejections else ""))
     console.print("divergences: " + (", ".join(comparison.divergences) or "none"))

@@ -16,7 +16,7 @@ from typing import Final
 
 from etf_otel.core.linkage import Conversation, Finding
 
-__all__ = ["end", "next_request", "proposed", "result"]
+__all__ = ["end", "next_request", "proposed", "result", "settle"]
 
 _LOCK: Final = threading.Lock()
 
@@ -34,6 +34,13 @@ def result(conversation: Conversation, call_id: str | None) -> Finding | None:
 def next_request(conversation: Conversation, tool_message_ids: Sequence[str | None] | None) -> list[Finding]:
     with _LOCK:
         return conversation.next_request(tool_message_ids)
+
+
+def settle(
+    conversation: Conversation, tool_message_ids: Sequence[str | None] | None
+) -> tuple[list[Finding], tuple[str, ...]]:
+    with _LOCK:
+        return conversation.settle(tool_message_ids)
 
 
 def end(conversation: Conversation) -> list[Finding]:

@@ -44,11 +44,13 @@ class ResponseObserver:
     setup (``Instrumentation.observer()`` passes its own). With a ``conversation`` it first
     settles the previous response of that conversation (``tool_message_ids`` are the ids
     the new request answers with, when known): the findings are counted at once and
-    recorded as events on this response's span.
+    recorded as events on this response's span, and the proposals found answered as its
+    ``etf.linkage.answered_ids`` (the settlement evidence the audit reads).
     """
 
     __slots__ = (
         "__weakref__",
+        "_answered",
         "_assembler",
         "_base",
         "_conversation",
@@ -83,9 +85,10 @@ class ResponseObserver:
         self._lock = threading.Lock()
         self._done = False
         self._findings: list[Finding] = []
+        self._answered: tuple[str, ...] = ()
         if conversation is not None:
             with internal_errors_swallowed("settling the previous response"):
-                self._findings = linkage.next_request(conversation, tool_message_ids)
+                self._findings, self._answered = linkage.settle(conversation, tool_message_ids)
                 telemetry.count_findings(self._findings, self._base)
 
     @property
@@ -126,6 +129,7 @@ class ResponseObserver:
                 self._base,
                 self._findings,
                 self._protocol,
+                self._answered,
             )
             return result
         return None

@@ -20,6 +20,7 @@ from etf_otel.instrumentation.safety import internal_errors_swallowed
 __all__ = [
     "COMPAT_SPAN_COUNTERS",
     "INCOMPLETE",
+    "answered_attributes",
     "count_compatibility",
     "finding_attributes",
     "response_attributes",
@@ -99,4 +100,21 @@ def finding_attributes(finding: Finding) -> dict[str, AttributeValue]:
     attributes: dict[str, AttributeValue] = {A.ETF_ERROR_CATEGORY: finding.category.value}
     if finding.call_id is not None:  # only ever a preserved, proposed id
         attributes[A.GEN_AI_TOOL_CALL_ID] = finding.call_id
+    return attributes
+
+
+def answered_attributes(answered: Sequence[str], limit: int) -> dict[str, AttributeValue]:
+    """The settlement evidence of a new request, for its ``assemble_response`` span (docs/telemetry.md).
+
+    ``answered`` are the previous response's proposals the request answered (preserved, proposed
+    ids only: :meth:`~etf_otel.core.linkage.Conversation.settle`); at most ``limit`` are kept,
+    the rest counted. Nothing when the request answered nothing."""
+    if not answered:
+        return {}
+    attributes: dict[str, AttributeValue] = {}
+    kept = list(answered[: max(limit, 0)])
+    if kept:
+        attributes[A.ETF_LINKAGE_ANSWERED_IDS] = kept
+    if len(answered) > len(kept):
+        attributes[A.ETF_LINKAGE_ANSWERED_IDS_DROPPED] = len(answered) - len(kept)
     return attributes

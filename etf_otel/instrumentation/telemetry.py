@@ -31,6 +31,7 @@ from etf_otel.instrumentation.registry import ProposalRecord, ProposalRegistry, 
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.span_attributes import (
     INCOMPLETE,
+    answered_attributes,
     count_compatibility,
     finding_attributes,
     response_attributes,
@@ -43,6 +44,8 @@ DEFAULT_MAX_TOOL_NAMES = 64
 DEFAULT_MAX_REJECTED_EVENTS = 16
 DEFAULT_MAX_CONTENT_CHARS = 4096
 DEFAULT_MAX_PROPOSALS = 4096
+DEFAULT_MAX_ANSWERED_IDS = 64
+"""Ids kept in ``etf.linkage.answered_ids`` per response span (the rest are counted)."""
 
 
 def capture_content_enabled() -> bool:
@@ -75,6 +78,7 @@ class Telemetry:
         max_rejected_events: int = DEFAULT_MAX_REJECTED_EVENTS,
         max_content_chars: int = DEFAULT_MAX_CONTENT_CHARS,
         max_proposals: int = DEFAULT_MAX_PROPOSALS,
+        max_answered_ids: int = DEFAULT_MAX_ANSWERED_IDS,
     ) -> None:
         self.tracer = trace.get_tracer(
             A.INSTRUMENTATION_NAME, __version__, tracer_provider, schema_url="https://opentelemetry.io/schemas/1.37.0"
@@ -84,6 +88,7 @@ class Telemetry:
         self.capture_content = capture_content_enabled() if capture_content is None else capture_content
         self.max_rejected_events = max_rejected_events
         self.max_content_chars = max_content_chars
+        self.max_answered_ids = max_answered_ids
         self.tool_name_label = ToolNameCap(max_tool_names)
         self.proposals = ProposalRegistry(max_proposals)
         self.guarding = False
@@ -116,13 +121,12 @@ class Telemetry:
         base: dict[str, AttributeValue] | None = None,
         findings: Sequence[Finding] = (),
         protocol: str | None = None,
+        answered: Sequence[str] = (),
     ) -> None:
-        """Emit the spans and metrics of one finalized response.
+        """Emit the spans and metrics of one finalized response. ``findings`` (counted already) and ``answered``
+        settled the previous response: events and ``etf.linkage.answered_ids`` on this one's span now.
 
-        ``findings`` were detected when the response started (linkage of the previous one);
-        they were counted then and become events on this response's span now. ``protocol``
-        (``etf.protocol``) goes to the response span and ``etf.streams`` only.
-        """
+        ``protocol`` (``etf.protocol``) goes to the response span and ``etf.streams`` only."""
         ended_ns = time.time_ns()
         if base is None:
             base = self._base
@@ -136,11 +140,13 @@ class Telemetry:
                 self.tool_name_label,
                 error_type == INCOMPLETE,
             )
+        attributes = response_attributes(result, state, base, protocol, error_type)
+        attributes.update(answered_attributes(answered, self.max_answered_ids))
         stream_span = self.tracer.start_span(
             A.SPAN_ASSEMBLE_RESPONSE,
             context=parent,
             kind=SpanKind.INTERNAL,
-            attributes=response_attributes(result, state, base, protocol, error_type),
+            attributes=attributes,
             start_time=started_ns,
         )
         try:

@@ -53,6 +53,7 @@ ALL_KINDS = {
     "recorded_violation",
     "missing_span",
     "malformed_span",
+    "unjudged",
 }
 
 

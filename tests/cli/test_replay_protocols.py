@@ -273,7 +273,7 @@ def test_assembler_comparison_follows_the_detected_protocol(
     path = write_jsonl(tmp_path / "toy.jsonl", TOY_EVENTS)
     code, out, err = run(["replay", str(path), "--assembler", "reference", "--json"], capsys)
     assert (code, err) == (0, "")
-    assert json.loads(out)["calls"] == [{"id": "toy-1", "name": "read_page"}]
+    assert json.loads(out)["assembler"]["calls"] == [{"id": "toy-1", "name": "read_page"}]
     reason = refused(*run(["replay", str(path), "--assembler", "openai"], capsys))
     assert reason.startswith("--assembler openai does not read toy_protocol recordings")
 
@@ -571,7 +571,7 @@ def test_followup_with_an_assembler_comparison(tmp_path: Path, capsys: pytest.Ca
     assert (code, err) == (1, "")
     document = json.loads(out)
     assert document["linkage"] == [{"id": "call-a", "category": "unanswered_call"}]
-    assert "linkage" not in document["rules"]
+    assert set(document["assembler"]) == {"name", "raised", "calls", "divergences"}
     code, out, err = run(["replay", str(CASE), "--assembler", "reference", "--followup", str(path)], capsys)
     assert (code, err) == (1, "") and "unanswered_call" in out
 
@@ -668,7 +668,7 @@ def test_hostile_strings_in_an_assembler_comparison_and_in_linkage(
     assert "\x1b" not in out and "[/x]\\ud800\\x1b" in out and "duplicate_result" in out
     code, out, err = run(["replay", str(path), "--assembler", "reference", "--json"], capsys)
     assert (code, err) == (0, "")
-    assert json.loads(out)["calls"] == [{"id": "[/x]\ud800\x1b", "name": "read\x00"}]
+    assert json.loads(out)["assembler"]["calls"] == [{"id": "[/x]\ud800\x1b", "name": "read\x00"}]
 
 
 @pytest.mark.parametrize("extra", [[], ["--json"]])

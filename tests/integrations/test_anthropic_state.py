@@ -428,8 +428,8 @@ def test_replay_assembler_anthropic(tmp_path: Path, capsys: pytest.CaptureFixtur
     code, out, _ = replay(capsys, str(path), "--assembler", "anthropic", "--json")
     assert code == 1
     document = json.loads(out)
-    assert document["divergences"] == ["arguments_differ", "call_split"]
-    assert document["calls"] == [{"id": "toolu_1", "name": "get_a"}, {"id": "toolu_2", "name": "get_b"}]
+    assert document["assembler"]["divergences"] == ["arguments_differ", "call_split"]
+    assert document["assembler"]["calls"] == [{"id": "toolu_1", "name": "get_a"}, {"id": "toolu_2", "name": "get_b"}]
 
 
 def test_replay_assembler_anthropic_without_divergence_still_reports_the_refusal(
@@ -439,7 +439,7 @@ def test_replay_assembler_anthropic_without_divergence_still_reports_the_refusal
     code, out, _ = replay(capsys, str(path), "--assembler", "anthropic", "--json")
     assert code == 1  # the rules refuse the call (incomplete_response) though the SDK agrees with them
     document = json.loads(out)
-    assert document["divergences"] == [] and document["rules"]["dispatchable"] is False
+    assert document["assembler"]["divergences"] == [] and document["dispatchable"] is False
 
 
 def test_replay_openai_on_an_anthropic_recording_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -364,9 +364,9 @@ def test_replay_assembler_openai_on_a_responses_recording(tmp_path: Path, capsys
     code, out, _ = replay(capsys, str(path), "--assembler", "openai", "--json")
     assert code == 1
     document = json.loads(out)
-    assert document["divergences"] == ["id_replaced"]
-    assert document["calls"] == [{"id": "call_9", "name": "get_a"}]
-    assert document["rules"]["calls"][0]["id"] == "call_1"
+    assert document["assembler"]["divergences"] == ["id_replaced"]
+    assert document["assembler"]["calls"] == [{"id": "call_9", "name": "get_a"}]
+    assert document["calls"][0]["id"] == "call_1"
 
 
 def test_replay_assembler_that_does_not_fit_the_protocol_is_exit_2(
@@ -388,5 +388,5 @@ def test_replay_assembler_reference_on_a_responses_recording(
     code, out, _ = replay(capsys, str(path), "--assembler", "reference", "--json")
     assert code == 0
     document = json.loads(out)
-    assert document["divergences"] == []
-    assert [call["id"] for call in document["calls"]] == ["call_1", "call_2"]
+    assert document["assembler"]["divergences"] == []
+    assert [call["id"] for call in document["assembler"]["calls"]] == ["call_1", "call_2"]

@@ -15,9 +15,10 @@ What Phoenix does not keep, and what that means for the audit:
   its own trace only. When the application runs its agent loop under no span of its own
   (as ``etf-otel demo`` does), every response and every execution is the root of its own
   trace, tied to its proposal only by the link: read back from Phoenix, such an execution
-  is an ``orphaned_execution`` and its proposal an ``unanswered_call``. The report
-  (``etf_otel.cli.audit``) says so on stderr whenever those kinds are found. Under an
-  application span, the same calls are checked as exactly as from files.
+  is an ``orphaned_execution`` and its proposal ``unjudged`` (or settled by the next
+  request's evidence, which needs no link). The report (``etf_otel.cli.audit``) says so on
+  stderr whenever ``orphaned_execution`` is found. Under an application span, the same
+  calls are checked as exactly as from files.
 * the resource (``service.name``) and the span kind; timestamps have microseconds.
 
 Phoenix adds attributes of its own (``tool.name``, ``llm.system``, ...): the audit reads

@@ -20,7 +20,10 @@ span id. That concerns which referencing span ``missing_span``'s ``detail`` name
 ``executed_rejected`` of a response blocked by several rejected siblings carries, and proposals or
 executions with equal start times. The exporter's ``Map(String, String)`` also loses attribute types: an
 attribute of the wrong type (an integer call id, the string ``"true"`` as ``etf.stream.dispatchable``) is
-ignored by the Python audit and read as its text by SQL.
+ignored by the Python audit and read as its text by SQL. Settlement evidence (``etf.linkage.answered_ids``,
+``unanswered_call`` events) is matched across the traces of the window by both; past 1,000,000 settled call
+ids the Python audit stops collecting it (``checks.Evidence``: those proposals become ``unjudged``), SQL
+does not.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 -- etf-otel audit: call-to-result linkage findings over the Collector ClickHouse exporter's `otel_traces`.
 --
--- The same checks as the Python streaming audit (etf_otel/audit.py, check_trace), one row per finding:
+-- The same checks as the Python streaming audit (etf_otel/audit/checks.py, check_trace), one row per finding:
 --   group_trace  the trace whose check produced the finding (the proposal's trace for executions)
 --   kind         orphaned_execution, duplicate_execution, unanswered_call, execution_without_result,
 --                executed_rejected, refused_execution, orphaned_tool_message, recorded_violation,
---                missing_span, malformed_span
---   trace_id, span_id, category (docs/categories.md, '' for none), call_id ('' for none), detail ('' for none)
+--                missing_span, malformed_span, unjudged (etf_otel/audit/model.py FindingKind: the same names)
+--   trace_id, span_id, category (docs/categories.md, '' for none; fixed per kind as in model.py
+--                FIXED_CATEGORY), call_id ('' for none), detail ('' for none)
 --
 -- Parameters (clickhouse-client: --param_database=otel --param_table=otel_traces --param_since_ns=0 ...):
 --   database, table    where the exporter writes (defaults of the exporter: otel, otel_traces)
@@ -22,8 +23,8 @@
 -- once and can be inspected: SELECT * FROM etf_spans, etf_judged, etf_resolved, etf_runs, etf_findings.
 --
 -- Where the Python audit depends on the order spans arrive in (ties it breaks by input order), this
--- query breaks them by start time, then span id: see etf_otel/audit_sql.py.
--- 1. One row per span of the traces in the window: its role and what the checks need (audit.to_record).
+-- query breaks them by start time, then span id: see etf_otel/audit/sources/sql.py.
+-- 1. One row per span of the traces in the window: its role and what the checks need (model.to_record).
 DROP TEMPORARY TABLE IF EXISTS etf_spans;
 CREATE TEMPORARY TABLE etf_spans ENGINE = Memory AS
 WITH window_traces AS (
@@ -59,6 +60,10 @@ SELECT
     multiIf(SpanAttributes['etf.stream.dispatchable'] = 'true', 1,
             SpanAttributes['etf.stream.dispatchable'] = 'false', 0, -1) AS dispatchable,
     role = 'execution' AND SpanAttributes['etf.guard.refused'] = 'true' AS refused,
+    -- settlement evidence: the previous response's proposals this request answered
+    if(role = 'response',
+       arrayFilter(x -> x != '', JSONExtract(SpanAttributes['etf.linkage.answered_ids'], 'Array(String)')),
+       []) AS answered_ids,
     arrayFilter((t, s) -> t != '' AND s != '', Links.TraceId, Links.SpanId) AS link_traces,
     arrayFilter((s, t) -> t != '' AND s != '', Links.SpanId, Links.TraceId) AS link_spans,
     -- etf.integrity.violation events: (category, call id)
@@ -127,7 +132,8 @@ WITH
         WHERE length(c.categories) > 0
         GROUP BY cr.trace_id, cr.response_span
     )
-SELECT c.trace_id AS trace_id, c.span_id AS span_id, c.start_ns AS start_ns, c.call_id AS call_id,
+SELECT c.trace_id AS trace_id, c.span_id AS span_id, c.start_ns AS start_ns, c.end_ns AS end_ns,
+       c.call_id AS call_id,
        cr.response_span AS response_span,
        multiIf(c.verdict = '', -1,
                c.verdict = 'rejected', 0,
@@ -211,6 +217,28 @@ WITH
     answered AS (
         SELECT DISTINCT trace_id, arrayJoin(tool_messages) AS call_id FROM etf_spans WHERE length(tool_messages) > 0
     ),
+    -- Settlements by call id, in any trace of the window (checks.Evidence): a request's answered ids, or an
+    -- unanswered_call event (reported where it was recorded, step 6); the end of the latest span recording one.
+    settled AS (
+        SELECT call_id, max(at_ns) AS settled_ns
+        FROM (
+            SELECT arrayJoin(answered_ids) AS call_id, end_ns AS at_ns FROM etf_spans WHERE length(answered_ids) > 0
+            UNION ALL
+            SELECT violation.2, end_ns FROM etf_spans ARRAY JOIN violations AS violation
+            WHERE violation.1 = 'unanswered_call' AND violation.2 != ''
+        )
+        GROUP BY call_id
+    ),
+    -- Proposals settled: by a tool message of their trace, or by a settlement recorded after them.
+    settled_calls AS (
+        SELECT j.trace_id AS trace_id, j.span_id AS span_id
+        FROM etf_judged AS j INNER JOIN settled AS s ON s.call_id = j.call_id
+        WHERE j.call_id != '' AND s.settled_ns >= j.end_ns
+        UNION ALL
+        SELECT j.trace_id, j.span_id
+        FROM etf_judged AS j INNER JOIN answered AS a ON a.trace_id = j.trace_id AND a.call_id = j.call_id
+        WHERE j.call_id != ''
+    ),
     -- Parents and same-trace link targets that never arrived.
     etf_references AS (
         SELECT trace_id, parent_id AS missing, concat('parent of ', span_id) AS detail,
@@ -267,14 +295,14 @@ SELECT group_trace, 'execution_without_result', last_trace, last_span, 'unanswer
        concat('error.type ', last_error)
 FROM etf_runs
 WHERE run = 1 AND all_failed
-  AND NOT (target_call_id != '' AND (group_trace, target_call_id) IN (SELECT trace_id, call_id FROM answered))
+  AND (group_trace, target) NOT IN (SELECT trace_id, span_id FROM settled_calls)
 
-UNION ALL
-SELECT trace_id, 'unanswered_call', trace_id, span_id, 'unanswered_call', call_id, ''
+UNION ALL  -- informational: a valid proposal with no execution and no settlement evidence either way
+SELECT trace_id, 'unjudged', trace_id, span_id, '', call_id, 'no execution, no settlement recorded'
 FROM etf_judged
 WHERE valid = 1
   AND (trace_id, span_id) NOT IN (SELECT group_trace, target FROM etf_runs)
-  AND NOT (call_id != '' AND (trace_id, call_id) IN (SELECT trace_id, call_id FROM answered))
+  AND (trace_id, span_id) NOT IN (SELECT trace_id, span_id FROM settled_calls)
 
 UNION ALL  -- role: tool messages answering nothing this trace proposed
 SELECT trace_id, 'orphaned_tool_message', trace_id, argMin(span_id, (start_ns, span_id)),
@@ -284,10 +312,14 @@ FROM (SELECT trace_id, span_id, start_ns, arrayJoin(tool_messages) AS message
 WHERE (trace_id, message) NOT IN (SELECT trace_id, call_id FROM etf_judged WHERE valid != 0 AND call_id != '')
 GROUP BY trace_id, message;
 
--- 6. The result: the findings, and what the instrumentation recorded itself unless a check found the same.
+-- 6. The result: the findings, and what the instrumentation recorded itself unless a check found the same
+--    (an unanswered_call event naming a call is a settlement's evidence: reported as unanswered_call).
 SELECT group_trace, kind, trace_id, span_id, category, call_id, detail FROM etf_findings
 UNION ALL
-SELECT trace_id, 'recorded_violation', trace_id, span_id, violation.1, violation.2, ''
+SELECT trace_id,
+       if(violation.1 = 'unanswered_call' AND violation.2 != '', 'unanswered_call', 'recorded_violation'),
+       trace_id, span_id, violation.1, violation.2,
+       if(violation.1 = 'unanswered_call' AND violation.2 != '', 'recorded by the instrumentation', '')
 FROM etf_spans ARRAY JOIN violations AS violation
 WHERE (trace_id, violation.1, span_id) NOT IN (SELECT group_trace, category, span_id FROM etf_findings)
   AND NOT (violation.2 != ''
