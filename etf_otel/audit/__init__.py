@@ -12,7 +12,8 @@ Layers, each importing only those above it:
 
 Nothing here prints or exits: ``etf_otel.cli.audit`` is the command. Scaling, and the only assumption
 about ordering: **none**. Spans of one trace may come in any order from any number of files; the input
-is read once, as a stream, and memory is bounded by the partitioner, not by the input.
+is read once, as a stream, and memory is bounded by the partitioner and the cap on settlement
+evidence (:mod:`etf_otel.audit.pipeline`), not by the input.
 """
 
 from etf_otel.audit.checks import check_trace

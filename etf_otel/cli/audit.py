@@ -24,7 +24,7 @@ from rich.text import Text
 from etf_otel.audit.model import FindingKind, SpanData
 from etf_otel.audit.partition import Partitioner
 from etf_otel.audit.pipeline import audit_spans, sql_audit
-from etf_otel.audit.report import AuditReport
+from etf_otel.audit.report import INFORMATIONAL, AuditReport
 from etf_otel.audit.sources.otlp_json import InputStats, expand_paths, iter_spans, total_bytes
 from etf_otel.audit.sources.phoenix import DEFAULT_PROJECT, PhoenixStats, iter_phoenix_spans
 from etf_otel.audit.sources.sql import DEFAULT_DATABASE, ChdbEngine, ClickHouseEngine, TimeWindow
@@ -44,7 +44,7 @@ __all__ = [
 
 LINKS_NOTE = (
     "etf-otel audit: note: Phoenix does not keep span links; an execution in another trace than its proposal "
-    "shows as orphaned_execution plus unanswered_call"
+    "shows as orphaned_execution plus unjudged"
 )
 
 
@@ -168,7 +168,15 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
             console.print(Text(f"    {displayable(trace_id)}"), soft_wrap=True)
         if more > 0:
             console.print(Text(f"    and {more} more"), soft_wrap=True)
-    footer = Text.assemble((f"{report.findings} finding(s)", "red"), f" in {report.traces_with_findings} trace(s).")
+    unjudged = sum(summary.count for kind, summary in report.kinds.items() if kind in INFORMATIONAL)
+    if report.findings:
+        footer = Text.assemble((f"{report.findings} finding(s)", "red"), f" in {report.traces_with_findings} trace(s).")
+    else:  # only informational kinds: nothing is wrong, something is not known
+        footer = Text.assemble(("No linkage problems found", "green"), ".")
+    if unjudged:
+        footer.append(
+            f" {unjudged} call(s) unjudged: no execution and no next request tells whether they were answered."
+        )
     telemetry = [kind.value for kind in TELEMETRY_KINDS if kind in report.kinds]
     if telemetry:  # only then: a note about kinds that are not there would only puzzle
         footer.append(f" {' and '.join(telemetry)} concern{'s' * (len(telemetry) == 1)} the telemetry itself")
