@@ -12,10 +12,13 @@ same providers and the same setup options share one :class:`Instrumentation`:
 * The setup options are those the shared state depends on: ``provider_name`` (span and
   metric attributes), ``allow`` (the identity rules of every observed response, compared as
   a set) and ``capture_content`` (``None`` resolved from the environment, as
-  :class:`Instrumentation` does).
+  :class:`Instrumentation` does). ``provider_name`` and ``allow`` left ``None`` are part of
+  the key as ``None``: the setup made for them reads ``OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME``
+  and ``OTEL_INSTRUMENTATION_ETF_ALLOW`` once, when it is made, and keeps what it read.
 * ``guard`` is not one of them: it only changes what a host does with the proposals, so it
   belongs to the host wrapper (``instrument_host(..., guard=True)``). Splitting setups on it
   would give the guarded host an empty proposal registry, the very failure this prevents.
+  ``guard=None`` takes the setup's default, ``OTEL_INSTRUMENTATION_ETF_GUARD`` when it was made.
 
 At most :data:`MAX_SHARED_SETUPS` setups are kept (least recently used out first). Each
 holds its providers weakly: a setup whose provider was garbage collected is dropped and
@@ -64,15 +67,18 @@ class SetupOptions(TypedDict, total=False):
     tracer_provider: trace.TracerProvider | None
     meter_provider: metrics.MeterProvider | None
     provider_name: str | None
-    allow: Iterable[CompatibilityRule | str]
+    allow: Iterable[CompatibilityRule | str] | None
     capture_content: bool | None
 
 
 class _Options(NamedTuple):
-    """The options that make two setups behave differently (everything but the providers)."""
+    """The options that make two setups behave differently (everything but the providers).
+
+    ``None`` for ``provider_name`` or ``allow``: what the environment says when the setup is made.
+    """
 
     provider_name: str | None
-    allow: frozenset[CompatibilityRule]
+    allow: frozenset[CompatibilityRule] | None
     capture_content: bool
 
 
@@ -142,7 +148,7 @@ def shared_instrumentation(
     tracer_provider: trace.TracerProvider | None = None,
     meter_provider: metrics.MeterProvider | None = None,
     provider_name: str | None = None,
-    allow: Iterable[CompatibilityRule | str] = (),
+    allow: Iterable[CompatibilityRule | str] | None = None,
     capture_content: bool | None = None,
 ) -> Instrumentation:
     """The :class:`Instrumentation` the convenience functions use for these providers and options.
@@ -151,7 +157,7 @@ def shared_instrumentation(
     """
     options = _Options(
         provider_name,
-        frozenset(CompatibilityRule(rule) for rule in allow),
+        None if allow is None else frozenset(CompatibilityRule(rule) for rule in allow),
         capture_content_enabled() if capture_content is None else capture_content,
     )
     return _shared.get(

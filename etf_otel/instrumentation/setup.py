@@ -29,6 +29,7 @@ from etf_otel.instrumentation.assemblers import (
     ObservedAssembler,
     adapter_from,
 )
+from etf_otel.instrumentation.config import environment_settings
 from etf_otel.instrumentation.host import ObservedHost, ToolFunction, ToolHost
 from etf_otel.instrumentation.observer import ResponseObserver
 from etf_otel.instrumentation.safety import internal_errors_swallowed
@@ -45,6 +46,12 @@ class Instrumentation:
     Reuse one instance for the streams and hosts of an application, so that an
     ``execute_tool`` span can be linked to the ``assemble_tool_call`` span of its id.
     ``guard`` is the default of :meth:`host`; it changes nothing else.
+
+    A keyword left ``None`` takes its environment variable, read once here
+    (:mod:`etf_otel.instrumentation.config`): ``OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME``,
+    ``OTEL_INSTRUMENTATION_ETF_ALLOW``, ``OTEL_INSTRUMENTATION_ETF_GUARD``, and
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` for ``capture_content``. A given
+    keyword wins (``allow=()`` means no rule, ``provider_name=""`` no provider).
     """
 
     def __init__(
@@ -53,14 +60,23 @@ class Instrumentation:
         meter_provider: metrics.MeterProvider | None = None,
         *,
         provider_name: str | None = None,
-        allow: Iterable[CompatibilityRule | str] = (),
-        guard: bool = False,
+        allow: Iterable[CompatibilityRule | str] | None = None,
+        guard: bool | None = None,
         capture_content: bool | None = None,
     ) -> None:
+        environment = environment_settings()
+        if provider_name is None:
+            provider_name = environment.provider_name
+        if allow is None:
+            allow = environment.allow or ()
+        if guard is None:
+            guard = bool(environment.guard)
         self.rules = IdentityRules.for_rules(allow)
         self.guard = guard
+        self.provider_name = provider_name or None
+        """The ``gen_ai.provider.name`` of this setup (keyword or environment), ``None`` when none."""
         self.telemetry = Telemetry(
-            tracer_provider, meter_provider, provider_name=provider_name, capture_content=capture_content
+            tracer_provider, meter_provider, provider_name=self.provider_name, capture_content=capture_content
         )
         self.telemetry.guarding = guard
 

@@ -29,6 +29,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 
 from etf_otel.core.linkage import Conversation
 from etf_otel.instrumentation._switches import _disabled
+from etf_otel.instrumentation.config import environment_max_conversations
 from etf_otel.instrumentation.convenience import _instrumentation
 from etf_otel.instrumentation.setup import Instrumentation
 from etf_otel.protocols.base import field
@@ -54,7 +55,13 @@ Method = tuple[str, str, Callable[..., Any]]
 
 
 class ClientInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """What the client instrumentors share: the :class:`Instrumentation` their ``instrument()`` options build."""
+    """What the client instrumentors share: the :class:`Instrumentation` their ``instrument()`` options build.
+
+    ``instrument(tracer_provider=None, meter_provider=None, provider_name=None, allow=None,
+    guard=None, capture_content=None, max_conversations=None)``: an option left out (or
+    ``None``) takes its environment variable (:mod:`etf_otel.instrumentation.config`), read
+    once, in ``instrument()``; a given option wins over it.
+    """
 
     _instrumentation: Instrumentation | None = None
     _provider_override: str | None = None
@@ -65,16 +72,23 @@ class ClientInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return self._instrumentation
 
     def _set_up(self, options: dict[str, Any]) -> tuple[Instrumentation, int]:
-        """The setup ``instrument(**options)`` describes, and its ``max_conversations``."""
+        """The setup ``instrument(**options)`` describes (options over environment), and its ``max_conversations``.
+
+        A configured provider name (option or environment) overrides the one detected per client.
+        """
         instrumentation = Instrumentation(
             options.get("tracer_provider"),
             options.get("meter_provider"),
-            allow=options.get("allow", ()),
+            provider_name=options.get("provider_name"),
+            allow=options.get("allow"),
+            guard=options.get("guard"),
             capture_content=options.get("capture_content"),
         )
         self._instrumentation = instrumentation
-        self._provider_override = options.get("provider_name")
-        capacity: int = options.get("max_conversations", DEFAULT_MAX_CONVERSATIONS)
+        self._provider_override = instrumentation.provider_name
+        capacity: int | None = options.get("max_conversations")
+        if capacity is None:
+            capacity = environment_max_conversations() or DEFAULT_MAX_CONVERSATIONS
         return instrumentation, capacity
 
 

@@ -17,7 +17,8 @@ the sync and async ``Messages`` resources:
 ``Anthropic``, ``AsyncAnthropic`` and the Bedrock, Vertex and Foundry clients share these
 resource classes, so all of them are covered. ``gen_ai.provider.name`` is the one the
 client states for its own telemetry (``anthropic``, ``aws.bedrock`` for the Bedrock clients,
-``gcp.vertex_ai`` for Vertex), unless ``provider_name=`` overrides it.
+``gcp.vertex_ai`` for Vertex), unless ``provider_name=`` or ``OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME``
+overrides it.
 
 Linkage across turns (docs/protocols.md). The results of a response's calls must all be
 ``tool_result`` blocks of the **first** user message after the assistant message that
@@ -128,8 +129,10 @@ class _ObservedRequest:
 class AnthropicInstrumentor(ClientInstrumentor):
     """Instruments ``anthropic`` streamed Messages (``create(stream=True)`` and ``stream(...)``) with etf-otel.
 
-    ``instrument(tracer_provider=None, meter_provider=None, provider_name=None, allow=(),
-    capture_content=None, max_conversations=1024)``; ``uninstrument()`` restores the client.
+    ``instrument(tracer_provider=None, meter_provider=None, provider_name=None, allow=None,
+    guard=None, capture_content=None, max_conversations=None)``; an option left ``None`` takes
+    its environment variable (:class:`~etf_otel.integrations._common.ClientInstrumentor`),
+    else its default. ``uninstrument()`` restores the client.
     """
 
     def instrumentation_dependencies(self) -> Collection[str]:

@@ -23,13 +23,24 @@ tool messages after it (none at all when the app skipped them) are then checked 
 that response's proposals before the request is sent, without changing it. At most ``max_conversations`` are remembered
 (least recently used first out). Only a list or tuple of messages is read: messages given as
 an iterator (a generator) are left for the SDK to send, and that request is not linked.
+
+``gen_ai.provider.name``. A configured ``provider_name`` (option or
+``OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME``) wins. Otherwise the client says it
+(:func:`provider_of_client`): the provider of a known host of its base URL
+(:func:`detect_provider`), else ``azure.ai.openai`` for the Azure clients, else
+:data:`FALLBACK_PROVIDER`, ``openai``: the GenAI conventions make the provider name the
+discriminator of the telemetry flavour, "set based on the instrumentation's best knowledge"
+and possibly "different from the actual upstream provider" behind a proxy or hosting
+platform, and the OpenAI conventions say it "MUST be set to ``openai``" for this client.
+The value stays one of a fixed few: the server's address never becomes a provider name
+(it would be an unbounded metric label).
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from etf_otel.instrumentation.safety import internal_errors_swallowed
@@ -48,7 +59,7 @@ from etf_otel.integrations.openai_responses import ResponsesWrappers, is_sdk_str
 from etf_otel.protocols.base import field
 from etf_otel.protocols.chat_completions import DONE
 
-__all__ = ["OpenAIInstrumentor", "detect_provider", "instrument_openai"]
+__all__ = ["FALLBACK_PROVIDER", "OpenAIInstrumentor", "detect_provider", "instrument_openai", "provider_of_client"]
 
 _MODULE = "openai.resources.chat.completions"
 
@@ -66,6 +77,14 @@ _PROVIDER_HOSTS = (
 )
 
 
+FALLBACK_PROVIDER: Final = "openai"
+"""``gen_ai.provider.name`` for a base URL of no known host (a self-hosted server, a proxy):
+the provider whose wire API and telemetry flavour the ``openai`` client speaks."""
+
+_AZURE_PROVIDER: Final = "azure.ai.openai"
+_AZURE_CLIENTS: Final = frozenset({"AzureOpenAI", "AsyncAzureOpenAI"})
+
+
 def detect_provider(base_url: object) -> str | None:
     """The ``gen_ai.provider.name`` for a client's base URL, or ``None`` when not certain."""
     host = (urlsplit(str(base_url)).hostname or "").lower()
@@ -73,6 +92,16 @@ def detect_provider(base_url: object) -> str | None:
         if host == suffix or (suffix.startswith(".") and host.endswith(suffix)):
             return provider
     return None
+
+
+def provider_of_client(client: object) -> str:
+    """The ``gen_ai.provider.name`` of an ``openai`` client: its known host, Azure, else :data:`FALLBACK_PROVIDER`."""
+    detected = detect_provider(getattr(client, "base_url", ""))
+    if detected is not None:
+        return detected
+    if any(cls.__name__ in _AZURE_CLIENTS and cls.__module__.startswith("openai") for cls in type(client).__mro__):
+        return _AZURE_PROVIDER
+    return FALLBACK_PROVIDER
 
 
 def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
@@ -95,10 +124,12 @@ def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
 class OpenAIInstrumentor(ClientInstrumentor):
     """Instruments ``openai`` streamed Chat Completions and Responses with etf-otel.
 
-    ``instrument(tracer_provider=None, meter_provider=None, provider_name=None, allow=(),
-    capture_content=None, max_conversations=1024)``; ``uninstrument()`` restores the client.
-    ``max_conversations`` bounds each index of conversations (Chat Completions prefixes,
-    Responses input prefixes, Responses response ids).
+    ``instrument(tracer_provider=None, meter_provider=None, provider_name=None, allow=None,
+    guard=None, capture_content=None, max_conversations=None)``; an option left ``None`` takes
+    its environment variable (:class:`~etf_otel.integrations._common.ClientInstrumentor`),
+    else its default (no provider override, no rule, no guard, 1024 conversations).
+    ``uninstrument()`` restores the client. ``max_conversations`` bounds each index of
+    conversations (Chat Completions prefixes, Responses input prefixes, Responses response ids).
     """
 
     _responses: ResponsesWrappers | None = None
@@ -108,7 +139,7 @@ class OpenAIInstrumentor(ClientInstrumentor):
 
     def _instrument(self, **kwargs: Any) -> None:
         instrumentation, capacity = self._set_up(kwargs)
-        self._last_provider: tuple[object, str | None] | None = None
+        self._last_provider: tuple[object, object, str] | None = None
         self._conversations = PrefixConversations(capacity, split_follow_up)
         wrap_methods(_MODULE, self._methods())
         self._responses = ResponsesWrappers(instrumentation, self._provider_for, capacity)
@@ -126,18 +157,22 @@ class OpenAIInstrumentor(ClientInstrumentor):
     def _methods(self) -> list[Method]:
         return [("Completions", "create", self._create), ("AsyncCompletions", "create", self._async_create)]
 
-    def _provider_of(self, base_url: object) -> str | None:
-        """:func:`detect_provider`, remembered for the last base URL object seen (usually the only one)."""
+    def _provider_of(self, client: object) -> str:
+        """:func:`provider_of_client`, remembered for the last base URL object and client class seen.
+
+        Usually the only ones; the client itself is not held, so it can be collected.
+        """
+        base_url = getattr(client, "base_url", "")
         cached = self._last_provider
-        if cached is not None and cached[0] is base_url:
-            return cached[1]
-        provider = detect_provider(base_url)
-        self._last_provider = (base_url, provider)
+        if cached is not None and cached[0] is base_url and cached[1] is type(client):
+            return cached[2]
+        provider = provider_of_client(client)
+        self._last_provider = (base_url, type(client), provider)
         return provider
 
-    def _provider_for(self, resource: Any) -> str | None:
+    def _provider_for(self, resource: Any) -> str:
         """``gen_ai.provider.name`` for a call on ``resource`` (an SDK resource such as ``Completions``)."""
-        return self._provider_override or self._provider_of(getattr(resource._client, "base_url", ""))
+        return self._provider_override or self._provider_of(resource._client)
 
     def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
         """Everything the stream wrapper needs, decided before the request is sent."""

@@ -233,9 +233,10 @@ def test_case_study_over_otlp(transport: str, receiver: OtlpReceiver, server: Lo
 
     assert sum(last("etf.tool_call.fragments").values()) == 4
     transitions = last("etf.tool_call.id_transitions")
-    assert transitions[(("etf.id.kind", "null"), ("etf.id.transition", "keep_null"))] == 1
-    assert transitions[(("etf.id.kind", "string"), ("etf.id.transition", "establish"))] == 2
-    assert transitions[(("etf.id.kind", "string"), ("etf.id.transition", "reject"))] == 1
+    openai = ("gen_ai.provider.name", "openai")  # 127.0.0.1 is no known host: the fallback provider
+    assert transitions[(("etf.id.kind", "null"), ("etf.id.transition", "keep_null"), openai)] == 1
+    assert transitions[(("etf.id.kind", "string"), ("etf.id.transition", "establish"), openai)] == 2
+    assert transitions[(("etf.id.kind", "string"), ("etf.id.transition", "reject"), openai)] == 1
     identity_errors = last("etf.tool_call.identity_errors")
     assert identity_errors == {
         (
@@ -243,13 +244,14 @@ def test_case_study_over_otlp(transport: str, receiver: OtlpReceiver, server: Lo
             ("etf.id.empty", False),
             ("etf.id.kind", "string"),
             ("etf.id.prior_present", True),
+            openai,
         ): 1
     }
     assert last("etf.tool_calls") == {
-        (("etf.tool_call.verdict", "proposed"), ("gen_ai.tool.name", "read_page")): 1,
-        (("etf.tool_call.verdict", "rejected"), ("gen_ai.tool.name", "save_report")): 1,
+        (("etf.tool_call.verdict", "proposed"), openai, ("gen_ai.tool.name", "read_page")): 1,
+        (("etf.tool_call.verdict", "rejected"), openai, ("gen_ai.tool.name", "save_report")): 1,
     }
-    assert last("etf.streams") == {(("etf.protocol", "chat_completions"), ("etf.stream.state", "completed")): 2}
+    assert last("etf.streams") == {(("etf.protocol", "chat_completions"), ("etf.stream.state", "completed"), openai): 2}
     ((duration_attributes, histogram),) = last("gen_ai.execute_tool.duration").items()
     assert duration_attributes == (("gen_ai.tool.name", "read_page"),)
     assert histogram["count"] == 1

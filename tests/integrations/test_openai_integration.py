@@ -318,8 +318,8 @@ def test_parallel_calls_each_get_a_span_with_their_own_id(etf: Etf, server: Loca
     assert response.attributes["etf.stream.dispatchable"] is True
     assert tuple(response.attributes["gen_ai.response.finish_reasons"]) == ("tool_calls",)
     assert all(span.parent is not None and span.parent.span_id == response.context.span_id for span in spans)
-    # localhost: no provider is claimed.
-    assert "gen_ai.provider.name" not in response.attributes
+    # localhost is no known host: the provider falls back to the client's, openai (README.md, "Provider name").
+    assert response.attributes["gen_ai.provider.name"] == "openai"
 
     captured = etf.captured
     assert captured.metric_sum("etf.tool_call.fragments") == 5

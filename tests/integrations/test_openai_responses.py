@@ -276,7 +276,7 @@ def test_valid_call_is_dispatchable_under_its_call_id(etf: Etf, server: LocalCha
     assert response.attributes["etf.stream.slots"] == 2
     assert response.attributes["etf.protocol"] == "responses"
     assert response.status.status_code is StatusCode.UNSET
-    assert "gen_ai.provider.name" not in response.attributes  # localhost: no provider is claimed
+    assert response.attributes["gen_ai.provider.name"] == "openai"  # localhost: the fallback, the client's provider
 
     spans = {span.attributes["gen_ai.tool.call.id"]: span for span in tool_spans(etf.captured)}
     assert set(spans) == {"call_a", "call_b"}
