@@ -21,6 +21,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -32,10 +33,16 @@ from etf_otel.errors import GuardRefusedError
 __all__ = [
     "ANTHROPIC_MISSING",
     "DISPATCHED",
+    "READ",
+    "SAVE",
     "Part",
     "ProtocolCase",
+    "describe_call",
+    "hand_to_host",
+    "print_part",
     "print_protocols",
     "run_anthropic",
+    "run_case",
     "run_responses",
 ]
 
@@ -79,7 +86,7 @@ class ProtocolCase:
         if self.ran:
             text += "; host ran " + ", ".join(self.ran)
         if self.refused:
-            text += "; guard refused: " + ", ".join(self.refused)
+            text += "; guard refused: " + ", ".join(dict.fromkeys(self.refused))
         return text
 
 
@@ -96,7 +103,7 @@ def _rule_categories(spans: Sequence[ReadableSpan]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _run_case(part: Part, protocol: str, case: ProtocolCase, body: Callable[[ProtocolCase], None]) -> ProtocolCase:
+def run_case(part: Part, protocol: str, case: ProtocolCase, body: Callable[[ProtocolCase], None]) -> ProtocolCase:
     before = len(part.spans.get_finished_spans())
     with part.tracer.start_as_current_span(f"agent {protocol} case {case.expected}"):
         body(case)
@@ -104,7 +111,7 @@ def _run_case(part: Part, protocol: str, case: ProtocolCase, body: Callable[[Pro
     return case
 
 
-def _hand_to_host(case: ProtocolCase, host: Any, call: Any) -> str | None:
+def hand_to_host(case: ProtocolCase, host: Any, call: Any) -> str | None:
     """Run one call as the SDK handed it to the app through the guarded host: its output, ``None`` if refused."""
     try:
         output = host.execute(call)
@@ -115,7 +122,9 @@ def _hand_to_host(case: ProtocolCase, host: Any, call: Any) -> str | None:
     return str(output)
 
 
-def _describe(call_id: str, name: str, arguments: object) -> str:
+def describe_call(call_id: object, name: object, arguments: object) -> str:
+    """``id name arguments`` of one call as an SDK handed it (``(no id)`` for a null id)."""
+    call_id = "(no id)" if call_id is None else call_id
     return f"{call_id} {name} {arguments if isinstance(arguments, str) else json.dumps(arguments)}"
 
 
@@ -195,10 +204,10 @@ def _r_case(client: Any, host: Any, server: LocalChatServer, answer_with: str | 
         case.sdk = f"raises {type(error).__name__}: {error}"
         return
     calls = [item for item in final.output if item.type == "function_call"]
-    case.sdk = "\n".join(_describe(call.call_id, call.name, call.arguments) for call in calls) or "no call"
+    case.sdk = "\n".join(describe_call(call.call_id, call.name, call.arguments) for call in calls) or "no call"
     results: list[Any] = []
     for call in calls:
-        output = _hand_to_host(case, host, call)
+        output = hand_to_host(case, host, call)
         if output is not None and answer_with is not None:
             call_id = getattr(call, answer_with)
             results.append({"type": "function_call_output", "call_id": call_id, "output": output})
@@ -216,7 +225,7 @@ def run_responses(part: Part, client: Any, instrumentation: Any) -> list[Protoco
     cases = []
     for case, script, answer_with in _r_cases():
         part.server.enqueue(script)
-        cases.append(_run_case(part, "responses", case, partial(_r_case, client, host, part.server, answer_with)))
+        cases.append(run_case(part, "responses", case, partial(_r_case, client, host, part.server, answer_with)))
     return cases
 
 
@@ -275,12 +284,12 @@ def _a_case(client: Any, host: Any, server: LocalChatServer, case: ProtocolCase)
         case.sdk = f"raises {type(error).__name__}: {error}"
         return
     calls = [block for block in final.content if block.type == "tool_use"]
-    case.sdk = "\n".join(_describe(call.id, call.name, call.input) for call in calls) or "no call"
+    case.sdk = "\n".join(describe_call(call.id, call.name, call.input) for call in calls) or "no call"
     if final.stop_reason != "tool_use":
         case.sdk += f"\n(stop_reason {final.stop_reason})"
     results: list[Any] = []
     for call in calls:
-        output = _hand_to_host(case, host, call)
+        output = hand_to_host(case, host, call)
         if output is not None:
             results.append({"type": "tool_result", "tool_use_id": call.id, "content": output})
     if results:
@@ -303,7 +312,11 @@ def run_anthropic(
 
     instrumentor = AnthropicInstrumentor()
     instrumentor.instrument(
-        tracer_provider=tracer_provider, meter_provider=meter_provider, provider_name=provider_name, skip_dep_check=True
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        provider_name=provider_name,
+        allow=(),  # the strict rules, whatever OTEL_INSTRUMENTATION_ETF_ALLOW says
+        skip_dep_check=True,
     )
     try:
         instrumentation = instrumentor.instrumentation
@@ -314,7 +327,7 @@ def run_anthropic(
         cases = []
         for case, script in _a_cases():
             part.server.enqueue(script)
-            cases.append(_run_case(part, "anthropic", case, partial(_a_case, client, host, part.server)))
+            cases.append(run_case(part, "anthropic", case, partial(_a_case, client, host, part.server)))
         return cases
     finally:
         instrumentor.uninstrument()
@@ -323,26 +336,53 @@ def run_anthropic(
 # --- the summary -------------------------------------------------------------------------------------------
 
 
-def _print_part(console: Console, title: str, cases: Sequence[ProtocolCase]) -> None:
-    """One protocol's cases: the case, what the SDK alone handed the app, what etf-otel decided."""
-    table = Table(title=title, title_justify="left")
-    for column, ratio in (("case", 3), ("the SDK alone hands the app", 4), ("etf-otel", 4), ("outcome", 2)):
-        table.add_column(column, overflow="fold", ratio=ratio)  # ids fold, never cut
-    for case in cases:
-        verdict = Text("ok", style="green") if case.ok else Text(f"expected {case.expected}", style="red")
-        table.add_row(Text(case.name), Text(case.sdk), Text(case.decision), verdict)
+COLUMNS = ("case", "the SDK alone hands the app", "etf-otel", "outcome")
+MIN_WIDTHS = (19, 21, 24, 7)  # 80 columns: "(max_output_tokens)", "`response.completed`",
+# "empty_after_established;" (the longest category and its separator) never break mid-word
+
+
+def _widths(total: int, rows: Sequence[Sequence[str]]) -> list[int]:
+    """Column widths for a ``total``-column console: each column's longest line, the minimums first."""
+    natural = [
+        max(cell_len(line) for cell in column for line in cell.split("\n")) for column in zip(*rows, strict=True)
+    ]
+    widths = [min(longest, least) for longest, least in zip(natural, MIN_WIDTHS, strict=True)]
+    spare = total - 3 * 3 - sum(widths)  # three rules of " │ "
+    while spare > 0 and any(width < longest for width, longest in zip(widths, natural, strict=True)):
+        for index, longest in enumerate(natural):
+            if spare > 0 and widths[index] < longest:
+                widths[index] += 1
+                spare -= 1
+    return widths
+
+
+def print_part(console: Console, title: str, cases: Sequence[ProtocolCase], sections: Sequence[int] = ()) -> None:
+    """One protocol's cases: the case, what the SDK alone handed the app, what etf-otel decided, ok or not.
+
+    A line is drawn after each row index in ``sections``. Ids and categories are never cut.
+    """
+    rows = [COLUMNS, *((case.name, case.sdk, case.decision, "ok") for case in cases)]
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for column, width in zip(COLUMNS, _widths(console.width, rows), strict=True):
+        table.add_column(column, width=width, overflow="fold")
+    for index, case in enumerate(cases):
+        decision = Text(case.decision)
+        if not case.ok:
+            decision.append(f"\nexpected: {case.expected}", style="red")
+        verdict = Text("ok", style="green") if case.ok else Text("WRONG", style="bold red")
+        table.add_row(Text(case.name), Text(case.sdk), decision, verdict, end_section=index in sections)
     console.print()
     console.print(table)
 
 
 def print_protocols(console: Console, responses: Sequence[ProtocolCase], anthropic: list[ProtocolCase] | str) -> None:
     """The Responses and Anthropic sections (or why Anthropic was skipped); the max_tokens case also in words."""
-    _print_part(console, "OpenAI Responses: client.responses.stream(...), real openai client", responses)
+    print_part(console, "OpenAI Responses: client.responses.stream(...), real openai client", responses)
     if isinstance(anthropic, str):
         console.print()
         console.print(Text(anthropic))
         return
-    _print_part(console, "Anthropic Messages: client.messages.stream(...), real anthropic client", anthropic)
+    print_part(console, "Anthropic Messages: client.messages.stream(...), real anthropic client", anthropic)
     for case in anthropic:
         if case.expected == "incomplete_response":
             sdk = case.sdk.replace("\n", " ")

@@ -40,10 +40,16 @@ exit codes:
   0  every case behaved as the rules say
   1  a case did not (the table shows which)
   2  bad usage, or the demo cannot run (a missing package, an unwritable
-     --export FILE, the openai client already instrumented): one line on stderr
+     --export FILE, --otlp without a collector configured or accepting the
+     spans, the openai client already instrumented): one line on stderr
+
+telemetry goes to the printed summary only, unless --export FILE or --otlp
+(the collector of OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL, ...;
+those variables are read only with --otlp)
 
 example:
   etf-otel demo --export demo-traces.jsonl && etf-otel audit demo-traces.jsonl
+  OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 etf-otel demo --otlp
 
 More: docs/cli.md
 """
@@ -90,7 +96,11 @@ def _parser() -> argparse.ArgumentParser:
         epilog=DEMO_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    demo.add_argument("--export", metavar="FILE", help="write the telemetry as OTLP JSON lines to FILE")
+    destination = demo.add_mutually_exclusive_group()
+    destination.add_argument("--export", metavar="FILE", help="write the telemetry as OTLP JSON lines to FILE")
+    destination.add_argument(
+        "--otlp", action="store_true", help="send the telemetry to the collector of the OTEL_EXPORTER_OTLP_* variables"
+    )
     return parser
 
 
@@ -148,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from etf_otel.cli.demo import run_demo
 
-        return run_demo(args.export)
+        return run_demo(args.export, otlp=args.otlp)
     raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover - argparse rejects it
 
 

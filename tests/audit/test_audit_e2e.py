@@ -65,9 +65,12 @@ def etf_otel(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 
 
 def demo_to(endpoint: str, protocol: str, **extra: str) -> None:
-    """``etf-otel demo`` exporting to ``endpoint`` over OTLP ``protocol`` (the standard variables)."""
+    """``etf-otel demo --otlp`` exporting to ``endpoint`` over OTLP ``protocol`` (the standard variables).
+
+    Without ``--otlp`` the demo ignores those variables (tests/cli/test_demo.py).
+    """
     env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_PROTOCOL=protocol, **extra)
-    run = etf_otel("demo", env=env)
+    run = etf_otel("demo", "--otlp", env=env)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "all cases behaved as the rules say" in run.stdout
     assert "Failed to export" not in run.stderr, run.stderr[-2000:]

@@ -6,91 +6,127 @@ import json
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-# Each new case of the Responses and Anthropic parts, with the category its row must show.
-PROTOCOL_CASES = {
-    "valid call, result sent by call_id": "proposed; host ran read_source",
-    "call_id changed in response.completed": "caught: snapshot_mismatch; guard refused: orphaned_result",
-    "response.incomplete (max_output_tokens)": "caught: incomplete_response",
-    "result sent with the fc_ item id": "caught: orphaned_result",
-    "valid call, tool_use block to the host": "proposed; host ran read_source",
-    "path parameter cut by max_tokens": "caught: incomplete_response; guard refused: incomplete_response",
-    "block index reused by a second call": "caught: id_conflict",
+# Each case: (the start of what the SDK alone hands the app, or None: not checked; the start of etf-otel's decision).
+CASES = {
+    # Chat Completions
+    "control: continuations omit the id": ("call-read-1 read_source", "proposed; host ran read_source, save_report"),
+    "target: continuations send id: null": ("call-read-1 read_source", "proposed; host ran read_source, save_report"),
+    "id repeated on every fragment": ("call-d1call-d1call-d1 read_source", "proposed; host ran read_source"),
+    "first tool call at index 1": ("raises IndexError", "proposed; host ran read_source"),
+    "type: null on a continuation": ("raises AssertionError", "proposed; host ran read_source"),
+    "second id on the same index": ("call-r1call-r2 read_source", "caught: id_conflict; guard refused: id_conflict"),
+    "stream ends mid-arguments, no finish_reason": (
+        'call-r1 read_source {"path": "sou',
+        "caught: invalid_arguments, truncated_stream; guard refused",
+    ),
+    "connection cut mid-call": ("raises APIConnectionError", "caught: invalid_arguments, truncated_stream"),
+    "arguments not JSON": ('call-r1 read_source {"path": "s', "caught: invalid_arguments; guard refused"),
+    "initial null id": ("(no id) read_source", "caught: initial_null"),
+    "null id on a new index": ("call-r1 read_source", "caught: initial_null"),
+    "empty id after an id": ("call-r1 read_source", "caught: empty_after_established; guard refused"),
+    "number as id": ("42 read_source", "caught: unsupported_id_type"),
+    "two calls, one id": ("call-r1 read_source", "caught: duplicate_call_id; guard refused"),
+    "tool result for an unknown id": ("call-l1 read_source", "caught: orphaned_result"),
+    "call without a tool result": ("call-l2 read_source", "caught: unanswered_call; host ran read_source"),
+    "two results for one call": ("call-l3 read_source", "caught: duplicate_result; host ran read_source"),
+    # OpenAI Responses
+    "valid call, result sent by call_id": ("call_r1 read_source", "proposed; host ran read_source"),
+    "call_id changed in response.completed": (
+        "call_9 read_source",  # the call_id of response.completed, never proposed
+        "caught: snapshot_mismatch; guard refused: orphaned_result",
+    ),
+    "response.incomplete (max_output_tokens)": (
+        "raises RuntimeError: Didn't receive a `response.completed` event.",
+        "caught: incomplete_response",
+    ),
+    "result sent with the fc_ item id": ("call_r4 read_source", "caught: orphaned_result"),
+    # Anthropic Messages
+    "valid call, tool_use block to the host": ("toolu_a1 read_source", "proposed; host ran read_source"),
+    "path parameter cut by max_tokens": (
+        "toolu_a2 read_source {}",  # the SDK's final message: a valid-looking {}
+        "caught: incomplete_response; guard refused: incomplete_response",
+    ),
+    "block index reused by a second call": ("toolu_a3 read_source", "caught: id_conflict"),
 }
 WITHOUT_ANTHROPIC = (
     "import sys; sys.modules['anthropic'] = None\n"  # `import anthropic` raises ImportError
     "from etf_otel.cli import main; sys.exit(main(['demo']))"
 )
+ONE_WRONG_CLAIM = (  # the demo claims the rules reject the repeated id, which they rightly accept
+    "import sys\n"
+    "from etf_otel.cli import demo, main\n"
+    "cases = demo._single_turn_cases\n"
+    "def claimed():\n"
+    "    out = cases(); out[0][0].expected = 'id_conflict'; return out\n"
+    "demo._single_turn_cases = claimed\n"
+    "sys.exit(main(['demo']))"
+)
+BOX = set("━─┼╇┃│")
+NOWHERE = "http://127.0.0.1:9"  # the discard port: nothing listens there
 
 
-def _run(*args: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, columns: int = 200, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env={"PATH": "/usr/bin:/bin", "COLUMNS": str(columns)},
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": str(columns), **env},
     )
 
 
-def _demo(*args: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
-    return _run("-m", "etf_otel", "demo", *args, columns=columns)
+def _demo(*args: str, columns: int = 200, **env: str) -> subprocess.CompletedProcess[str]:
+    return _run("-m", "etf_otel", "demo", *args, columns=columns, **env)
+
+
+def _cells(out: str) -> dict[str, list[str]]:
+    """The first line of every row of the three tables, by case name: its cells."""
+    rows = [[cell.strip() for cell in line.split("│")] for line in out.splitlines() if line.count("│") == 3]
+    return {cells[0]: cells for cells in rows if cells[0]}
 
 
 @pytest.fixture(scope="module")
 def wide() -> str:
-    """The output of one demo run at 200 columns (it exited 0)."""
-    run = _demo()
+    """The output of one demo run at 200 columns (it exited 0), a collector configured in the shell."""
+    run = _demo(OTEL_EXPORTER_OTLP_ENDPOINT=NOWHERE)
     assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stderr == ""  # no export was tried: nothing retried, nothing failed
     return run.stdout
 
 
 def test_demo_runs_every_case_and_says_so(wide: str) -> None:
     out = wide
     assert "preserved ids identical (call-read-1, call-save-1); report identical" in out
-    for category in (
-        "initial_null",
-        "id_conflict",
-        "empty_after_established",
-        "unsupported_id_type",
-        "invalid_arguments",
-        "duplicate_call_id",
-        "truncated_stream",
-        "orphaned_result",
-        "unanswered_call",
-        "duplicate_result",
-    ):
-        assert category in out
     assert "all cases behaved as the rules say" in out
     assert "expected" not in out.replace("as expected", "")
+    assert "exported to: this summary only (--export FILE, or --otlp)" in out  # not to the shell's collector
 
 
-def test_demo_names_each_protocol_case_with_its_category(wide: str) -> None:
-    """Each protocol has its labelled section; each new case is one row with what the rules decided."""
+def test_demo_shows_what_the_sdk_hands_the_app_next_to_the_rules(wide: str) -> None:
+    """Each protocol has its labelled section; each case is one row: the SDK alone, the rules, ok."""
     lines = wide.splitlines()
+    chat = next(i for i, line in enumerate(lines) if line.startswith("Chat Completions:"))
     responses = next(i for i, line in enumerate(lines) if line.startswith("OpenAI Responses:"))
     anthropic = next(i for i, line in enumerate(lines) if line.startswith("Anthropic Messages:"))
-    assert next(i for i, line in enumerate(lines) if line.startswith("Chat Completions:")) < responses < anthropic
-    for name, decision in PROTOCOL_CASES.items():
-        rows = [line for line in lines if f"│ {name} " in line]
-        assert len(rows) == 1, name
-        cells = [cell.strip() for cell in rows[0].split("│")]
-        assert cells[3].startswith(decision), (name, cells)
-        assert cells[4] == "ok", (name, cells)
-    # what the SDK alone handed the app, next to the rules
-    assert "│ call_9 read_source " in wide  # the call_id of response.completed, never proposed
-    assert "raises RuntimeError: Didn't receive a `response.completed` event." in wide
+    assert chat < responses < anthropic
+    rows = _cells(wide)
+    assert set(CASES) <= set(rows), set(CASES) - set(rows)
+    for name, (sdk, decision) in CASES.items():
+        cells = rows[name]
+        assert cells[1].startswith(sdk), (name, cells)
+        assert cells[2].startswith(decision), (name, cells)
+        assert cells[3] == "ok", (name, cells)
     assert "result sent for fc_r4, unchecked" in wide
-    assert "│ toolu_a4 save_report {} " in wide  # the reused block index split into a second call
+    assert "result sent for call-never-proposed, unchecked" in wide
+    assert "toolu_a4 save_report {}" in wide  # the reused block index split into a second call
 
 
 def test_demo_max_tokens_case_shows_the_sdks_empty_input_and_the_refusal(wide: str) -> None:
-    row = next(line for line in wide.splitlines() if "│ path parameter cut by max_tokens " in line)
-    assert "│ toolu_a2 read_source {} " in row  # the SDK's final message: a valid-looking {}
-    assert "guard refused: incomplete_response" in row
     words = " ".join(wide.split())  # the sentence may wrap
     assert (
         "max_tokens: the SDK's final message hands the app toolu_a2 read_source {} (stop_reason max_tokens), "
@@ -99,15 +135,19 @@ def test_demo_max_tokens_case_shows_the_sdks_empty_input_and_the_refusal(wide: s
     )
 
 
-def test_demo_fits_80_columns_and_never_cuts_an_id() -> None:
+def test_demo_fits_80_columns_and_never_breaks_a_word(wide: str) -> None:
+    """At 80 columns every line fits, and the text is the 200-column text wrapped at spaces only."""
     run = _demo(columns=80)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80, max(lines, key=len)
     # the report digest is shortened on purpose; nothing else may be cut
     assert "…" not in re.sub(r"sha256 [0-9a-f]{12}…", "", run.stdout)
-    for whole in ("call_9", "fc_r4", "toolu_a2", "toolu_a4", "snapshot_mismatch", "incomplete_response"):
-        assert whole in run.stdout, whole
+
+    def words(out: str) -> Counter[str]:  # box drawing aside: a word broken mid-word changes the count
+        return Counter(word for word in out.replace("│", " ").replace("┃", " ").split() if not set(word) <= BOX)
+
+    assert words(run.stdout) == words(wide)
     assert "all cases behaved as the rules say" in run.stdout
 
 
@@ -119,6 +159,40 @@ def test_demo_without_anthropic_skips_that_part_and_says_how_to_install_it() -> 
     assert "toolu_" not in run.stdout
     assert "OpenAI Responses:" in run.stdout
     assert "all cases behaved as the rules say" in run.stdout
+
+
+def test_demo_says_which_case_went_wrong_and_exits_1() -> None:
+    run = _run("-c", ONE_WRONG_CLAIM)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert _cells(run.stdout)["id repeated on every fragment"][3] == "WRONG"
+    assert "expected: id_conflict" in run.stdout
+    assert "some cases did not behave as expected" in run.stdout
+
+
+def test_demo_otlp_without_a_collector_is_one_line_and_exit_2() -> None:
+    run = _demo("--otlp")
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr.splitlines() == [
+        "etf-otel demo: --otlp needs the collector's address in OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT)"
+    ]
+    both = _demo("--otlp", "--export", "demo.jsonl")
+    assert (both.returncode, both.stderr) == (2, "etf-otel demo: argument --export: not allowed with argument --otlp\n")
+
+
+def test_demo_unwritable_export_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    run = _demo("--export", str(tmp_path))  # a directory
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == f"etf-otel demo: cannot write --export {tmp_path}: Is a directory\n"
+
+
+def test_demo_otlp_to_nothing_listening_says_so_and_exits_2() -> None:
+    """``--otlp`` reads the variables; spans nobody accepted are not reported as exported."""
+    run = _demo("--otlp", OTEL_EXPORTER_OTLP_ENDPOINT=NOWHERE, OTEL_EXPORTER_OTLP_TIMEOUT="1")
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "all cases behaved as the rules say" in run.stdout  # the rules' verdict stands
+    assert re.search(rf"exported to: OTLP/HTTP {NOWHERE}, 0 of \d+ spans accepted", run.stdout)
+    last = run.stderr.splitlines()[-1]
+    assert re.fullmatch(rf"etf-otel demo: telemetry not delivered: OTLP/HTTP {NOWHERE} accepted 0 of \d+ spans", last)
 
 
 def test_demo_export_writes_otlp_json_lines(tmp_path: Path) -> None:
