@@ -27,9 +27,10 @@ import binascii
 import gzip
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, cast
+from typing import IO, Any, Final, cast
 
 from etf_otel.audit.model import SpanData, span_events
 from etf_otel.errors import OtlpInputError
@@ -65,7 +66,9 @@ def expand_paths(paths: Iterable[str]) -> list[str]:
     """Files named and files under named directories (recursively, sorted, no hidden files)."""
     out: list[str] = []
     for path in paths:
-        if os.path.isdir(path):
+        if path == STDIN:
+            out.append(path)
+        elif os.path.isdir(path):
             found: list[str] = []
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -258,7 +261,37 @@ def _requests_of_value(value: Any, stats: InputStats) -> Iterator[Any]:
             raise ValueError("not an OTLP trace export (expected a JSON object with resourceSpans)")
 
 
+STDIN: Final = "-"
+"""The path that reads standard input as a mixed stream (see :func:`_read_mixed`)."""
+
+
+def _read_mixed(source: IO[bytes], stats: InputStats) -> Iterator[SpanData]:
+    """Standard input, line by line: OTLP JSON trace lines are read, any other line is skipped and counted.
+
+    This is what ``opentelemetry-instrument`` with the ``otlp_json_file`` traces exporter writes:
+    the application's own output and the exported spans interleaved on one stdout, so a line
+    that is not a trace export (text, a metric or log record, broken JSON) is not an error here.
+    """
+    for line in source:
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+            requests = list(_requests_of_value(value, stats))
+        except (ValueError, RecursionError):
+            stats.skipped_records += 1
+            continue
+        for request in requests:
+            stats.records += 1
+            for span in spans_of_request(request):
+                stats.spans += 1
+                yield span
+
+
 def _read_file(path: str, stats: InputStats, advance: Callable[[int], None] | None) -> Iterator[SpanData]:
+    if path == STDIN:
+        yield from _read_mixed(sys.stdin.buffer, stats)
+        return
     try:
         source, raw = _open(path)
     except OSError as error:
