@@ -23,7 +23,8 @@ from etf_otel.audit.model import FindingKind, SpanData
 from etf_otel.audit.partition import Partitioner
 from etf_otel.audit.pipeline import audit_spans, sql_audit
 from etf_otel.audit.report import AuditReport
-from etf_otel.audit.sources.otlp_json import InputStats, expand_paths, iter_spans, total_bytes
+from etf_otel.audit.sources.files import expand_paths, total_bytes
+from etf_otel.audit.sources.otlp_json import InputStats, iter_spans
 from etf_otel.audit.sources.phoenix import DEFAULT_PROJECT, PhoenixStats, iter_phoenix_spans
 from etf_otel.audit.sources.sql import DEFAULT_DATABASE, ChdbEngine, ClickHouseEngine, TimeWindow
 from etf_otel.cli.audit_report import emit_audit_report, render_audit_report

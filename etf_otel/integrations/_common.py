@@ -32,6 +32,7 @@ from etf_otel.instrumentation._switches import _disabled
 from etf_otel.instrumentation.config import environment_max_conversations
 from etf_otel.instrumentation.convenience import _instrumentation
 from etf_otel.instrumentation.setup import Instrumentation
+from etf_otel.instrumentation.streams import observer_of
 from etf_otel.protocols.base import field
 
 if TYPE_CHECKING:  # wrapt < 2.5 proxies are not subscriptable at run time
@@ -257,6 +258,22 @@ def observed_stream_manager(
     return ObservedStreamManager(
         manager, lambda stream: instrument_stream(stream, instrumentation=etf, record_response=record_response)
     )
+
+
+def fresh_stream_state(
+    stream: Any, is_fresh_state: Callable[[Any], bool], record_response: bool | None
+) -> tuple[Any, Any, bool] | None:
+    """A fresh SDK stream's ``_state``, ``_iterator`` and whether to record the response; ``None`` if not fresh.
+
+    ``record_response`` ``None``: record unless the raw stream is already observed by etf-otel.
+    """
+    state = getattr(stream, "_state", None)
+    iterator = getattr(stream, "_iterator", None)
+    if iterator is None or not is_fresh_state(state):
+        return None
+    if record_response is None:
+        record_response = observer_of(getattr(stream, "_raw_stream", None)) is None
+    return state, iterator, record_response
 
 
 def compare_now(observed: Any, finish: str) -> None:

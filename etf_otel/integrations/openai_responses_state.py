@@ -57,8 +57,13 @@ from etf_otel.instrumentation.assemblers import AssemblerAdapter, ObservedAssemb
 from etf_otel.instrumentation.convenience import _instrumentation
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.setup import Instrumentation
-from etf_otel.instrumentation.streams import observer_of
-from etf_otel.integrations._common import ObjectProxy, ObservedStreamManager, observed_stream_manager, then_compare
+from etf_otel.integrations._common import (
+    ObjectProxy,
+    ObservedStreamManager,
+    fresh_stream_state,
+    observed_stream_manager,
+    then_compare,
+)
 from etf_otel.integrations.openai_state import ComparisonObserver
 
 __all__ = [
@@ -191,12 +196,10 @@ def instrument_response_stream(
     if _disabled():
         return stream
     with internal_errors_swallowed("instrumenting a response stream"):
-        state = getattr(stream, "_state", None)
-        iterator = getattr(stream, "_iterator", None)
-        if iterator is None or not _is_fresh_state(state):
+        fresh = fresh_stream_state(stream, _is_fresh_state, record_response)
+        if fresh is None:
             return stream
-        if record_response is None:
-            record_response = observer_of(getattr(stream, "_raw_stream", None)) is None
+        state, iterator, record_response = fresh
         observed = observed_protocol_assembler(
             _instrumentation(instrumentation, config),
             ResponseStateWithFinal(state),

@@ -17,14 +17,13 @@ import asyncio
 import copy
 import gc
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
 import httpx2
 import pytest
-import wrapt
 from anthropic.lib.streaming import AsyncMessageStream, AsyncMessageStreamManager, MessageStream, MessageStreamManager
 from anthropic.resources.messages import messages as messages_module
 from opentelemetry.sdk.trace import ReadableSpan
@@ -36,6 +35,17 @@ from etf_otel.instrumentation import ObservedAsyncStream, ObservedStream
 from etf_otel.integrations.anthropic import AnthropicInstrumentor, instrument_anthropic, provider_of
 from etf_otel.integrations.anthropic_state import instrument_message_stream_manager
 from tests.conftest import Captured
+from tests.integrations.support import (
+    Harness,
+    all_attribute_values,
+    by_id,
+    drain,
+    drain_async,
+    dump,
+    response_span,
+    tool_spans,
+    wrappers,
+)
 from tests.protocols import anthropic_events as E
 
 MODEL = "claude-sonnet-5-5"  # not one the SDK warns about as deprecated (warnings are errors here)
@@ -93,24 +103,13 @@ class Outcome:
     types: tuple[type, ...] = ()
 
 
-def _dump(item: Any) -> tuple[str, str]:
-    if hasattr(item, "model_dump_json"):
-        return type(item).__qualname__, item.model_dump_json(warnings=False)
-    return type(item).__qualname__, repr(item)
-
-
 def consume(client: anthropic.Anthropic, messages: Any = USER, *, stop_after: int | None = None) -> Outcome:
     """Iterate one ``messages.create(stream=True)`` like an application does; ``stop_after`` breaks then closes."""
     outcome = Outcome()
     try:
         stream = client.messages.create(model=MODEL, max_tokens=1024, messages=messages, stream=True)
         outcome.types = (type(stream),)
-        for event in stream:
-            outcome.events.append(_dump(event))
-            if stop_after is not None and len(outcome.events) >= stop_after:
-                break
-        if stop_after is not None:
-            stream.close()
+        drain(stream, outcome.events, stop_after)
     except Exception as error:  # the test compares it with the uninstrumented run
         outcome.error = (type(error), str(error))
     return outcome
@@ -123,12 +122,7 @@ async def consume_async(
     try:
         stream = await client.messages.create(model=MODEL, max_tokens=1024, messages=messages, stream=True)
         outcome.types = (type(stream),)
-        async for event in stream:
-            outcome.events.append(_dump(event))
-            if stop_after is not None and len(outcome.events) >= stop_after:
-                break
-        if stop_after is not None:
-            await stream.close()
+        await drain_async(stream, outcome.events, stop_after)
     except Exception as error:
         outcome.error = (type(error), str(error))
     return outcome
@@ -142,7 +136,7 @@ def consume_helper(client: anthropic.Anthropic, messages: Any = USER) -> Outcome
         with manager as stream:
             outcome.types = (type(manager), type(stream))
             for event in stream:
-                outcome.events.append(_dump(event))
+                outcome.events.append(dump(event))
             outcome.final = stream.get_final_message().model_dump_json(warnings=False)
     except Exception as error:
         outcome.error = (type(error), str(error))
@@ -165,7 +159,7 @@ async def consume_helper_async(client: anthropic.AsyncAnthropic, messages: Any =
         async with manager as stream:
             outcome.types = (type(manager), type(stream))
             async for event in stream:
-                outcome.events.append(_dump(event))
+                outcome.events.append(dump(event))
             outcome.final = (await stream.get_final_message()).model_dump_json(warnings=False)
     except Exception as error:
         outcome.error = (type(error), str(error))
@@ -187,16 +181,6 @@ _METHODS = (
 )
 
 
-def wrappers(cls: type, name: str) -> list[Any]:
-    """The objects whose methods wrap ``cls.<name>`` (wrapt wrappers), outermost first."""
-    found = []
-    target = cls.__dict__[name]
-    while isinstance(target, (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper)):
-        found.append(getattr(target._self_wrapper, "__self__", target._self_wrapper))
-        target = target.__wrapped__
-    return found
-
-
 def wrapped_methods() -> list[str]:
     """The ``Messages`` methods etf-otel's instrumentor wraps right now."""
     return [
@@ -206,40 +190,20 @@ def wrapped_methods() -> list[str]:
     ]
 
 
-class Etf:
+class Etf(Harness[AnthropicInstrumentor]):
     """Instruments on demand with the captured providers; always uninstrumented afterwards."""
-
-    def __init__(self, captured: Captured) -> None:
-        self.captured = captured
-        self.instrumentor: AnthropicInstrumentor | None = None
 
     def instrument(self, **config: Any) -> AnthropicInstrumentor:
         assert wrapped_methods() == [], "a previous test left anthropic instrumented"
-        self.instrumentor = instrument_anthropic(
-            tracer_provider=self.captured.tracer_provider, meter_provider=self.captured.meter_provider, **config
-        )
+        self.instrumentor = instrument_anthropic(**self.providers(), **config)
         assert len(wrapped_methods()) == 4
         return self.instrumentor
-
-    def close(self) -> None:
-        if self.instrumentor is not None:
-            self.instrumentor.uninstrument()
-            self.instrumentor = None
 
 
 @pytest.fixture
 def etf(captured: Captured) -> Iterator[Etf]:
-    harness = Etf(captured)
-    try:
+    with Etf(captured) as harness:
         yield harness
-    finally:
-        harness.close()
-
-
-@pytest.fixture
-def server() -> Iterator[LocalChatServer]:
-    with LocalChatServer() as srv:
-        yield srv
 
 
 @pytest.fixture
@@ -292,31 +256,6 @@ def run_both_async(
         baseline.text,
     )
     return baseline, observed
-
-
-def tool_spans(captured: Captured) -> list[ReadableSpan]:
-    return captured.spans("assemble_tool_call")
-
-
-def response_span(captured: Captured) -> ReadableSpan:
-    (span,) = captured.spans("assemble_response")
-    return span
-
-
-def by_id(spans: Sequence[ReadableSpan]) -> dict[Any, ReadableSpan]:
-    return {span.attributes.get("gen_ai.tool.call.id"): span for span in spans}
-
-
-def all_attribute_values(captured: Captured) -> list[Any]:
-    values: list[Any] = []
-    for span in captured.spans():
-        values.extend(span.attributes.values())
-        for event in span.events:
-            values.extend(event.attributes.values())
-    for points in captured.metrics().values():
-        for attributes, _ in points:
-            values.extend(attributes.values())
-    return values
 
 
 def assert_valid_response(captured: Captured, provider: str = "anthropic") -> None:
@@ -477,7 +416,7 @@ def test_raw_response_is_returned_untouched(etf: Etf, server: LocalChatServer) -
     def run() -> tuple[type, list[tuple[str, str]]]:
         with anthropic.Anthropic(base_url=server.root_url, api_key="t", max_retries=0, timeout=5.0) as client:
             raw = client.messages.with_raw_response.create(model=MODEL, max_tokens=1024, messages=USER, stream=True)
-            return type(raw), [_dump(event) for event in raw.parse()]
+            return type(raw), [dump(event) for event in raw.parse()]
 
     server.enqueue(named(VALID), named(VALID))
     baseline = run()
@@ -523,7 +462,7 @@ def test_with_the_divergence_check_the_message_is_still_recorded_once(
         if etf.instrumentor is not None:
             manager = instrument_message_stream_manager(manager, instrumentation=etf.instrumentor.instrumentation)
         with manager as stream:
-            events = [_dump(event) for event in stream]
+            events = [dump(event) for event in stream]
             return Outcome(events=events, final=stream.get_final_message().model_dump_json(warnings=False))
 
     run_both(etf, server, client, VALID, run)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from etf_otel.integrations.anthropic_state import (
     instrument_message_stream_manager,
     message_calls,
 )
+from tests.integrations.support import divergence_kinds, in_span, outcome_of
 
 from ..conftest import Captured
 
@@ -75,33 +75,6 @@ SDK_RAISES: dict[str, type[Exception]] = {
     "delta for an unknown index": IndexError,
     "first tool block at index 1": IndexError,
 }
-
-
-def _kinds(captured: Captured) -> list[str]:
-    kinds = [
-        str(event.attributes[A.ETF_DIVERGENCE_KIND])
-        for span in captured.spans()
-        for event in span.events
-        if event.name == A.EVENT_INTEGRITY_VIOLATION and event.attributes and A.ETF_DIVERGENCE_KIND in event.attributes
-    ]
-    counted = captured.metric_sum("etf.integrity.violations", etf__error__category="divergent_assembly")
-    assert counted == len(kinds), "every divergence is counted once on the metric too"
-    return sorted(kinds)
-
-
-def _outcome(run: Callable[[], Any]) -> tuple[str, Any]:
-    """What a caller observed: ``("ok", value)`` or ``("raised", (type, args))``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return "ok", run()
-        except Exception as error:
-            return "raised", (type(error), error.args)
-
-
-def _in_span(captured: Captured, run: Callable[[], Any]) -> tuple[str, Any]:
-    with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
-        return _outcome(run)
 
 
 def _sdk_events(name: str) -> list[Any]:
@@ -148,12 +121,12 @@ def test_every_quirk_row_is_pinned() -> None:
 
 @pytest.mark.parametrize("name", list(ANTHROPIC_KINDS))
 def test_anthropic_accumulator(captured: Captured, name: str) -> None:
-    expected = _without_event_types(_outcome(lambda: _message_stream(name)))
-    assert _outcome(lambda: _accumulated(MessageAccumulator(), name)) == expected
+    expected = _without_event_types(outcome_of(lambda: _message_stream(name)))
+    assert outcome_of(lambda: _accumulated(MessageAccumulator(), name)) == expected
     etf = captured.instrumentation()
-    seen = _in_span(captured, lambda: _accumulated(instrument_anthropic_state(instrumentation=etf), name))
+    seen = in_span(captured, lambda: _accumulated(instrument_anthropic_state(instrumentation=etf), name))
     assert seen == expected
-    assert _kinds(captured) == ANTHROPIC_KINDS[name]
+    assert divergence_kinds(captured) == ANTHROPIC_KINDS[name]
     if name in SDK_RAISES:
         assert expected[0] == "raised" and expected[1][0] is SDK_RAISES[name]
     else:
@@ -192,7 +165,7 @@ def test_dict_events_are_converted_as_the_sdk_converts_them(captured: Captured) 
     with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
         message = accumulator.get_final_message()
     assert message_calls(message) == SDK_MESSAGES["second message_start (spliced)"][0]
-    assert _kinds(captured) == ["call_split"]
+    assert divergence_kinds(captured) == ["call_split"]
     (response,) = captured.spans("assemble_response")
     assert response.attributes is not None and response.attributes[A.ETF_STREAM_STATE] == "truncated"
 
@@ -206,14 +179,14 @@ def test_raising_event_reaches_the_caller_unchanged(captured: Captured) -> None:
         with pytest.raises(IndexError) as raised:
             accumulator.accumulate(events[3])
     assert type(raised.value) is IndexError and raised.value.args == ("list index out of range",)
-    assert _kinds(captured) == ["assembler_raised"]
+    assert divergence_kinds(captured) == ["assembler_raised"]
     (response,) = captured.spans("assemble_response")
     assert response.attributes is not None and response.attributes[A.ETF_STREAM_STATE] == "failed"
 
 
 def test_divergence_values_never_recorded(captured: Captured) -> None:
     etf = captured.instrumentation()
-    _in_span(
+    in_span(
         captured,
         lambda: _accumulated(instrument_anthropic_state(instrumentation=etf), "delta after content_block_stop"),
     )
@@ -222,12 +195,6 @@ def test_divergence_values_never_recorded(captured: Captured) -> None:
 
 
 # --- client.messages.stream(...) over real HTTP --------------------------------------------------
-
-
-@pytest.fixture
-def server() -> Iterator[LocalChatServer]:
-    with LocalChatServer() as local:
-        yield local
 
 
 def _client(server: LocalChatServer) -> anthropic.Anthropic:
@@ -252,14 +219,14 @@ def _helper_run(client: anthropic.Anthropic, wrap: Callable[[Any], Any] | None) 
 def test_messages_stream_helper(captured: Captured, server: LocalChatServer, name: str) -> None:
     client = _client(server)
     server.enqueue(_script(name))
-    expected = _outcome(lambda: _helper_run(client, None))
+    expected = outcome_of(lambda: _helper_run(client, None))
     server.enqueue(_script(name))
     etf = captured.instrumentation()
-    seen = _in_span(
+    seen = in_span(
         captured, lambda: _helper_run(client, lambda m: instrument_message_stream_manager(m, instrumentation=etf))
     )
     assert seen == expected
-    assert _kinds(captured) == ANTHROPIC_KINDS[name]
+    assert divergence_kinds(captured) == ANTHROPIC_KINDS[name]
     assert len(captured.spans("assemble_response")) == 1
 
 
@@ -270,7 +237,7 @@ def test_iterating_the_text_stream_is_enough(captured: Captured, server: LocalCh
         with client.messages.stream(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as stream:
             assert instrument_message_stream(stream, instrumentation=captured.instrumentation()) is stream
             assert list(stream.text_stream) == []
-    assert _kinds(captured) == ["arguments_differ"]
+    assert divergence_kinds(captured) == ["arguments_differ"]
 
 
 def test_with_the_instrumentor_the_message_is_recorded_once(captured: Captured, server: LocalChatServer) -> None:
@@ -291,22 +258,22 @@ def test_with_the_instrumentor_the_message_is_recorded_once(captured: Captured, 
     finally:
         instrumentor.uninstrument()
     assert calls == SDK_MESSAGES["block index reused by a second call"][0]
-    assert _kinds(captured) == ["arguments_differ", "call_split"]
+    assert divergence_kinds(captured) == ["arguments_differ", "call_split"]
     assert len(captured.spans("assemble_response")) == 1
 
 
 def test_dropped_connection_is_the_transport_not_the_accumulator(captured: Captured, server: LocalChatServer) -> None:
     client = _client(server)
     server.enqueue(_script("clean multi-call stream", cut_after=6))
-    expected = _outcome(lambda: _helper_run(client, None))
+    expected = outcome_of(lambda: _helper_run(client, None))
     server.enqueue(_script("clean multi-call stream", cut_after=6))
     etf = captured.instrumentation()
-    seen = _in_span(
+    seen = in_span(
         captured, lambda: _helper_run(client, lambda m: instrument_message_stream_manager(m, instrumentation=etf))
     )
     assert expected[0] == "raised" and seen[0] == "raised" and seen[1][0] is expected[1][0]
     assert expected[1][0].__name__ == "RemoteProtocolError"  # anthropic 2.14 lets httpx2's error through
-    assert _kinds(captured) == []
+    assert divergence_kinds(captured) == []
 
 
 def test_error_event_is_the_transport_not_the_accumulator(captured: Captured, server: LocalChatServer) -> None:
@@ -314,11 +281,11 @@ def test_error_event_is_the_transport_not_the_accumulator(captured: Captured, se
     client = _client(server)
     server.enqueue(Script(events=events, named=True))
     etf = captured.instrumentation()
-    seen = _in_span(
+    seen = in_span(
         captured, lambda: _helper_run(client, lambda m: instrument_message_stream_manager(m, instrumentation=etf))
     )
     assert seen[0] == "raised" and issubclass(seen[1][0], anthropic.APIStatusError)
-    assert _kinds(captured) == []
+    assert divergence_kinds(captured) == []
 
 
 def test_async_stream(captured: Captured, server: LocalChatServer) -> None:
@@ -340,7 +307,7 @@ def test_async_stream(captured: Captured, server: LocalChatServer) -> None:
         server.enqueue(_script(name))
         with captured.tracer_provider.get_tracer("test").start_as_current_span(name):
             assert asyncio.run(run(True)) == expected
-    assert _kinds(captured) == ["arguments_differ", "assembler_raised", "call_split"]
+    assert divergence_kinds(captured) == ["arguments_differ", "assembler_raised", "call_split"]
 
 
 def test_stream_already_consumed_is_left_alone(captured: Captured, server: LocalChatServer) -> None:

@@ -25,7 +25,6 @@ from langchain_openai.chat_models.base import _convert_delta_to_message_chunk
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from etf_otel import attributes as A
 from etf_otel.cli.local_sse import LocalChatServer, Script
 from etf_otel.cli.quirk_streams import QUIRK_STREAMS, QUIRK_TABLES
 from etf_otel.cli.replay_assemblers import render_comparison, run_assembler
@@ -47,6 +46,7 @@ from etf_otel.integrations.openai_state import (
     instrument_stream_manager,
 )
 from etf_otel.protocols.chat_completions import DONE
+from tests.integrations.support import divergence_kinds, in_span, outcome_of
 
 from ..conftest import Captured
 
@@ -90,33 +90,6 @@ LANGCHAIN_KINDS: dict[str, list[str]] = {
 }
 
 
-def _kinds(captured: Captured) -> list[str]:
-    kinds = [
-        str(event.attributes[A.ETF_DIVERGENCE_KIND])
-        for span in captured.spans()
-        for event in span.events
-        if event.name == A.EVENT_INTEGRITY_VIOLATION and event.attributes and A.ETF_DIVERGENCE_KIND in event.attributes
-    ]
-    counted = captured.metric_sum("etf.integrity.violations", etf__error__category="divergent_assembly")
-    assert counted == len(kinds), "every divergence is counted once on the metric too"
-    return sorted(kinds)
-
-
-def _outcome(run: Callable[[], Any]) -> tuple[str, Any]:
-    """What a caller observed: ``("ok", value)`` or ``("raised", (type, args))``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # pydantic warns on the non-string arguments quirk, wrapped or not
-        try:
-            return "ok", run()
-        except Exception as error:
-            return "raised", (type(error), error.args)
-
-
-def _in_span(captured: Captured, run: Callable[[], Any]) -> tuple[str, Any]:
-    with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
-        return _outcome(run)
-
-
 def _sdk_chunks(chunks: list[object]) -> list[ChatCompletionChunk]:
     out = []
     for chunk in chunks:
@@ -138,9 +111,9 @@ def _drive_state(state: Any, chunks: list[ChatCompletionChunk]) -> Any:
 @pytest.mark.parametrize("name", list(OPENAI_KINDS))
 def test_openai_state(captured: Captured, name: str) -> None:
     chunks = _sdk_chunks(QUIRK_STREAMS[name])
-    expected = _outcome(lambda: _drive_state(ChatCompletionStreamState(), chunks))
+    expected = outcome_of(lambda: _drive_state(ChatCompletionStreamState(), chunks))
     etf = captured.instrumentation()
-    seen = _in_span(
+    seen = in_span(
         captured,
         lambda: _drive_state(
             instrument_assembler(ChatCompletionStreamState(), instrumentation=etf, adapter=OPENAI_STATE_ADAPTER),
@@ -148,7 +121,7 @@ def test_openai_state(captured: Captured, name: str) -> None:
         ),
     )
     assert seen == expected
-    assert _kinds(captured) == OPENAI_KINDS[name]
+    assert divergence_kinds(captured) == OPENAI_KINDS[name]
     assert (expected[0] == "raised") == ("assembler_raised" in OPENAI_KINDS[name])
 
 
@@ -159,13 +132,13 @@ def test_openai_state_convenience_and_forwarding(captured: Captured) -> None:
     assert completion_calls(state.current_completion_snapshot) == [("call_1call_1", "get_a", '{"a":1}')]
     with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
         state.get_final_completion()
-    assert _kinds(captured) == ["id_concatenated"]
+    assert divergence_kinds(captured) == ["id_concatenated"]
     assert [span.name for span in captured.spans("assemble_response")] == ["assemble_response"]
 
 
 def test_divergence_values_never_recorded(captured: Captured) -> None:
     etf = captured.instrumentation()
-    _in_span(
+    in_span(
         captured,
         lambda: _drive_state(
             instrument_assembler(ChatCompletionStreamState(), instrumentation=etf, adapter=OPENAI_STATE_ADAPTER),
@@ -188,12 +161,6 @@ def _helper_run(client: openai.OpenAI, wrap: Callable[[Any], Any] | None) -> Any
         return types, stream.get_final_completion().model_dump()
 
 
-@pytest.fixture
-def server() -> Iterator[LocalChatServer]:
-    with LocalChatServer() as local:
-        yield local
-
-
 def _script(name: str) -> Script:
     return Script(events=[event for event in QUIRK_STREAMS[name] if isinstance(event, (dict, str))])
 
@@ -202,12 +169,12 @@ def _script(name: str) -> Script:
 def test_openai_stream_helper(captured: Captured, server: LocalChatServer, name: str) -> None:
     client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
     server.enqueue(_script(name))
-    expected = _outcome(lambda: _helper_run(client, None))
+    expected = outcome_of(lambda: _helper_run(client, None))
     server.enqueue(_script(name))
     etf = captured.instrumentation()
-    seen = _in_span(captured, lambda: _helper_run(client, lambda m: instrument_stream_manager(m, instrumentation=etf)))
+    seen = in_span(captured, lambda: _helper_run(client, lambda m: instrument_stream_manager(m, instrumentation=etf)))
     assert seen == expected
-    assert _kinds(captured) == OPENAI_KINDS[name]
+    assert divergence_kinds(captured) == OPENAI_KINDS[name]
 
 
 def test_openai_stream_helper_iteration_only_and_instrumentor(captured: Captured, server: LocalChatServer) -> None:
@@ -224,7 +191,7 @@ def test_openai_stream_helper_iteration_only_and_instrumentor(captured: Captured
                     pass
     finally:
         instrumentor.uninstrument()
-    assert _kinds(captured) == ["name_concatenated"]
+    assert divergence_kinds(captured) == ["name_concatenated"]
     assert len(captured.spans("assemble_response")) == 1
 
 
@@ -263,17 +230,17 @@ def _langchain_wrapped(accumulator: Any, chunks: list[object]) -> Any:
 @pytest.mark.parametrize("name", list(LANGCHAIN_KINDS))
 def test_langchain_accumulator(captured: Captured, name: str) -> None:
     chunks = QUIRK_STREAMS[name]
-    expected = _outcome(lambda: _langchain_unwrapped(chunks))
-    assert _outcome(lambda: _langchain_wrapped(LangChainAccumulator(), chunks)) == expected
+    expected = outcome_of(lambda: _langchain_unwrapped(chunks))
+    assert outcome_of(lambda: _langchain_wrapped(LangChainAccumulator(), chunks)) == expected
     etf = captured.instrumentation()
-    seen = _in_span(
+    seen = in_span(
         captured,
         lambda: _langchain_wrapped(
             instrument_assembler(LangChainAccumulator(), instrumentation=etf, adapter=LANGCHAIN_ADAPTER), chunks
         ),
     )
     assert seen == expected
-    assert _kinds(captured) == LANGCHAIN_KINDS[name]
+    assert divergence_kinds(captured) == LANGCHAIN_KINDS[name]
 
 
 def test_langchain_call_order_and_convenience(captured: Captured) -> None:
@@ -301,15 +268,15 @@ CHAT_OPENAI_KINDS = {name: LANGCHAIN_KINDS[name] for name in REQUIRED}
 def test_chat_openai_stream(captured: Captured, server: LocalChatServer, name: str) -> None:
     model = ChatOpenAI(base_url=server.base_url, api_key="x", model="m", max_retries=0)  # type: ignore[arg-type]
     server.enqueue(_script(name))
-    expected = _outcome(lambda: _chat_run(model, None))
+    expected = outcome_of(lambda: _chat_run(model, None))
     server.enqueue(_script(name))
     etf = captured.instrumentation()
-    seen = _in_span(
+    seen = in_span(
         captured,
         lambda: _chat_run(model, lambda s: observe_message_stream(s, instrumentation=etf, record_response=True)),
     )
     assert seen == expected
-    assert _kinds(captured) == CHAT_OPENAI_KINDS[name]
+    assert divergence_kinds(captured) == CHAT_OPENAI_KINDS[name]
     assert len(captured.spans("assemble_response")) == 1
 
 
@@ -323,12 +290,12 @@ def test_message_stream_connection_error_reaches_caller(captured: Captured, serv
     model = ChatOpenAI(base_url=server.base_url, api_key="x", model="m", max_retries=0)  # type: ignore[arg-type]
     events = [e for e in QUIRK_STREAMS["cut mid-arguments"] if isinstance(e, dict)]
     server.enqueue(Script(events=events, cut_after=1))
-    expected = _outcome(lambda: _chat_run(model, None))
+    expected = outcome_of(lambda: _chat_run(model, None))
     server.enqueue(Script(events=events, cut_after=1))
     etf = captured.instrumentation()
-    seen = _in_span(captured, lambda: _chat_run(model, lambda s: observe_message_stream(s, instrumentation=etf)))
+    seen = in_span(captured, lambda: _chat_run(model, lambda s: observe_message_stream(s, instrumentation=etf)))
     assert expected[0] == "raised" and seen[0] == "raised" and seen[1][0] is expected[1][0]
-    assert _kinds(captured) == []
+    assert divergence_kinds(captured) == []
 
 
 # --- replay --assembler ------------------------------------------------------------------------

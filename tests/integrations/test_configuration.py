@@ -25,6 +25,7 @@ from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import Instrumentation, instrument_host, instrument_stream
 from etf_otel.integrations.openai import FALLBACK_PROVIDER, OpenAIInstrumentor, instrument_openai
 from tests.conftest import Captured
+from tests.integrations.support import Harness, response_span
 from tests.protocols import responses_events as R
 from tests.test_examples import console_spans, named, zero_code
 
@@ -79,30 +80,18 @@ def no_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def server() -> Iterator[LocalChatServer]:
-    with LocalChatServer() as srv:
-        yield srv
-
-
-@pytest.fixture
 def client(server: LocalChatServer) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=server.base_url, api_key="t", max_retries=0, timeout=5.0) as c:
         yield c
 
 
-class Etf:
+class Etf(Harness[OpenAIInstrumentor]):
     """Instruments with the captured providers, as many times as a test needs; always uninstrumented after."""
-
-    def __init__(self, captured: Captured) -> None:
-        self.captured = captured
-        self.instrumentor: OpenAIInstrumentor | None = None
 
     def instrument(self, **options: Any) -> OpenAIInstrumentor:
         self.close()
         self.captured = Captured()
-        self.instrumentor = instrument_openai(
-            tracer_provider=self.captured.tracer_provider, meter_provider=self.captured.meter_provider, **options
-        )
+        self.instrumentor = instrument_openai(**self.providers(), **options)
         return self.instrumentor
 
     @property
@@ -110,19 +99,11 @@ class Etf:
         assert self.instrumentor is not None and self.instrumentor.instrumentation is not None
         return self.instrumentor.instrumentation
 
-    def close(self) -> None:
-        if self.instrumentor is not None:
-            self.instrumentor.uninstrument()
-            self.instrumentor = None
-
 
 @pytest.fixture
 def etf(captured: Captured) -> Iterator[Etf]:
-    harness = Etf(captured)
-    try:
+    with Etf(captured) as harness:
         yield harness
-    finally:
-        harness.close()
 
 
 def stream(server: LocalChatServer, client: openai.OpenAI, events: list[Any], messages: list[Any] = USER) -> None:
@@ -133,11 +114,6 @@ def stream(server: LocalChatServer, client: openai.OpenAI, events: list[Any], me
 
 def the_call_span(captured: Captured) -> ReadableSpan:
     (span,) = captured.spans("assemble_tool_call")
-    return span
-
-
-def the_response_span(captured: Captured) -> ReadableSpan:
-    (span,) = captured.spans("assemble_response")
     return span
 
 
@@ -167,7 +143,7 @@ def test_provider_name_from_the_environment_labels_spans_and_metrics(
     stream(server, client, NULL_CONTINUATION)
     etf.instrumentation.host(Host()).execute(CALL_A)
 
-    assert the_response_span(etf.captured).attributes[A.GEN_AI_PROVIDER_NAME] == "vllm"
+    assert response_span(etf.captured).attributes[A.GEN_AI_PROVIDER_NAME] == "vllm"
     assert the_call_span(etf.captured).attributes[A.GEN_AI_PROVIDER_NAME] == "vllm"
     (execution,) = etf.captured.spans("execute_tool")
     assert execution.attributes[A.GEN_AI_PROVIDER_NAME] == "vllm"
@@ -182,7 +158,7 @@ def test_provider_name_keyword_beats_the_environment(
     etf.instrument(provider_name="tgi")
     stream(server, client, NULL_CONTINUATION)
 
-    assert the_response_span(etf.captured).attributes[A.GEN_AI_PROVIDER_NAME] == "tgi"
+    assert response_span(etf.captured).attributes[A.GEN_AI_PROVIDER_NAME] == "tgi"
     assert etf.captured.metric_sum(A.METRIC_STREAMS, gen_ai__provider__name="tgi") == 1
     assert etf.captured.metric_sum(A.METRIC_STREAMS, gen_ai__provider__name="vllm") == 0
 
@@ -195,7 +171,7 @@ def test_environment_is_read_when_instrumenting_not_per_call(
     monkeypatch.setenv(A.ENV_PROVIDER_NAME, "changed-later")
     stream(server, client, NULL_CONTINUATION)
 
-    assert the_response_span(etf.captured).attributes[A.GEN_AI_PROVIDER_NAME] == "vllm"
+    assert response_span(etf.captured).attributes[A.GEN_AI_PROVIDER_NAME] == "vllm"
 
 
 # --- the provider fallback ---------------------------------------------------------------------------------------
@@ -210,7 +186,7 @@ def test_provider_falls_back_to_openai_for_an_unknown_host(
     stream(server, client, NULL_CONTINUATION)
 
     assert FALLBACK_PROVIDER == "openai"
-    assert the_response_span(etf.captured).attributes[A.GEN_AI_PROVIDER_NAME] == "openai"
+    assert response_span(etf.captured).attributes[A.GEN_AI_PROVIDER_NAME] == "openai"
     assert the_call_span(etf.captured).attributes[A.GEN_AI_PROVIDER_NAME] == "openai"
     assert etf.captured.metric_sum(A.METRIC_STREAMS, gen_ai__provider__name="openai") == 1
     assert etf.captured.metric_sum(A.METRIC_TOOL_CALLS, gen_ai__provider__name="openai") == 1
@@ -228,7 +204,7 @@ def test_provider_falls_back_on_the_responses_api_too(etf: Etf, server: LocalCha
         for _ in responses_client.responses.create(model="m", input="read page 1", stream=True):
             pass
 
-    response = the_response_span(etf.captured)
+    response = response_span(etf.captured)
     assert response.attributes[A.ETF_PROTOCOL] == "responses"
     assert response.attributes[A.GEN_AI_PROVIDER_NAME] == "openai"
 
@@ -245,7 +221,7 @@ def test_configured_provider_overrides_the_fallback_and_a_known_host_is_not_the_
     monkeypatch.setenv(A.ENV_PROVIDER_NAME, "my-gateway")
     etf.instrument()
     stream(server, client, NULL_CONTINUATION)
-    assert the_response_span(etf.captured).attributes[A.GEN_AI_PROVIDER_NAME] == "my-gateway"
+    assert response_span(etf.captured).attributes[A.GEN_AI_PROVIDER_NAME] == "my-gateway"
 
 
 # --- OTEL_INSTRUMENTATION_ETF_ALLOW ------------------------------------------------------------------------------

@@ -34,6 +34,17 @@ from etf_otel.instrumentation import ObservedAsyncStream, ObservedStream
 from etf_otel.integrations.openai import OpenAIInstrumentor, detect_provider, instrument_openai
 from etf_otel.protocols.chat_completions import assemble
 from tests.conftest import Captured
+from tests.integrations.support import (
+    Harness,
+    all_attribute_values,
+    by_id,
+    drain,
+    drain_async,
+    dump,
+    response_span,
+    tool_spans,
+    wrappers,
+)
 
 USER: list[dict[str, Any]] = [{"role": "user", "content": "read page 1 and save a report"}]
 
@@ -129,24 +140,13 @@ class Outcome:
     stream_type: type | None = None
 
 
-def _dump(item: Any) -> tuple[str, str]:
-    if hasattr(item, "model_dump_json"):
-        return type(item).__qualname__, item.model_dump_json(warnings=False)
-    return type(item).__qualname__, repr(item)
-
-
 def consume(client: openai.OpenAI, messages: Sequence[Any] = USER, *, stop_after: int | None = None) -> Outcome:
     """Iterate one streamed ``create`` like an application does; ``stop_after`` breaks then closes."""
     outcome = Outcome()
     try:
         stream = client.chat.completions.create(model="m", messages=messages, stream=True)
         outcome.stream_type = type(stream)
-        for item in stream:
-            outcome.chunks.append(_dump(item))
-            if stop_after is not None and len(outcome.chunks) >= stop_after:
-                break
-        if stop_after is not None:
-            stream.close()
+        drain(stream, outcome.chunks, stop_after)
     except Exception as error:  # the test compares it with the uninstrumented run
         outcome.error = (type(error), str(error))
     return outcome
@@ -159,25 +159,10 @@ async def consume_async(
     try:
         stream = await client.chat.completions.create(model="m", messages=messages, stream=True)
         outcome.stream_type = type(stream)
-        async for item in stream:
-            outcome.chunks.append(_dump(item))
-            if stop_after is not None and len(outcome.chunks) >= stop_after:
-                break
-        if stop_after is not None:
-            await stream.close()
+        await drain_async(stream, outcome.chunks, stop_after)
     except Exception as error:
         outcome.error = (type(error), str(error))
     return outcome
-
-
-def wrappers(cls: type = completions_module.Completions) -> list[Any]:
-    """The objects whose methods wrap ``cls.create`` (wrapt wrappers), outermost first."""
-    found = []
-    target = cls.__dict__["create"]
-    while isinstance(target, (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper)):
-        found.append(getattr(target._self_wrapper, "__self__", target._self_wrapper))
-        target = target.__wrapped__
-    return found
 
 
 def is_wrapped(cls: type = completions_module.Completions) -> bool:
@@ -185,40 +170,20 @@ def is_wrapped(cls: type = completions_module.Completions) -> bool:
     return any(isinstance(owner, OpenAIInstrumentor) for owner in wrappers(cls))
 
 
-class Etf:
+class Etf(Harness[OpenAIInstrumentor]):
     """Instruments on demand with the captured providers; always uninstrumented afterwards."""
-
-    def __init__(self, captured: Captured) -> None:
-        self.captured = captured
-        self.instrumentor: OpenAIInstrumentor | None = None
 
     def instrument(self, **config: Any) -> OpenAIInstrumentor:
         assert not is_wrapped(), "a previous test left openai instrumented"
-        self.instrumentor = instrument_openai(
-            tracer_provider=self.captured.tracer_provider, meter_provider=self.captured.meter_provider, **config
-        )
+        self.instrumentor = instrument_openai(**self.providers(), **config)
         assert is_wrapped()
         return self.instrumentor
-
-    def close(self) -> None:
-        if self.instrumentor is not None:
-            self.instrumentor.uninstrument()
-            self.instrumentor = None
 
 
 @pytest.fixture
 def etf(captured: Captured) -> Iterator[Etf]:
-    harness = Etf(captured)
-    try:
+    with Etf(captured) as harness:
         yield harness
-    finally:
-        harness.close()
-
-
-@pytest.fixture
-def server() -> Iterator[LocalChatServer]:
-    with LocalChatServer() as srv:
-        yield srv
 
 
 @pytest.fixture
@@ -254,31 +219,6 @@ def run_both(
     first, second = server.requests[-2:]
     assert second.body == first.body
     return observed
-
-
-def tool_spans(captured: Captured) -> list[ReadableSpan]:
-    return captured.spans("assemble_tool_call")
-
-
-def response_span(captured: Captured) -> ReadableSpan:
-    (span,) = captured.spans("assemble_response")
-    return span
-
-
-def by_id(spans: Sequence[ReadableSpan]) -> dict[Any, ReadableSpan]:
-    return {span.attributes.get("gen_ai.tool.call.id"): span for span in spans}
-
-
-def all_attribute_values(captured: Captured) -> list[Any]:
-    values: list[Any] = []
-    for span in captured.spans():
-        values.extend(span.attributes.values())
-        for event in span.events:
-            values.extend(event.attributes.values())
-    for points in captured.metrics().values():
-        for attributes, _ in points:
-            values.extend(attributes.values())
-    return values
 
 
 def rejected_events(span: ReadableSpan) -> list[dict[str, Any]]:
@@ -546,7 +486,7 @@ def test_async_connection_cut_raises_the_sdk_error(etf: Etf, server: LocalChatSe
 def test_stream_helper_still_works_and_is_observed(etf: Etf, server: LocalChatServer, client: Any) -> None:
     def run() -> tuple[list[tuple[str, str]], Any]:
         with client.chat.completions.stream(model="m", messages=USER) as stream:
-            events = [_dump(event) for event in stream]
+            events = [dump(event) for event in stream]
             final = stream.get_final_completion()
         return events, final
 
@@ -881,7 +821,7 @@ def test_coexists_with_the_opentelemetry_genai_openai_instrumentation(
         else:
             instrument_peer()
             etf.instrument()
-        assert len(wrappers()) == 2
+        assert len(wrappers(completions_module.Completions)) == 2
         observed = consume(client)
     finally:  # last in, first out
         if ours_first:
@@ -907,7 +847,7 @@ def test_uninstrument_removes_only_its_own_wrapper(etf: Etf) -> None:
     peer.instrument(tracer_provider=etf.captured.tracer_provider, meter_provider=etf.captured.meter_provider)
     try:
         etf.close()
-        owners = wrappers()
+        owners = wrappers(completions_module.Completions)
         assert not is_wrapped(), owners  # ours is gone ...
         assert len(owners) == 1, owners  # ... and the other instrumentor's wrapper is still there
     finally:

@@ -22,7 +22,6 @@ import httpx2
 import openai
 import openai.resources.responses.responses as responses_module
 import pytest
-import wrapt
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
@@ -35,6 +34,7 @@ from etf_otel.integrations.openai import OpenAIInstrumentor, instrument_openai
 from etf_otel.integrations.openai_responses import output_run_starts, result_call_ids
 from etf_otel.protocols import RESPONSES
 from tests.conftest import Captured
+from tests.integrations.support import Harness, all_attribute_values, response_span, tool_spans, wrappers
 from tests.protocols import responses_events as R
 
 USER: list[dict[str, Any]] = [{"role": "user", "content": "read page 1 and save a report"}]
@@ -169,53 +169,23 @@ def consume_helper(server: LocalChatServer, mode: str = "sync", **request: Any) 
 _PATCHED = ("create", "retrieve")
 
 
-def wrappers(cls: type, name: str = "create") -> list[Any]:
-    """The owners of the wrapt wrappers around ``cls.<name>``, outermost first."""
-    found = []
-    target = cls.__dict__[name]
-    while isinstance(target, (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper)):
-        found.append(getattr(target._self_wrapper, "__self__", target._self_wrapper))
-        target = target.__wrapped__
-    return found
-
-
 def is_wrapped(cls: type = responses_module.Responses, name: str = "create") -> bool:
     return any(type(owner).__module__ == "etf_otel.integrations.openai_responses" for owner in wrappers(cls, name))
 
 
-class Etf:
+class Etf(Harness[OpenAIInstrumentor]):
     """Instruments on demand with the captured providers; always uninstrumented afterwards."""
-
-    def __init__(self, captured: Captured) -> None:
-        self.captured = captured
-        self.instrumentor: OpenAIInstrumentor | None = None
 
     def instrument(self, **config: Any) -> OpenAIInstrumentor:
         assert not is_wrapped(), "a previous test left openai instrumented"
-        self.instrumentor = instrument_openai(
-            tracer_provider=self.captured.tracer_provider, meter_provider=self.captured.meter_provider, **config
-        )
+        self.instrumentor = instrument_openai(**self.providers(), **config)
         return self.instrumentor
-
-    def close(self) -> None:
-        if self.instrumentor is not None:
-            self.instrumentor.uninstrument()
-            self.instrumentor = None
 
 
 @pytest.fixture
 def etf(captured: Captured) -> Iterator[Etf]:
-    harness = Etf(captured)
-    try:
+    with Etf(captured) as harness:
         yield harness
-    finally:
-        harness.close()
-
-
-@pytest.fixture
-def server() -> Iterator[LocalChatServer]:
-    with LocalChatServer() as srv:
-        yield srv
 
 
 def run_both(
@@ -234,27 +204,6 @@ def run_both(
     assert second.path == first.path == "/v1/responses"
     assert second.body == first.body  # the request on the wire is the same too
     return observed
-
-
-def tool_spans(captured: Captured) -> list[ReadableSpan]:
-    return captured.spans("assemble_tool_call")
-
-
-def response_span(captured: Captured) -> ReadableSpan:
-    (span,) = captured.spans("assemble_response")
-    return span
-
-
-def all_attribute_values(captured: Captured) -> list[Any]:
-    values: list[Any] = []
-    for span in captured.spans():
-        values.extend(span.attributes.values())
-        for event in span.events:
-            values.extend(event.attributes.values())
-    for points in captured.metrics().values():
-        for attributes, _ in points:
-            values.extend(attributes.values())
-    return values
 
 
 def violations(span: ReadableSpan) -> list[dict[str, Any]]:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from etf_otel.integrations.openai_responses_state import (
     instrument_responses_state,
     response_calls,
 )
+from tests.integrations.support import divergence_kinds, in_span, outcome_of
 
 from ..conftest import Captured
 
@@ -89,33 +89,6 @@ SDK_RAISES: dict[str, str] = {
 """The ``RuntimeError`` message of each quirk the SDK refuses."""
 
 
-def _kinds(captured: Captured) -> list[str]:
-    kinds = [
-        str(event.attributes[A.ETF_DIVERGENCE_KIND])
-        for span in captured.spans()
-        for event in span.events
-        if event.name == A.EVENT_INTEGRITY_VIOLATION and event.attributes and A.ETF_DIVERGENCE_KIND in event.attributes
-    ]
-    counted = captured.metric_sum("etf.integrity.violations", etf__error__category="divergent_assembly")
-    assert counted == len(kinds), "every divergence is counted once on the metric too"
-    return sorted(kinds)
-
-
-def _outcome(run: Callable[[], Any]) -> tuple[str, Any]:
-    """What a caller observed: ``("ok", value)`` or ``("raised", (type, args))``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # pydantic serializer warnings on constructed models, wrapped or not
-        try:
-            return "ok", run()
-        except Exception as error:
-            return "raised", (type(error), error.args)
-
-
-def _in_span(captured: Captured, run: Callable[[], Any]) -> tuple[str, Any]:
-    with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
-        return _outcome(run)
-
-
 def _sdk_events(name: str) -> list[Any]:
     """The events as the SDK's SSE decoder builds them (``construct_type`` of the stream event union)."""
     return [construct_type(type_=ResponseStreamEvent, value=event) for event in RESPONSES_QUIRK_STREAMS[name]]
@@ -141,18 +114,18 @@ def test_every_quirk_row_is_pinned() -> None:
 
 @pytest.mark.parametrize("name", list(RESPONSES_KINDS))
 def test_responses_state(captured: Captured, name: str) -> None:
-    expected = _outcome(
+    expected = outcome_of(
         lambda: _drive(ResponseStreamState(input_tools=omit, text_format=omit), _sdk_events(name), _final)
     )
     etf = captured.instrumentation()
-    seen = _in_span(
+    seen = in_span(
         captured,
         lambda: _drive(
             instrument_responses_state(instrumentation=etf), _sdk_events(name), lambda s: s.get_final_response()
         ),
     )
     assert seen == expected
-    assert _kinds(captured) == RESPONSES_KINDS[name]
+    assert divergence_kinds(captured) == RESPONSES_KINDS[name]
     if name in SDK_RAISES:
         assert expected == ("raised", (RuntimeError, (SDK_RAISES[name],)))
     else:
@@ -179,14 +152,14 @@ def test_state_forwards_and_records_one_response(captured: Captured) -> None:
     assert state._output_items[0].call_id == "call_1"  # forwarded to the SDK's state
     with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
         assert response_calls(state.get_final_response()) == [("call_9", "get_a", '{"a":1}')]
-    assert _kinds(captured) == ["id_replaced"]
+    assert divergence_kinds(captured) == ["id_replaced"]
     assert len(captured.spans("assemble_response")) == 1
     assert [span.name for span in captured.spans("assemble_tool_call")] == ["assemble_tool_call get_a"]
 
 
 def test_divergence_values_never_recorded(captured: Captured) -> None:
     etf = captured.instrumentation()
-    _in_span(
+    in_span(
         captured,
         lambda: _drive(
             instrument_responses_state(instrumentation=etf),
@@ -206,18 +179,12 @@ def test_raising_event_reaches_the_caller_as_the_sdk_raised_it(captured: Capture
         with pytest.raises(RuntimeError, match="before receiving its output item") as raised:
             state.handle_event(events[1])
     assert type(raised.value) is RuntimeError
-    assert _kinds(captured) == ["assembler_raised"]
+    assert divergence_kinds(captured) == ["assembler_raised"]
     (response,) = captured.spans("assemble_response")
     assert response.attributes is not None and response.attributes[A.ETF_STREAM_STATE] == "failed"
 
 
 # --- client.responses.stream(...) over real HTTP -------------------------------------------------
-
-
-@pytest.fixture
-def server() -> Iterator[LocalChatServer]:
-    with LocalChatServer() as local:
-        yield local
 
 
 def _script(name: str) -> Script:
@@ -238,14 +205,14 @@ def _helper_run(client: openai.OpenAI, wrap: Callable[[Any], Any] | None) -> Any
 def test_responses_stream_helper(captured: Captured, server: LocalChatServer, name: str) -> None:
     client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
     server.enqueue(_script(name))
-    expected = _outcome(lambda: _helper_run(client, None))
+    expected = outcome_of(lambda: _helper_run(client, None))
     server.enqueue(_script(name))
     etf = captured.instrumentation()
-    seen = _in_span(
+    seen = in_span(
         captured, lambda: _helper_run(client, lambda m: instrument_response_stream_manager(m, instrumentation=etf))
     )
     assert seen == expected
-    assert _kinds(captured) == RESPONSES_KINDS[name]
+    assert divergence_kinds(captured) == RESPONSES_KINDS[name]
     assert len(captured.spans("assemble_response")) == 1
 
 
@@ -257,7 +224,7 @@ def test_iterating_the_events_is_enough(captured: Captured, server: LocalChatSer
             assert instrument_response_stream(stream, instrumentation=captured.instrumentation()) is stream
             for _ in stream:
                 pass
-    assert _kinds(captured) == ["arguments_differ"]
+    assert divergence_kinds(captured) == ["arguments_differ"]
 
 
 def test_with_the_instrumentor_the_response_is_recorded_once(captured: Captured, server: LocalChatServer) -> None:
@@ -273,7 +240,7 @@ def test_with_the_instrumentor_the_response_is_recorded_once(captured: Captured,
                 assert response_calls(stream.get_final_response()) == [("call_9", "get_a", '{"a":1}')]
     finally:
         instrumentor.uninstrument()
-    assert _kinds(captured) == ["id_replaced"]
+    assert divergence_kinds(captured) == ["id_replaced"]
     assert len(captured.spans("assemble_response")) == 1
 
 
@@ -293,7 +260,7 @@ def test_async_stream(captured: Captured, server: LocalChatServer) -> None:
     with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
         assert asyncio.run(run(True)) == expected
     assert expected[1] == [("call_9", "get_a", '{"a":1}')]
-    assert _kinds(captured) == ["id_replaced"]
+    assert divergence_kinds(captured) == ["id_replaced"]
 
 
 def test_stream_already_consumed_is_left_alone(captured: Captured, server: LocalChatServer) -> None:

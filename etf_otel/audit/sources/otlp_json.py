@@ -24,28 +24,24 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import json
-import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Final, cast
+from typing import IO, Any
 
 from etf_otel.audit.model import SpanData, span_events
+from etf_otel.audit.sources.files import STDIN, expand_paths, open_input
 from etf_otel.errors import OtlpInputError
 
 __all__ = [
     "InputStats",
     "OtlpInputError",
     "decode_any_value",
-    "expand_paths",
     "iter_spans",
     "spans_of_request",
-    "total_bytes",
 ]
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _OTHER_SIGNALS = ("resourceMetrics", "resource_metrics", "resourceLogs", "resource_logs")
 _STATUS_CODES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
 
@@ -60,27 +56,6 @@ class InputStats:
     spans: int = 0
     bytes_read: int = 0
     paths: list[str] = field(default_factory=list)
-
-
-def expand_paths(paths: Iterable[str]) -> list[str]:
-    """Files named and files under named directories (recursively, sorted, no hidden files)."""
-    out: list[str] = []
-    for path in paths:
-        if path == STDIN:
-            out.append(path)
-        elif os.path.isdir(path):
-            found: list[str] = []
-            for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                found.extend(os.path.join(root, name) for name in files if not name.startswith("."))
-            out.extend(sorted(found))
-        elif os.path.isfile(path):
-            out.append(path)
-        elif os.path.exists(path):
-            raise OtlpInputError(f"{path}: not a regular file or directory")
-        else:
-            raise OtlpInputError(f"{path}: no such file or directory")
-    return out
 
 
 def _first(mapping: dict[str, Any], camel: str, snake: str) -> Any:
@@ -233,20 +208,6 @@ def _decode_span(span: Any, service: str | None) -> SpanData:
     )
 
 
-def _open(path: str) -> tuple[IO[bytes], IO[bytes]]:
-    """(text source, raw file for progress) with gzip detected by magic bytes."""
-    raw = open(path, "rb")  # closed by the caller
-    try:
-        magic = raw.read(2)
-        raw.seek(0)
-    except OSError:
-        raw.close()
-        raise
-    if magic == _GZIP_MAGIC:
-        return cast("IO[bytes]", gzip.GzipFile(fileobj=raw, mode="rb")), raw
-    return raw, raw
-
-
 def _requests_of_value(value: Any, stats: InputStats) -> Iterator[Any]:
     """The trace requests in one decoded JSON value (an object or an array of objects)."""
     items = value if isinstance(value, list) else [value]
@@ -259,10 +220,6 @@ def _requests_of_value(value: Any, stats: InputStats) -> Iterator[Any]:
             stats.skipped_records += 1
         else:
             raise ValueError("not an OTLP trace export (expected a JSON object with resourceSpans)")
-
-
-STDIN: Final = "-"
-"""The path that reads standard input as a mixed stream (see :func:`_read_mixed`)."""
 
 
 def _read_mixed(source: IO[bytes], stats: InputStats) -> Iterator[SpanData]:
@@ -293,7 +250,7 @@ def _read_file(path: str, stats: InputStats, advance: Callable[[int], None] | No
         yield from _read_mixed(sys.stdin.buffer, stats)
         return
     try:
-        source, raw = _open(path)
+        source, raw = open_input(path)
     except OSError as error:
         raise OtlpInputError(f"{path}: cannot open: {error.strerror or error}") from None
     position = 0
@@ -411,14 +368,3 @@ def iter_spans(
     for path in files:
         stats.files += 1
         yield from _read_file(path, stats, advance)
-
-
-def total_bytes(paths: Iterable[str]) -> int:
-    """Size on disk of the expanded input (for a progress bar)."""
-    total = 0
-    for path in paths:
-        try:
-            total += os.path.getsize(path)
-        except OSError:
-            pass
-    return total
