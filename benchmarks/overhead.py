@@ -1,22 +1,30 @@
 """What etf-otel costs, measured against its baselines in one run (issue 7).
 
-Four measurements, each interleaving its configurations round by round (A B, then B A, ...)
-so that drift and the noise of other processes hit both sides alike; every figure is a
-median over the rounds, and the spread (25th-75th percentile over the rounds) is printed
-beside it.
+Four measurements, each interleaving its configurations round by round (the order rotates
+or reverses every round) so that drift and the noise of other processes hit every side alike; every
+figure is a median over the rounds, and the spread (25th-75th percentile over the rounds) is
+printed beside it.
 
-1. ``openai`` end to end. The real ``openai`` client consumes a streamed response through an
-   in-memory HTTP transport (``httpx2.MockTransport`` returning the SSE bytes), bare and
-   instrumented with ``instrument_openai(tracer_provider=..., meter_provider=...)``: an SDK
-   ``TracerProvider`` with a ``BatchSpanProcessor`` (no-op exporter) and an SDK ``MeterProvider``
-   with an in-memory reader, every span and metric on. Instrumenting is class-level, so each
-   round runs one batch bare and one batch between ``instrument()`` and ``uninstrument()``
-   (outside the timed region). The figure is the median of the per-round ratios
-   instrumented / bare. Two shapes: 4 calls x 50 argument fragments (207 SSE events) and
-   2 calls x 5 fragments (15 events). A third configuration measured in the same rounds is
-   the floor (``SpansAlone``): a wrapper that emits only the spans of docs/telemetry.md for the
-   response, with the same attributes, and does nothing else. With the SDK no
-   instrumentation that records those spans can cost less than that.
+1. The real clients end to end (benchmarks/overhead_clients.py), for the three wire protocols
+   etf-otel instruments: ``openai`` Chat Completions and Responses (``create(stream=True)``,
+   instrumented by ``OpenAIInstrumentor``) and ``anthropic`` Messages (``create(stream=True)``,
+   by ``AnthropicInstrumentor``). The client reads a streamed tool-calling response through an
+   in-memory HTTP transport (``httpx2.MockTransport`` returning the SSE bytes the provider
+   would send; benchmarks/overhead_streams.py builds them). Two shapes per protocol: 4 calls x
+   50 argument fragments and 2 calls x 5 fragments. Each configuration runs in a worker
+   process of its own, instrumented once (benchmarks/overhead_worker.py): the bare clients;
+   etf-otel with an SDK ``TracerProvider`` (``BatchSpanProcessor``, exporting nowhere) and an
+   SDK ``MeterProvider`` (in-memory reader), every span and metric on; the floor; and the peer
+   instrumentations with the same providers and their default settings: OpenTelemetry's
+   ``opentelemetry-instrumentation-genai-openai`` (from the project's venv) and, from the
+   peers' own venv (scripts/install-bench-peers; shown as "not installed" without it), the
+   deprecated ``opentelemetry-instrumentation-openai-v2``, OpenInference and OpenLLMetry. A
+   figure is the median of the per-round ratios instrumented / bare, against the bare client
+   of the same venv. The floor is a wrapper of ``create`` that emits, when the stream ends,
+   the very spans etf-otel emits for that response (docs/telemetry.md: one
+   ``assemble_response``, one ``assemble_tool_call`` per call; names, attributes and parent
+   captured from etf-otel at start) and does nothing else. With the SDK no instrumentation
+   that records those spans can cost less than that.
 2. The observer alone, on chunks the ``openai`` client parsed once (real SDK objects): a bare
    loop over them versus consuming ``Instrumentation(tp, mp).stream(iter(chunks))``.
 
@@ -48,10 +56,12 @@ beside it.
 
 ``--quick`` is a smoke run (a few rounds, 500 streams for the memory figure, projected to
 10,000); it checks that the benchmark works, not that the code is fast. ``--json`` prints
-one JSON document instead of the table. Exit status 0 either way: targets are reported, not
-enforced (use ``--strict`` to exit 1 when one fails).
+one JSON document instead of the tables (the clients' comparison under ``"clients"``).
+``--only clients,observer`` runs some sections only. Exit status 0 either way: targets are
+reported, not enforced (use ``--strict`` to exit 1 when one fails).
 
-Run: ``python benchmarks/overhead.py [--quick] [--json] [--strict]``.
+Run: ``python benchmarks/overhead.py [--quick] [--json] [--strict] [--only SECTIONS]``; the
+peers: ``scripts/install-bench-peers`` first (or ``ETF_BENCH_PEERS_VENV=DIR`` for another venv).
 """
 
 from __future__ import annotations
@@ -70,107 +80,29 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import httpx2
+import anthropic
 import openai
-import wrapt
 from openai.lib.streaming.chat import ChatCompletionStreamState
-from openai.resources.chat.completions import Completions as ChatCompletions
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind
+from overhead_clients import CaseResult, bench_clients, case_label, quartiles  # type: ignore[import-not-found]
+from overhead_streams import (  # type: ignore[import-not-found]
+    PROTOCOLS,
+    TOOLS,
+    Case,
+    fragment_count,
+    parsed_chunks,
+    response_chunks,
+)
+from overhead_worker import CONFIGS  # type: ignore[import-not-found]
 
 from etf_otel import ReferenceAssembler, __version__
 from etf_otel.core.vocabulary import StreamState
 from etf_otel.instrumentation import Instrumentation
-from etf_otel.integrations.openai import instrument_openai
-
-# --- the streamed responses ---------------------------------------------------------------
-
-TOOLS = (
-    ("search_documents", '{"query": "latency regression after deploy", "filters": {"lang": "en", "year": [2023]}}'),
-    ("read_page", '{"url": "https://example.com/reports/q3/streaming-gateway", "page": 3, "images": false}'),
-    ("save_report", '{"title": "Gateway latency", "sections": ["summary", "timeline"], "format": "markdown"}'),
-    ("send_email", '{"to": ["ops@example.com"], "subject": "Latency report", "body": "See the attached report."}'),
-)
-BASE = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1_700_000_000, "model": "bench-model"}
-
-
-def _chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-    return {**BASE, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
-
-
-def _pieces(text: str, count: int) -> list[str]:
-    """``text`` cut into ``count`` pieces of about equal length (the last one takes the rest)."""
-    step = max(1, len(text) // count)
-    return [text[i * step : (i + 1) * step] if i < count - 1 else text[i * step :] for i in range(count)]
-
-
-def response_chunks(calls: int, fragments: int, call_id: str = "call") -> list[dict[str, Any]]:
-    """One streamed response with ``calls`` tool calls, as parsed JSON chunks (``[DONE]`` excluded).
-
-    Each call opens with a chunk carrying its id, type and name; with ``fragments`` > 0 its
-    arguments follow in that many chunks (ids omitted, as OpenAI does), with ``fragments``
-    == 0 the opening chunk carries the complete arguments (one fragment per call).
-    """
-    out = [_chunk({"role": "assistant", "content": None})]
-    for position in range(calls):
-        name, arguments = TOOLS[position % len(TOOLS)]
-        opening = {
-            "index": position,
-            "id": f"{call_id}_{position}",
-            "type": "function",
-            "function": {"name": name, "arguments": "" if fragments else arguments},
-        }
-        out.append(_chunk({"tool_calls": [opening]}))
-        if fragments:
-            # Valid JSON once joined: a string value padded to the wanted number of pieces.
-            pieces = _pieces(arguments[:-1] + ', "pad": "' + "x" * (fragments * 3) + '"}', fragments)
-            for piece in pieces:
-                out.append(_chunk({"tool_calls": [{"index": position, "function": {"arguments": piece}}]}))
-    out.append(_chunk({}, "tool_calls"))
-    return out
-
-
-def sse_body(chunks: Sequence[dict[str, Any]]) -> bytes:
-    events = [b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n" for chunk in chunks]
-    return b"".join(events) + b"data: [DONE]\n\n"
-
-
-def openai_client(body: bytes) -> openai.OpenAI:
-    """The real client over an in-memory transport that answers every request with ``body``."""
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
-    http_client = openai.DefaultHttpxClient(transport=httpx2.MockTransport(handler))
-    return openai.OpenAI(api_key="x", base_url="http://bench.local/v1", http_client=http_client, max_retries=0)
-
-
-MESSAGES = [
-    {"role": "system", "content": "You are a careful assistant. Use the tools."},
-    {"role": "user", "content": "Find last quarter's gateway latency report and mail it to ops."},
-]
-
-
-def consume(client: openai.OpenAI) -> int:
-    count = 0
-    for _ in client.chat.completions.create(model="bench-model", messages=MESSAGES, stream=True):  # type: ignore[arg-type]
-        count += 1
-    return count
-
-
-def parsed_chunks(calls: int, fragments: int) -> list[Any]:
-    """The SDK's own ``ChatCompletionChunk`` objects for a response, parsed once by the client."""
-    client = openai_client(sse_body(response_chunks(calls, fragments)))
-    return list(client.chat.completions.create(model="bench-model", messages=MESSAGES, stream=True))  # type: ignore[arg-type]
-
-
-def fragment_count(calls: int, fragments: int) -> int:
-    return calls * (1 + fragments)
-
 
 # --- telemetry ----------------------------------------------------------------------------
 
@@ -199,13 +131,6 @@ class Providers:
 
 
 # --- statistics ---------------------------------------------------------------------------
-
-
-def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q2, q3
 
 
 def timed(function: Callable[[], object], repeat: int) -> float:
@@ -263,7 +188,51 @@ def _floor(label: str, value: float, per_round: Sequence[float], measured: float
     return {"floor": value, "floor_spread": (low, high), "floor_label": label, "floor_measured": measured}
 
 
-# --- 1. openai end to end -----------------------------------------------------------------
+# --- 1. the clients end to end (benchmarks/overhead_clients.py) ---------------------------
+
+TARGETS = {"4x50": 1.02, "2x5": 1.05}  # issue 7's budget, for every protocol
+
+
+def client_figures(results: Sequence[CaseResult], configurations: dict[str, dict[str, Any]]) -> list[Figure]:
+    """etf-otel's figure for each case, with its floor and the peers' ratios beside it."""
+    for key in ("bare", "floor", "etf_otel"):
+        if configurations[key]["status"] != "ok":
+            raise RuntimeError(f"configuration {key} {configurations[key]['status']}: {configurations[key]['error']}")
+    figures = []
+    for result in results:
+        case = result.case
+        etf, floor, bare = (result.figure(key) for key in ("etf_otel", "floor", "bare"))
+        peers = {key: result.figure(key) for key, config in CONFIGS.items() if config.peer}
+        figures.append(
+            Figure(
+                key=f"{case.protocol}_stream_{case.calls}x{case.fragments}",
+                label=case_label(case, result.events),
+                unit="x",
+                value=etf["ratio"],
+                target=TARGETS[f"{case.calls}x{case.fragments}"],
+                higher_is_better=False,
+                baseline=bare["ms"],
+                baseline_label="bare ms/stream",
+                measured=etf["ms"],
+                spread=etf["spread"],
+                rounds=result.rounds,
+                notes="median of per-round ratios instrumented/bare; measured = instrumented ms/stream",
+                extra={
+                    **_floor(
+                        "floor: etf-otel's spans, only",
+                        floor["ratio"],
+                        result.ratios("floor") or [],
+                        measured=floor["ms"],
+                    ),
+                    "spans_per_response": etf["spans_per_response"],
+                    "peers": {key: peer.get("ratio") for key, peer in peers.items()},
+                },
+            )
+        )
+    return figures
+
+
+# --- 2. the observer alone ----------------------------------------------------------------
 
 
 def emit_spec_spans(tracer: trace.Tracer, calls: int, fragments: int) -> None:
@@ -299,93 +268,6 @@ def emit_spec_spans(tracer: trace.Tracer, calls: int, fragments: int) -> None:
             },
         ).end(end_time=now)
     response.end(end_time=now)
-
-
-class SpansAlone:
-    """The floor: a wrapper of ``create`` that emits only the spans docs/telemetry.md asks for.
-
-    One ``assemble_response`` span and one ``assemble_tool_call`` span per call, with the same
-    attributes etf-otel sets, through the same providers, when the stream ends, and nothing
-    else (no identity rules, no metrics, no linkage). No instrumentation that records those
-    spans with the SDK can cost less; etf-otel's ratio is read against this one.
-    """
-
-    def __init__(self, tracer_provider: TracerProvider, calls: int, fragments: int) -> None:
-        self.tracer = tracer_provider.get_tracer("etf_otel")
-        self.calls = calls
-        self.fragments = fragments
-        self._original: Any = None
-
-    def _spans(self) -> None:
-        emit_spec_spans(self.tracer, self.calls, self.fragments)
-
-    def _create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        def observed(stream: Any) -> Any:
-            yield from stream
-            self._spans()
-
-        return observed(wrapped(*args, **kwargs))
-
-    def instrument(self) -> None:
-        self._original = ChatCompletions.__dict__["create"]
-        wrapt.wrap_function_wrapper(ChatCompletions, "create", self._create)
-
-    def uninstrument(self) -> None:
-        ChatCompletions.create = self._original  # type: ignore[method-assign]
-
-
-def bench_openai(calls: int, fragments: int, target: float, rounds: int, batch: int) -> Figure:
-    providers = Providers.create()
-    client = openai_client(sse_body(response_chunks(calls, fragments)))
-    events = consume(client) + 1  # + [DONE]
-    floor = SpansAlone(providers.tracer_provider, calls, fragments)
-    modes = ("bare", "instrumented", "spans_alone")
-    times: dict[str, list[float]] = {mode: [] for mode in modes}
-    for round_ in range(rounds):
-        for mode in modes[round_ % 3 :] + modes[: round_ % 3]:  # rotate the order every round
-            instrumentor = None
-            if mode == "instrumented":
-                instrumentor = instrument_openai(
-                    tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider
-                )
-            elif mode == "spans_alone":
-                floor.instrument()
-            try:
-                consume(client)  # warm the batch: first call after (un)wrapping
-                times[mode].append(timed(lambda: consume(client), batch))
-            finally:
-                if instrumentor is not None:
-                    instrumentor.uninstrument()
-                elif mode == "spans_alone":
-                    floor.uninstrument()
-    providers.shutdown()
-    ratios = [i / b for i, b in zip(times["instrumented"], times["bare"], strict=True)]
-    floor_ratios = [f / b for f, b in zip(times["spans_alone"], times["bare"], strict=True)]
-    q1, ratio, q3 = quartiles(ratios)
-    floor_ratio = statistics.median(floor_ratios)
-    return Figure(
-        key=f"openai_stream_{calls}x{fragments}",
-        label=f"openai stream, {calls} calls x {fragments} fragments ({events} events)",
-        unit="x",
-        value=ratio,
-        target=target,
-        higher_is_better=False,
-        baseline=statistics.median(times["bare"]) * 1e3,
-        baseline_label="bare ms/stream",
-        measured=statistics.median(times["instrumented"]) * 1e3,
-        spread=(q1, q3),
-        rounds=rounds,
-        notes="median of per-round ratios instrumented/bare; measured = instrumented ms/stream",
-        extra=_floor(
-            "floor: the SDK spans of docs/telemetry.md, only",
-            floor_ratio,
-            floor_ratios,
-            measured=statistics.median(times["spans_alone"]) * 1e3,
-        ),
-    )
-
-
-# --- 2. the observer alone ----------------------------------------------------------------
 
 
 def bench_observer(rounds: int, quick: bool) -> list[Figure]:
@@ -670,7 +552,6 @@ def _fmt(value: float | None, unit: str = "") -> str:
 
 
 def print_table(figures: Sequence[Figure], meta: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"etf-otel {meta['etf_otel']} overhead ({meta['mode']}, {meta['seconds']:.0f} s)")
@@ -702,65 +583,135 @@ def print_table(figures: Sequence[Figure], meta: dict[str, Any]) -> None:
                 "",
                 "info",
             )
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
+    console = _console()
     console.print(table)
+    load = f"load {meta['load_average_start']:.1f} at start, {meta['load_average']:.1f} at end"
     console.print(
-        f"python {meta['python']}, openai {meta['openai']}, {meta['cpus']} CPUs, load {meta['load_average']:.1f}; "
-        f"sections (s): {meta['section_seconds']}; rounds interleaved, medians; figure notes: --json"
+        f"python {meta['python']}, openai {meta['openai']}, anthropic {meta['anthropic']}, {meta['cpus']} CPUs, "
+        f"{load}; sections (s): {meta['section_seconds']}; rounds interleaved, medians; figure notes: --json"
     )
 
 
-def run(quick: bool) -> tuple[list[Figure], dict[str, Any]]:
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
+
+
+def _cell(figure: dict[str, Any]) -> str:
+    """One configuration on one case: its ratio, the IQR of the per-round ratios, its spans per response."""
+    if "ratio" in figure:
+        low, high = figure["spread"]
+        spans = figure["spans_per_response"]
+        return f"{figure['ratio']:.3f}x\n{low:.3f}-{high:.3f}\n{spans} span{'' if spans == 1 else 's'}"
+    if "ms" in figure:
+        return f"{figure['ms']:.2f} ms"
+    return {"does not instrument this API": "-"}.get(figure["status"], figure["status"])
+
+
+def print_clients_table(clients: dict[str, Any]) -> None:
+    """Configurations x cases: instrumented / bare, with the IQR and spans per response."""
+    from rich.table import Table
+
+    cases = clients["cases"]
+    table = Table(title="clients end to end: instrumented / bare client of the same venv (median; IQR; spans)")
+    table.add_column("configuration")
+    for case in cases.values():
+        name = {"chat": "Chat", "responses": "Responses", "anthropic": "Anthropic"}[case["protocol"]]
+        table.add_column(f"{name}\n{case['calls']}x{case['fragments']}", justify="right")
+    for key, configuration in clients["configurations"].items():
+        versions = configuration["versions"]
+        shown = [f"{name} {versions[name]}" for name in CONFIGS[key].distributions if name in versions]
+        label = configuration["label"] + "".join(f"\n  {text}" for text in shown)
+        if configuration["status"] != "ok":
+            label += f"\n  ({configuration['status']})"
+        table.add_row(label, *(_cell(case["configurations"][key]) for case in cases.values()), end_section=True)
+    console = _console()
+    console.print(table)
+    console.print(
+        "bare rows: ms per response; every other row: ratio to the bare client of its own venv (per round, then the "
+        "median), the 25th-75th percentile of those ratios, and the spans one response ends; '-': does not "
+        "instrument that API. Peers run with their default settings."
+    )
+
+
+CLIENT_ROUNDS: dict[str, dict[str, Any]] = {
+    "quick": {"rounds": {"4x50": 3, "2x5": 3}, "batch_seconds": 0.01},
+    "full": {"rounds": {"4x50": 50, "2x5": 80}, "batch_seconds": 0.04},
+}
+SECTIONS = ("clients", "observer", "assembler", "memory")
+
+
+def run(quick: bool, only: Sequence[str] = SECTIONS) -> tuple[list[Figure], dict[str, Any], dict[str, Any]]:
     logging.getLogger("opentelemetry").setLevel(logging.ERROR)  # dropped-span notices under load
+    load_at_start = os.getloadavg()[0]
     started = time.perf_counter()
     figures: list[Figure] = []
     sections: dict[str, float] = {}
+    clients: dict[str, Any] = {}
 
     def section(name: str, produce: Callable[[], Figure | list[Figure]]) -> None:
+        if name not in only:
+            return
         begun = time.perf_counter()
         produced = produce()
         figures.extend(produced if isinstance(produced, list) else [produced])
         sections[name] = round(time.perf_counter() - begun, 2)
 
+    def measure_clients() -> list[Figure]:
+        cases = [Case(protocol, *shape) for protocol in PROTOCOLS for shape in ((4, 50), (2, 5))]
+        results, configurations = bench_clients(cases, **CLIENT_ROUNDS["quick" if quick else "full"])
+        clients["configurations"] = configurations
+        clients["cases"] = {result.case.key: result.as_dict() for result in results}
+        return client_figures(results, configurations)
+
+    section("clients", measure_clients)
     if quick:
-        section("openai_4x50", lambda: bench_openai(4, 50, 1.02, rounds=4, batch=2))
-        section("openai_2x5", lambda: bench_openai(2, 5, 1.05, rounds=4, batch=5))
         section("observer", lambda: bench_observer(rounds=3, quick=True))
         section("assembler", lambda: bench_assembler(rounds=3, quick=True))
         section("memory", lambda: bench_memory(500))
     else:
-        section("openai_4x50", lambda: bench_openai(4, 50, 1.02, rounds=80, batch=5))
-        section("openai_2x5", lambda: bench_openai(2, 5, 1.05, rounds=120, batch=20))
         section("observer", lambda: bench_observer(rounds=60, quick=False))
         section("assembler", lambda: bench_assembler(rounds=40, quick=False))
         section("memory", lambda: bench_memory(10_000))
     meta = {
         "etf_otel": __version__,
         "mode": "quick" if quick else "full",
+        "date": time.strftime("%Y-%m-%d"),
         "seconds": time.perf_counter() - started,
         "python": platform.python_version(),
         "openai": openai.__version__,
+        "anthropic": anthropic.__version__,
         "cpus": os.cpu_count(),
-        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "load_average_start": load_at_start,
+        "load_average": os.getloadavg()[0],
         "section_seconds": sections,
     }
-    return figures, meta
+    return figures, meta, clients
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smoke run (seconds): checks it works, not speed")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of the tables")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--only", default=",".join(SECTIONS), help=f"comma-separated sections to run (default: all of {SECTIONS})"
+    )
     args = parser.parse_args(argv)
-    figures, meta = run(args.quick)
+    only = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
+    figures, meta, clients = run(args.quick, only)
     if args.json:
-        document = {**meta, "figures": {figure.key: figure.as_dict() for figure in figures}}
+        document = {**meta, "figures": {figure.key: figure.as_dict() for figure in figures}, "clients": clients}
         print(json.dumps(document, indent=2))
     else:
         print_table(figures, meta)
+        if clients:
+            print_clients_table(clients)
     failed = [figure.key for figure in figures if not figure.passed]
     return 1 if args.strict and failed else 0
 

@@ -1,0 +1,338 @@
+"""One configuration of the end-to-end benchmark, in its own process: ``overhead_worker.py CONFIG CASE...``.
+
+benchmarks/overhead.py starts one worker per configuration (the bare clients, etf-otel, the
+floor, each peer instrumentation): the instrumentations patch the same client classes, so
+each gets a process of its own, instrumented once for its whole life. The parent drives them
+round by round, one at a time, over a pipe of JSON lines, so that every configuration runs
+in the same conditions and only one of them runs at any moment:
+
+* on start the worker builds the in-memory clients of the cases given (``chat_4x50``, ...),
+  instruments them, reads each twice to warm up and counts the spans one response makes, then
+  prints ``{"ok": true, "spans": {case: n}, "versions": {...}}``, or ``{"ok": false,
+  "status": "not installed" | "failed", "error": ...}`` and exits;
+* ``{"run": CASE, "batch": N}``: reads one response unmeasured (every configuration comes to
+  it after another process ran), then N responses back to back, and answers ``{"seconds": s}``
+  (per response); an empty line or end of input ends the worker.
+
+A peer worker runs with the Python of the peers' venv (scripts/install-bench-peers): this
+module imports only the clients, the OpenTelemetry SDK and the peer it is asked for; etf_otel
+only for the etf-otel and floor configurations, in the project's venv.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind
+from overhead_streams import PROTOCOLS, Case, consumer  # type: ignore[import-not-found]
+
+# --- the configurations -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration: where it runs, what it instruments, and with which distributions."""
+
+    key: str
+    label: str
+    venv: str  # "project" (the benchmark's own interpreter) or "peers" (scripts/install-bench-peers)
+    protocols: tuple[str, ...]
+    distributions: tuple[str, ...] = ()
+    peer: bool = True
+
+    @property
+    def bare(self) -> str:
+        """The bare configuration of the same venv: this one's ratios are read against it."""
+        return "bare" if self.venv == "project" else "bare_peers"
+
+
+CONFIGS = {
+    config.key: config
+    for config in (
+        Config("bare", "bare client", "project", PROTOCOLS, peer=False),
+        Config("floor", "floor: etf-otel's spans, only", "project", PROTOCOLS, ("etf-otel",), peer=False),
+        Config("etf_otel", "etf-otel", "project", PROTOCOLS, ("etf-otel",), peer=False),
+        Config(
+            "otel_genai_openai",
+            "OpenTelemetry genai-openai (its successor)",
+            "project",
+            ("chat", "responses"),
+            ("opentelemetry-instrumentation-genai-openai", "opentelemetry-util-genai"),
+        ),
+        Config("bare_peers", "bare client, peers' venv", "peers", PROTOCOLS, peer=False),
+        Config(
+            "otel_openai_v2",
+            "OpenTelemetry openai-v2 (deprecated)",
+            "peers",
+            ("chat",),
+            ("opentelemetry-instrumentation-openai-v2", "opentelemetry-util-genai"),
+        ),
+        Config(
+            "openinference",
+            "OpenInference (Arize)",
+            "peers",
+            PROTOCOLS,
+            ("openinference-instrumentation-openai", "openinference-instrumentation-anthropic"),
+        ),
+        Config(
+            "openllmetry",
+            "OpenLLMetry (Traceloop)",
+            "peers",
+            PROTOCOLS,
+            ("opentelemetry-instrumentation-openai", "opentelemetry-instrumentation-anthropic"),
+        ),
+    )
+}
+
+
+# --- telemetry --------------------------------------------------------------------------------
+
+
+class CountingExporter(SpanExporter):
+    """Exports nowhere; counts the spans, off the measured thread (the batch processor's)."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans += len(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+@dataclass
+class Providers:
+    """An SDK tracer provider with a batch processor (exporting nowhere) and an SDK meter provider."""
+
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    exporter: CountingExporter
+
+    @classmethod
+    def create(cls) -> Providers:
+        exporter = CountingExporter()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+        return cls(tracer_provider, MeterProvider(metric_readers=[InMemoryMetricReader()]), exporter)
+
+    def spans_of(self, read: Callable[[], object]) -> int:
+        """How many spans one call of ``read`` ends."""
+        self.tracer_provider.force_flush()
+        before = self.exporter.spans
+        read()
+        self.tracer_provider.force_flush()
+        return self.exporter.spans - before
+
+
+# --- instrumenting ----------------------------------------------------------------------------
+
+
+def instrument_etf_otel(providers: Providers, cases: Sequence[Case]) -> None:
+    from etf_otel.integrations.anthropic import AnthropicInstrumentor
+    from etf_otel.integrations.openai import OpenAIInstrumentor
+
+    for instrumentor in (OpenAIInstrumentor(), AnthropicInstrumentor()):
+        instrumentor.instrument(tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider)
+
+
+def instrument_otel_openai_v2(providers: Providers, cases: Sequence[Case]) -> None:
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+    OpenAIInstrumentor().instrument(tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider)
+
+
+def instrument_otel_genai_openai(providers: Providers, cases: Sequence[Case]) -> None:
+    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
+
+    OpenAIInstrumentor().instrument(tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider)
+
+
+def instrument_openinference(providers: Providers, cases: Sequence[Case]) -> None:
+    from openinference.instrumentation.anthropic import AnthropicInstrumentor
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+
+    OpenAIInstrumentor().instrument(tracer_provider=providers.tracer_provider)  # no metrics
+    AnthropicInstrumentor().instrument(tracer_provider=providers.tracer_provider)
+
+
+def instrument_openllmetry(providers: Providers, cases: Sequence[Case]) -> None:
+    from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+
+    for instrumentor in (OpenAIInstrumentor(), AnthropicInstrumentor()):
+        instrumentor.instrument(tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider)
+
+
+class Floor:
+    """The floor: wrappers of the three ``create`` methods that emit, when the stream ends, the
+    very spans etf-otel emits for that response (names, attributes, parent), and do nothing else.
+
+    The spans are captured once, at start, from etf-otel itself (through an in-memory exporter;
+    etf-otel is then uninstrumented): what docs/telemetry.md asks for, with the attributes
+    etf-otel sets, per protocol. No identity rules, no metrics, no linkage. No instrumentation
+    that records those spans with the SDK can cost less; etf-otel's ratio is read against it.
+    """
+
+    def __init__(self, providers: Providers, cases: Sequence[Case]) -> None:
+        self.spans = {case.key: self._capture(case) for case in cases}
+        self.tracer = providers.tracer_provider.get_tracer("etf_otel")
+        self.current = ""
+        self._wrap()
+
+    def select(self, key: str) -> None:
+        """The case whose spans the next responses emit."""
+        self.current = key
+
+    @staticmethod
+    def _capture(case: Case) -> list[tuple[str, dict[str, Any], bool]]:
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from etf_otel.integrations.anthropic import AnthropicInstrumentor
+        from etf_otel.integrations.openai import OpenAIInstrumentor
+
+        exporter = InMemorySpanExporter()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+        meter_provider = MeterProvider()
+        instrumentor = AnthropicInstrumentor() if case.protocol == "anthropic" else OpenAIInstrumentor()
+        instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        try:
+            consumer(case)()
+        finally:
+            instrumentor.uninstrument()
+        return [(span.name, dict(span.attributes or {}), span.parent is None) for span in exporter.get_finished_spans()]
+
+    def _emit(self, started: int) -> None:
+        spans = self.spans[self.current]
+        root = next((span for span in spans if span[2]), None)
+        if root is None:
+            return
+        now = time.time_ns()
+        response = self.tracer.start_span(root[0], kind=SpanKind.INTERNAL, start_time=started, attributes=root[1])
+        context = trace.set_span_in_context(response)
+        for name, attributes, is_root in spans:
+            if not is_root:
+                child = self.tracer.start_span(
+                    name, context=context, kind=SpanKind.INTERNAL, start_time=started, attributes=attributes
+                )
+                child.end(end_time=now)
+        response.end(end_time=now)
+
+    def _create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        started = time.time_ns()
+
+        def observed(stream: Any) -> Any:
+            yield from stream
+            self._emit(started)
+
+        return observed(wrapped(*args, **kwargs))
+
+    def _wrap(self) -> None:
+        import wrapt
+
+        for module, name in (
+            ("openai.resources.chat.completions", "Completions.create"),
+            ("openai.resources.responses.responses", "Responses.create"),
+            ("anthropic.resources.messages.messages", "Messages.create"),
+        ):
+            wrapt.wrap_function_wrapper(module, name, self._create)
+
+
+INSTRUMENT: dict[str, Callable[[Providers, Sequence[Case]], object]] = {
+    "bare": lambda providers, cases: None,
+    "bare_peers": lambda providers, cases: None,
+    "floor": Floor,
+    "etf_otel": instrument_etf_otel,
+    "otel_openai_v2": instrument_otel_openai_v2,
+    "otel_genai_openai": instrument_otel_genai_openai,
+    "openinference": instrument_openinference,
+    "openllmetry": instrument_openllmetry,
+}
+
+
+# --- the worker -------------------------------------------------------------------------------
+
+
+def versions(config: Config) -> dict[str, str]:
+    out = {}
+    for name in ("openai", "anthropic", "opentelemetry-sdk", *config.distributions):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def timed(read: Callable[[], object], batch: int) -> float:
+    """Seconds per response over ``batch`` responses, after one unmeasured."""
+    read()
+    start = time.perf_counter()
+    for _ in range(batch):
+        read()
+    return (time.perf_counter() - start) / batch
+
+
+def serve(config: Config, cases: Sequence[Case], reply: Callable[[dict[str, Any]], None]) -> None:
+    missing = [name for name, version in versions(config).items() if version == "not installed"]
+    if missing:
+        reply({"ok": False, "status": "not installed", "error": f"not installed: {', '.join(missing)}"})
+        return
+    providers = Providers.create()
+    readers = {case.key: consumer(case) for case in cases}
+    try:
+        instrumented = INSTRUMENT[config.key](providers, cases)
+        select = getattr(instrumented, "select", lambda key: None)
+        spans = {}
+        for key, read in readers.items():  # warm up (imports, caches, the first span of each kind), count
+            select(key)
+            read()
+            read()
+            spans[key] = providers.spans_of(read)
+    except ImportError as error:
+        reply({"ok": False, "status": "not installed", "error": f"{type(error).__name__}: {error}"})
+        return
+    except Exception as error:  # reported to the parent, which shows the configuration as failed
+        reply({"ok": False, "status": "failed", "error": f"{type(error).__name__}: {error}"})
+        return
+    reply({"ok": True, "spans": spans, "versions": versions(config), "python": sys.executable})
+    for line in sys.stdin:
+        if not line.strip():
+            break
+        command = json.loads(line)
+        select(command["run"])
+        reply({"seconds": timed(readers[command["run"]], command["batch"])})
+    providers.tracer_provider.shutdown()
+    providers.meter_provider.shutdown()
+
+
+def main(argv: Sequence[str]) -> int:
+    logging.getLogger("opentelemetry").setLevel(logging.ERROR)  # dropped-span notices under load
+    channel = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout = sys.stderr  # whatever an instrumentation prints stays off the channel
+
+    def reply(message: dict[str, Any]) -> None:
+        channel.write(json.dumps(message) + "\n")
+        channel.flush()
+
+    serve(CONFIGS[argv[0]], [Case.parse(key) for key in argv[1:]], reply)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
