@@ -39,6 +39,7 @@ The value stays one of a fixed few: the server's address never becomes a provide
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -235,12 +236,20 @@ def feed_done_at_sentinel(stream: Any, feed_done: Callable[[], None]) -> None:
     """
     events = getattr(stream, "_iter_events", None)
     iterator = getattr(stream, "_iterator", None)
-    if "_iter_events" in vars(stream) or not callable(events) or iterator is None:
+    read_events = getattr(events, "__func__", None)
+    if "_iter_events" in vars(stream) or read_events is None or iterator is None:
         return  # already done for this stream, or another SDK layout
+    # The replacement is stored on the stream, so it holds the stream weakly: a closure over the
+    # bound method would make a reference cycle, and every response would wait for the collector.
+    owner = weakref.ref(stream)
+
+    def sse_events() -> Any:
+        return read_events(owner())
+
     if hasattr(iterator, "__anext__"):
 
         async def iter_events_async() -> AsyncIterator[Any]:
-            async for sse in events():
+            async for sse in sse_events():
                 if sse.data.startswith(DONE):
                     _sentinel_seen(feed_done)
                 yield sse
@@ -250,17 +259,17 @@ def feed_done_at_sentinel(stream: Any, feed_done: Callable[[], None]) -> None:
     started: list[Any] = []
 
     def iter_events() -> Any:
-        sse_events = events()
-        started.append(sse_events)
-        return sse_events
+        events_of_stream = sse_events()
+        started.append(events_of_stream)
+        return events_of_stream
 
     def chunks() -> Iterator[Any]:
         yield from iterator
         with internal_errors_swallowed("observing the end sentinel"):
-            for sse_events in started:
-                if inspect.getgeneratorstate(sse_events) == inspect.GEN_SUSPENDED:
+            for events_of_stream in started:
+                if inspect.getgeneratorstate(events_of_stream) == inspect.GEN_SUSPENDED:
                     feed_done()
-                sse_events.close()  # what dropping the SDK's loop did before
+                events_of_stream.close()  # what dropping the SDK's loop did before
 
     stream._iter_events = iter_events
     stream._iterator = chunks()

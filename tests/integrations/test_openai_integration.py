@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -980,3 +981,30 @@ def test_sdk_leaves_its_event_loop_early_only_at_the_sentinel() -> None:
     guard = parents[breaks[0]]
     assert isinstance(guard, ast.If)
     assert ast.unparse(guard.test) == "sse.data.startswith('[DONE]')"
+
+
+def _cyclic_garbage_per_response(server: LocalChatServer, client: openai.OpenAI, responses: int = 10) -> float:
+    """Objects the cycle collector frees after ``responses`` streamed responses, per response."""
+    server.enqueue(*[Script(events=NULL_CONTINUATION) for _ in range(responses + 1)])
+    consume(client)  # warm-up: lazy imports and caches are not garbage
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(responses):
+            consume(client)
+        return gc.collect() / responses
+    finally:
+        gc.enable()
+
+
+def test_an_observed_chat_stream_leaves_no_reference_cycle(etf: Etf, server: LocalChatServer) -> None:
+    """Each response is freed when it is dropped, as without the instrumentor: none waits for the collector.
+
+    The end-sentinel hook is stored on the SDK's stream; holding the stream strongly from it made a
+    cycle that kept every response's stream, HTTP response and request alive until a collection.
+    """
+    with openai.OpenAI(base_url=server.base_url, api_key="t", max_retries=0, timeout=5.0) as client:
+        bare = _cyclic_garbage_per_response(server, client)
+        etf.instrument()
+        observed = _cyclic_garbage_per_response(server, client)
+    assert observed <= bare + 1, (observed, bare)
