@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Any, Final
 
 from etf_otel.core.identity import ABSENT, IdentityRules
 from etf_otel.core.lifecycle import SCOPE, LifecycleSlots
@@ -64,6 +64,11 @@ INCOMPLETE_STOP_REASONS: Final = frozenset({"max_tokens", "model_context_window_
 
 PLACEHOLDER: Final = "{}"
 """The ``input`` of a block start that means "nothing yet": it never joins the deltas."""
+
+_SDK_EVENT: Final = frozenset({"type", "index", "delta"})
+_SDK_DELTA: Final = frozenset({"type", "partial_json"})
+"""Fields an SDK delta event must have set for :meth:`AnthropicAssembler.feed` to read it by attribute."""
+_NOT_FAST: Final = object()
 
 _NOT_AN_OBJECT: Final = object()
 """The snapshot of an ``input`` that is not a JSON object: not a string, so the arguments are invalid."""
@@ -120,14 +125,28 @@ class AnthropicAssembler:
         return self._slots.finished
 
     def feed(self, event: object) -> None:
-        """Apply one event. The argument delta of the open tool block, as a dict, is the inlined path."""
-        if type(event) is dict and event.get("type") == "content_block_delta":
-            delta = event.get("delta")
-            if type(delta) is dict and delta.get("type") == "input_json_delta":
-                index = event.get("index")
-                if type(index) is int and index == self._live:
-                    self._slots.delta(index, delta.get("partial_json", ABSENT))
-                    return
+        """Apply one event. The argument delta of the open tool block (dict or SDK event) is the inlined path."""
+        if type(event) is dict:
+            if event.get("type") == "content_block_delta":
+                delta = event.get("delta")
+                if type(delta) is dict and delta.get("type") == "input_json_delta":
+                    index: Any = event.get("index")
+                    if type(index) is int and index == self._live:
+                        self._slots.delta(index, delta.get("partial_json", ABSENT))
+                        return
+        else:
+            sdk: Any = event  # the SDK's delta event, read by attribute when all its fields are set
+            try:  # anything odd (an AttributeError, a TypeError) takes the generic path
+                fast = sdk.type == "content_block_delta" and _SDK_EVENT <= sdk.__pydantic_fields_set__
+                index = sdk.index if fast else None
+                part: Any = sdk.delta if type(index) is int and index == self._live else None
+                fast = part is not None and part.type == "input_json_delta"
+                text = part.partial_json if fast and _SDK_DELTA <= part.__pydantic_fields_set__ else _NOT_FAST
+            except (AttributeError, TypeError):
+                text = _NOT_FAST
+            if text is not _NOT_FAST:
+                self._slots.delta(index, text)
+                return
         self._event(event)
 
     def _event(self, event: object) -> None:

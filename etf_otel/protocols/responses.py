@@ -26,7 +26,7 @@ lowered here, is counted in :attr:`ResponsesAssembler.ignored_events` and change
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Any, Final
 
 from etf_otel.core.identity import ABSENT, CompatibilityRule, IdentityRules
 from etf_otel.core.lifecycle import SCOPE, LifecycleSlots
@@ -47,6 +47,7 @@ _NO_SLOT: Final = -1
 _SHARED: Final = -2
 """The alias of an item id that several output items carried: it names none of them."""
 _MISSING: Final = object()
+_SDK_DELTA: Final = frozenset({"type", "output_index", "item_id", "delta"})
 
 _NOT_OBJECTS: Final = (str, bytes, bytearray, int, float, list, tuple)
 """JSON values (and the raw SSE payload types) that cannot be an event object."""
@@ -119,22 +120,30 @@ class ResponsesAssembler:
         return self._ignored
 
     def feed(self, event: object) -> None:
-        """Apply one event. A delta (as a dict) for an open slot is merged inline: this runs per event."""
+        """Apply one event. A delta for an open slot (dict or SDK event) is merged inline: this runs per event."""
         if type(event) is dict:
             kind = event.get("type")
             if kind == _DELTA:
-                index = event.get("output_index")
-                if type(index) is int:
-                    own = self._open.get(index, _MISSING)
-                    if own is not _MISSING:
-                        item_id = event.get("item_id")
-                        if item_id is None or item_id == own:
-                            self._slots.fragment(SCOPE, index, ABSENT, ABSENT, event.get("delta", ABSENT))
-                            return
+                index: Any = event.get("output_index")
+                own = self._open.get(index, _MISSING) if type(index) is int else _MISSING
+                if own is not _MISSING and ((item_id := event.get("item_id")) is None or item_id == own):
+                    self._slots.fragment(SCOPE, index, ABSENT, ABSENT, event.get("delta", ABSENT))
+                    return
         elif event is None or isinstance(event, _NOT_OBJECTS):
             self._ignored += 1
             return
         else:
+            sdk: Any = event  # the SDK's delta event, read by attribute when all its fields are set
+            try:  # anything odd (an AttributeError, a TypeError) takes the generic path
+                index = sdk.output_index if sdk.type == _DELTA and _SDK_DELTA <= sdk.__pydantic_fields_set__ else None
+                own = self._open.get(index, _MISSING) if type(index) is int else _MISSING
+                fast = own is not _MISSING and ((item_id := sdk.item_id) is None or item_id == own)
+                text = sdk.delta if fast else _MISSING
+            except (AttributeError, TypeError):
+                text = _MISSING
+            if text is not _MISSING:
+                self._slots.fragment(SCOPE, index, ABSENT, ABSENT, text)
+                return
             kind = field(event, "type")
         handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
         if handler is None or self._closed:
@@ -182,11 +191,9 @@ class ResponsesAssembler:
     # events
 
     def _on_created(self, event: object) -> None:
-        """The first start names the response; another one with a different id splices the stream.
-
-        Only the same non-empty id is a repeat: two starts whose ids cannot be compared are two
-        responses as far as this assembler can tell, and it observes one.
-        """
+        """The first start names the response; another one with a different id splices the stream. Only the
+        same non-empty id is a repeat: two starts whose ids cannot be compared are two responses as far as
+        this assembler can tell, and it observes one."""
         rid = field(field(event, "response"), "id")
         if self._rid is _MISSING:
             self._rid = rid
@@ -329,11 +336,8 @@ class ResponsesAssembler:
         return True
 
     def _flush(self, key: int) -> None:
-        """Apply the early events of the slot ``key`` just opened, in arrival order.
-
-        One whose ``item_id`` is the unique alias of another slot contradicts this one: it
-        stays unattributable.
-        """
+        """Apply the early events of the slot ``key`` just opened, in arrival order. One whose ``item_id``
+        is the unique alias of another slot contradicts this one: it stays unattributable."""
         for kind, item_id, text, name in self._buffer.pop(key, ()) if self._buffer else ():
             if self._route(key, item_id) != key:
                 self._slots.unattributable(SCOPE)
@@ -360,11 +364,9 @@ _HANDLERS: Final[dict[str, Callable[[ResponsesAssembler, object], None]]] = {
 
 
 def _recognizes(event: object) -> bool:
-    """An event object whose ``type`` starts with ``response.``.
-
-    The flat ``error`` event is not claimed: Anthropic streams send an ``error`` event too, and a
-    stream that starts with an error holds no call to check either way.
-    """
+    """An event object whose ``type`` starts with ``response.``. The flat ``error`` event is not claimed:
+    Anthropic streams send an ``error`` event too, and a stream that starts with an error holds no call
+    to check either way."""
     if event is None or isinstance(event, _NOT_OBJECTS):
         return False
     kind = field(event, "type")

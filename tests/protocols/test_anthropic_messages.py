@@ -734,3 +734,13 @@ def _validate(event: dict[str, Any]) -> Any:
 def test_canonical_json_of_the_start_input_keeps_non_ascii_text() -> None:
     events = stream([tool_start(0, "toolu_01", "say", {"text": "été ☃"}), block_stop(0)])
     assert run(events).calls[0].arguments == json.dumps({"text": "été ☃"}, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_an_sdk_delta_event_missing_a_field_takes_the_generic_path() -> None:
+    """The inlined SDK path reads only events with all their fields set; the others give the dict path's result."""
+    start = {"type": "message_start", "message": {"id": "m"}}
+    block = {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "f"}}
+    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta"}}
+    events = [start, block, delta]
+    expected = assemble(events)
+    assert assemble([typed(event) for event in events]) == expected

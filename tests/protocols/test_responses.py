@@ -799,3 +799,19 @@ def test_a_completed_after_a_worse_end_does_not_make_the_response_dispatchable(f
     result = run(stream(call(0, "call_a"), first, end=completed()))
     assert not result.dispatchable
     assert result.state is (state or StreamState.COMPLETED)
+
+
+def test_an_sdk_delta_event_missing_a_field_or_not_pydantic_takes_the_generic_path() -> None:
+    """The inlined SDK path reads only events with all its fields set; the others give the dict path's result."""
+    added = {
+        "type": "response.output_item.added",
+        "output_index": 0,
+        "item": {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": ""},
+    }
+    delta = {"type": "response.function_call_arguments.delta", "output_index": 0, "item_id": "fc_1", "delta": "{}"}
+    no_delta = {key: value for key, value in delta.items() if key != "delta"}  # construct leaves the attribute None
+    unset = sdk(delta)
+    object.__setattr__(unset, "__pydantic_fields_set__", None)  # not a set: the generic path reads attributes
+    for odd, as_dict in ((sdk(no_delta), no_delta), (unset, delta)):
+        expected = feed([added, as_dict]).finish()
+        assert feed([sdk(added), odd]).finish() == expected
