@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx2
 import openai
 import openai.resources.chat.completions as completions_module
 import pytest
@@ -37,6 +36,7 @@ from etf_otel.protocols.chat_completions import assemble
 from tests.conftest import Captured
 from tests.integrations.support import (
     Harness,
+    LocalRedirect,
     all_attribute_values,
     by_id,
     drain,
@@ -610,20 +610,8 @@ def test_provider_name_override_labels_spans_and_metrics(etf: Etf, server: Local
     assert etf.captured.metric_sum("etf.streams", gen_ai__provider__name="openai") == 1
 
 
-class _LocalRedirect(httpx2.HTTPTransport):
-    """A real HTTP transport that sends every request to the local server, whatever its URL says."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__()
-        self._port = port
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        request.url = request.url.copy_with(scheme="http", host="127.0.0.1", port=self._port)
-        return super().handle_request(request)
-
-
 def test_provider_is_detected_from_the_clients_base_url(etf: Etf, server: LocalChatServer) -> None:
-    http_client = openai.DefaultHttpxClient(transport=_LocalRedirect(server.port))
+    http_client = openai.DefaultHttpxClient(transport=LocalRedirect(server.port))
     with openai.OpenAI(
         base_url="https://api.openai.com/v1", api_key="t", max_retries=0, timeout=5.0, http_client=http_client
     ) as client:

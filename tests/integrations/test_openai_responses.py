@@ -34,7 +34,7 @@ from etf_otel.integrations.openai import OpenAIInstrumentor, instrument_openai
 from etf_otel.integrations.openai_responses import output_run_starts, result_call_ids
 from etf_otel.protocols import RESPONSES
 from tests.conftest import Captured
-from tests.integrations.support import Harness, all_attribute_values, response_span, tool_spans, wrappers
+from tests.integrations.support import Harness, LocalRedirect, all_attribute_values, response_span, tool_spans, wrappers
 from tests.protocols import responses_events as R
 
 USER: list[dict[str, Any]] = [{"role": "user", "content": "read page 1 and save a report"}]
@@ -737,20 +737,8 @@ def test_raw_response_and_error_status_are_untouched(etf: Etf, server: LocalChat
     assert etf.captured.spans() == []
 
 
-class _LocalRedirect(httpx2.HTTPTransport):
-    """A real HTTP transport that sends every request to the local server, whatever its URL says."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__()
-        self._port = port
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        request.url = request.url.copy_with(scheme="http", host="127.0.0.1", port=self._port)
-        return super().handle_request(request)
-
-
 def test_provider_is_detected_from_the_clients_base_url(etf: Etf, server: LocalChatServer) -> None:
-    http_client = openai.DefaultHttpxClient(transport=_LocalRedirect(server.port))
+    http_client = openai.DefaultHttpxClient(transport=LocalRedirect(server.port))
     etf.instrument()
     server.enqueue(script(VALID))
     options = _client_options(server, base_url="https://api.openai.com/v1", http_client=http_client)
