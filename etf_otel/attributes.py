@@ -74,6 +74,17 @@ conversation: the previous response's proposals that request answered (preserved
 ETF_LINKAGE_ANSWERED_IDS_DROPPED: Final = "etf.linkage.answered_ids_dropped"
 """Answered proposals beyond the bound of ``etf.linkage.answered_ids`` (only when non-zero)."""
 
+# --- tool hosts in other processes: MCP (docs/mcp.md) ------------------------------------------
+MCP_META_TOOL_CALL_ID: Final = "io.github.etf-otel/tool_call_id"
+"""``params._meta`` key of a ``tools/call`` request: the preserved id of the proposal it executes.
+MCP reserves unprefixed ``_meta`` keys; a reverse-DNS prefix keeps this one ours."""
+MCP_META_PROPOSAL: Final = "io.github.etf-otel/proposal"
+"""``params._meta`` key: the proposal's ``assemble_tool_call`` span as a W3C ``traceparent`` string,
+the link target of the remote execution."""
+MCP_METHOD_NAME: Final = "mcp.method.name"
+"""Set by the ``mcp`` SDK on its CLIENT and SERVER spans."""
+MCP_METHOD_TOOLS_CALL: Final = "tools/call"
+
 # --- metrics (docs/telemetry.md) ------------------------------------------------------------------
 METRIC_FRAGMENTS: Final = "etf.tool_call.fragments"
 METRIC_ID_TRANSITIONS: Final = "etf.tool_call.id_transitions"
