@@ -84,6 +84,14 @@ the link target of the remote execution."""
 MCP_METHOD_NAME: Final = "mcp.method.name"
 """Set by the ``mcp`` SDK on its CLIENT and SERVER spans."""
 MCP_METHOD_TOOLS_CALL: Final = "tools/call"
+ETF_MCP_MATCH: Final = "etf.mcp.match"
+"""On the ``mcp`` SDK's CLIENT span of a ``tools/call``: how the call was matched to a proposal,
+one of :data:`MCP_MATCH_VALUES`."""
+MCP_MATCH_VALUES: Final = ("explicit", "unique", "ambiguous", "unmatched")
+ETF_TOOL_CALL_ID_SOURCE: Final = "etf.tool_call.id_source"
+"""On an execution span in another process: where its ``gen_ai.tool.call.id`` came from
+(``mcp_meta``), the explicit opt-in of docs/telemetry.md for ids the host did not see proposed."""
+TOOL_CALL_ID_SOURCE_MCP_META: Final = "mcp_meta"
 
 # --- metrics (docs/telemetry.md) ------------------------------------------------------------------
 METRIC_FRAGMENTS: Final = "etf.tool_call.fragments"
