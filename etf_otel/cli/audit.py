@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from typing import Final
 
@@ -29,6 +29,7 @@ from etf_otel.audit.sources.phoenix import DEFAULT_PROJECT, PhoenixStats, iter_p
 from etf_otel.audit.sources.sql import DEFAULT_DATABASE, ChdbEngine, ClickHouseEngine, TimeWindow
 from etf_otel.cli.audit_report import emit_audit_report, render_audit_report
 from etf_otel.cli.exit_codes import EXIT_BAD_INPUT
+from etf_otel.cli.html_page import HtmlWriteError, write_page
 from etf_otel.cli.replay_report import displayable
 from etf_otel.errors import OtlpInputError, PhoenixError, SqlAuditError
 
@@ -117,6 +118,12 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", metavar="TIME", help="SQL engines only: ... and before TIME")
     parser.add_argument("--json", action="store_true", help="print one JSON document for machines")
     parser.add_argument(
+        "--html",
+        metavar="OUT",
+        help="also write a self-contained HTML page: summary, then a timeline per trace with findings (files"
+        " and --phoenix only)",
+    )
+    parser.add_argument(
         "--no-progress",
         dest="progress",
         action="store_false",
@@ -139,11 +146,14 @@ def run_audit(
     database: str | None = None,
     since: str | None = None,
     until: str | None = None,
+    html: str | None = None,
 ) -> int:
     """Audit the exports at ``paths`` (or a Phoenix server); prints the report, returns the exit code (docs/cli.md)."""
     if engine != "python" or clickhouse is not None or database is not None or since is not None or until is not None:
         if phoenix is not None or project is not None:
             return _fail("--phoenix takes no SQL option (--engine, --clickhouse, ...)")
+        if html is not None:
+            return _fail("--html needs the spans themselves: use the python engine (PATH...) or --phoenix")
         return run_sql_audit(
             paths,
             json_output=json_output,
@@ -154,13 +164,21 @@ def run_audit(
             until=until,
         )
     if phoenix is not None or project is not None:
-        return run_phoenix_audit(phoenix, project, paths, json_output=json_output, progress=progress)
+        return run_phoenix_audit(phoenix, project, paths, json_output=json_output, progress=progress, html=html)
     if not paths:
         return _fail("give at least one PATH, or --phoenix URL")
-    return _run_files_audit(paths, json_output=json_output, progress=progress)
+    return _run_files_audit(paths, json_output=json_output, progress=progress, html=html)
 
 
-def _run_files_audit(paths: list[str], *, json_output: bool, progress: bool) -> int:
+def _write_html(html: str, report: AuditReport, spans: Callable[[], Iterable[SpanData]], source: str) -> None:
+    """``--html OUT``: read the spans of the traces with findings again, then write the page."""
+    from etf_otel.cli.html_audit import collect_spans, drawn_traces, render_audit
+
+    document = render_audit(report, collect_spans(spans(), drawn_traces(report)), source=source)
+    write_page(html, document)
+
+
+def _run_files_audit(paths: list[str], *, json_output: bool, progress: bool, html: str | None = None) -> int:
     try:
         files = expand_paths(paths)
     except OtlpInputError as error:
@@ -181,6 +199,11 @@ def _run_files_audit(paths: list[str], *, json_output: bool, progress: bool) -> 
     )
     if stats.spans == 0:
         return _fail(f"no OTLP trace spans in {len(files)} input file(s)")
+    if html is not None:
+        try:
+            _write_html(html, report, lambda: iter_spans(files), ", ".join(paths))
+        except (HtmlWriteError, OtlpInputError) as error:
+            return _fail(str(error))
     return emit_audit_report(report, json_output)
 
 
@@ -226,7 +249,13 @@ def _audit_files(files: list[str], stats: InputStats, report: AuditReport, *, pr
 
 
 def run_phoenix_audit(
-    url: str | None, project: str | None, paths: list[str], *, json_output: bool, progress: bool
+    url: str | None,
+    project: str | None,
+    paths: list[str],
+    *,
+    json_output: bool,
+    progress: bool,
+    html: str | None = None,
 ) -> int:
     """``etf-otel audit --phoenix URL [--project NAME]``: prints the report, returns the exit code."""
     if url is None:
@@ -245,6 +274,11 @@ def run_phoenix_audit(
     report.records, report.spans = stats.pages, stats.spans
     if stats.spans == 0:
         return _fail(f"no spans in Phoenix project {project!r} at {url}")
+    if html is not None:
+        try:
+            _write_html(html, report, lambda: iter_phoenix_spans(url, project), f"Phoenix {url} ({project})")
+        except (HtmlWriteError, PhoenixError) as error:
+            return _fail(str(error))
     code = emit_audit_report(report, json_output)
     if FindingKind.ORPHANED_EXECUTION in report.kinds or FindingKind.UNANSWERED_CALL in report.kinds:
         print(LINKS_NOTE, file=sys.stderr)

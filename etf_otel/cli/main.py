@@ -154,6 +154,7 @@ def _run(args: argparse.Namespace) -> int:
             database=args.database,
             since=args.since,
             until=args.until,
+            html=args.html,
         )
     if args.command == "demo":
         from etf_otel.cli.demo import run_demo

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Final
 
 from etf_otel import protocols
 from etf_otel.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
+from etf_otel.cli.html_page import HtmlWriteError, write_page
 from etf_otel.cli.recording import (
     STDIN,
     complete_body,
@@ -57,6 +58,7 @@ exit codes:
 example:
   etf-otel replay reply.sse --followup next-request.json
   curl -sN ... | etf-otel replay - --json
+  etf-otel replay reply.jsonl --html reply.html
 
 More: docs/cli.md
 """
@@ -106,6 +108,11 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
         choices=ASSEMBLER_NAMES,
         help="also run this assembler (one that reads the recording's protocol), wrapped, and show where it"
         " diverges from the rules",
+    )
+    replay.add_argument(
+        "--html",
+        metavar="OUT",
+        help="also write a self-contained HTML page: a swimlane per call, each fragment a mark (docs/cli.md)",
     )
     replay.add_argument(
         "--export",
@@ -225,6 +232,11 @@ def run_replay(args: argparse.Namespace) -> int:
             _export(events, protocol, args)
         except OSError as error:
             return _refuse(f"--export: cannot write {display_name(args.export)}: {error.strerror or error}")
+    if args.html:
+        try:
+            _write_html(args, protocol, events)
+        except HtmlWriteError as error:
+            return _refuse(str(error))
     if args.assembler:
         return _compare(args, protocol, events, result, findings)
     report = build_report(result, show_arguments=args.show_arguments, linkage=findings)
@@ -233,6 +245,16 @@ def run_replay(args: argparse.Namespace) -> int:
     else:
         render_report(report, console_for(), show_arguments=args.show_arguments)
     return EXIT_FOUND if result.rejections or findings else EXIT_OK
+
+
+def _write_html(args: argparse.Namespace, protocol: WireProtocol, events: list[object]) -> None:
+    """``--html OUT``: the page of this replay (``etf_otel.cli.html_replay``)."""
+    from etf_otel.cli.html_replay import replay_timeline
+    from etf_otel.cli.html_replay_page import render_replay
+
+    timeline = replay_timeline(protocol, events, args.allow)
+    document = render_replay(timeline, source=display_name(args.file), show_arguments=args.show_arguments)
+    write_page(args.html, document)
 
 
 def _compare(
