@@ -23,7 +23,6 @@ from etf_otel.core.identity import IdentityRules
 from etf_otel.core.lifecycle import LifecycleSlots
 from etf_otel.core.results import AssemblyResult
 from etf_otel.core.slot_state import ARGUMENTS_CLOSED, CLOSED
-from etf_otel.core.slots import ResponseSlots
 from etf_otel.core.vocabulary import FragmentDiagnostic, StreamState, Transition
 from etf_otel.protocols import WireProtocol
 from etf_otel.protocols.chat_completions import DONE
@@ -145,23 +144,13 @@ def _stream_events(slots: object, reasons_before: int, ended_before: object) -> 
     return kinds
 
 
-def _fragments_so_far(slots: ResponseSlots) -> int:
-    """The slot model's fragment counter between two events: the one value it does not expose.
-
-    Read, never written: it places each event's fragments on the axis (their diagnostics carry
-    the same numbers). A public read-only property on ``ResponseSlots`` would do instead, but
-    that module is at the size limit.
-    """
-    return slots._fragment_count
-
-
 def replay_timeline(protocol: WireProtocol, events: Sequence[object], allow: Sequence[str]) -> ReplayTimeline:
     """Assemble ``events`` one at a time and note where each fragment and each other event falls."""
     assembler = protocol.assembler(rules=IdentityRules.for_rules(allow))
     slots = assembler.slots
     spans: list[tuple[int, int, int, list[tuple[Lane, str]]]] = []  # (event, first fragment, last, others)
     for number, event in enumerate(events, start=1):
-        first = _fragments_so_far(slots)
+        first = slots.fragment_count
         key = _key_of(event)
         before = _slot_state(slots, key)
         reasons, ended = len(slots.finish_reasons), slots.ended
@@ -176,9 +165,9 @@ def replay_timeline(protocol: WireProtocol, events: Sequence[object], allow: Seq
         if event == DONE and "end" not in stream:  # Chat Completions' sentinel; the adapter decides at finish
             stream.append("end")
         others += [(STREAM, kind) for kind in stream]
-        spans.append((number, first, _fragments_so_far(slots), others))
+        spans.append((number, first, slots.fragment_count, others))
     result = assembler.finish()
-    last = _fragments_so_far(slots)
+    last = slots.fragment_count
     if result.state is StreamState.TRUNCATED:
         spans.append((len(events), last, last, [(STREAM, "cut")]))
     elif not any(kind == "end" for *_, others in spans for _, kind in others):

@@ -4,23 +4,22 @@ A protocol adapter (Chat Completions here; the Responses API and Anthropic Messa
 through :class:`~etf_otel.core.lifecycle.LifecycleSlots`) turns its wire events into
 these calls on :class:`ResponseSlots`:
 
-* :meth:`~ResponseSlots.fragment`: an update to the slot ``(choice, index)``, carrying
-  any of an id, a name and an argument delta (missing values are :data:`ABSENT`);
+* :meth:`~ResponseSlots.fragment`: an update to the slot ``(choice, index)``, carrying any of an id,
+  a name and an argument delta (missing values are :data:`ABSENT`);
 * :meth:`~ResponseSlots.unindexed`: an update whose index was missing or unusable;
 * :meth:`~ResponseSlots.close`: the protocol says the slot is complete (optional);
-* :meth:`~ResponseSlots.finish_reason`: the provider's reason for ending a choice (kept
-  for telemetry; it does not end anything by itself);
-* :meth:`~ResponseSlots.end`: the response ended properly. When that is, is the
-  protocol's rule (Chat Completions: ``[DONE]``, or a finish reason on every choice that
-  has tool calls), so the adapter decides and the slot model only records it.
+* :meth:`~ResponseSlots.finish_reason`: the provider's reason for ending a choice (kept for telemetry;
+  it does not end anything by itself);
+* :meth:`~ResponseSlots.end`: the response ended properly. When that is, is the protocol's rule (Chat
+  Completions: ``[DONE]``, or a finish reason on every choice that has tool calls), so the adapter
+  decides and the slot model only records it.
 
-:meth:`~ResponseSlots.finish` then validates every slot (docs/identity-rules.md) and returns an
-immutable :class:`AssemblyResult`. Slots live only inside one ``ResponseSlots``: nothing
-is shared across responses, so no id can leak from one response into another.
+:meth:`~ResponseSlots.finish` then validates every slot (docs/identity-rules.md) and returns an immutable
+:class:`AssemblyResult`. Slots live only inside one ``ResponseSlots``: nothing is shared across
+responses, so no id can leak from one response into another.
 
-The per-fragment path is kept to a few dictionary operations; everything that can be
-computed once per call (joining arguments, parsing JSON, counting transitions) happens
-in :meth:`~ResponseSlots.finish`.
+The per-fragment path is kept to a few dictionary operations; everything that can be computed once per
+call (joining arguments, parsing JSON, counting transitions) happens in :meth:`~ResponseSlots.finish`.
 """
 
 from __future__ import annotations
@@ -52,17 +51,13 @@ __all__ = [
 ]
 
 DEFAULT_MAX_ARGUMENT_CHARS: Final = 8 * 1024 * 1024
-"""Arguments longer than this (in characters) are ``invalid_arguments`` and stop growing.
-
-The cap keeps memory per response bounded when a stream is hostile or runaway.
-"""
+"""Arguments longer than this (in characters) are ``invalid_arguments`` and stop growing: the cap keeps
+memory per response bounded when a stream is hostile or runaway."""
 
 DEFAULT_MAX_DIAGNOSTICS: Final = 65_536
-"""Fragments of one response that keep an individual diagnostic; later ones are only counted.
-
-Together with the argument cap this bounds the memory of a response whatever its length:
-the metrics and span counters still see every fragment.
-"""
+"""Fragments of one response that keep an individual diagnostic; later ones are only counted. Together with
+the argument cap this bounds the memory of a response whatever its length: the metrics and span counters
+still see every fragment."""
 
 MAX_REJECTED_KEPT: Final = 64
 """Rejected fragments of one slot kept for span events (the rest are counted)."""
@@ -139,6 +134,11 @@ class ResponseSlots:
     @property
     def finished(self) -> bool:
         return self._result is not None
+
+    @property
+    def fragment_count(self) -> int:
+        """Fragments counted so far: lets a viewer place an event that is no fragment (a close) between two."""
+        return self._fragment_count
 
     def _open(self, choice: int, index: int) -> SlotState:
         slot = SlotState(
