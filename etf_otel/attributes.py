@@ -92,6 +92,16 @@ ETF_TOOL_CALL_ID_SOURCE: Final = "etf.tool_call.id_source"
 """On an execution span in another process: where its ``gen_ai.tool.call.id`` came from
 (``mcp_meta``), the explicit opt-in of docs/telemetry.md for ids the host did not see proposed."""
 TOOL_CALL_ID_SOURCE_MCP_META: Final = "mcp_meta"
+ETF_MCP_META_REJECTED: Final = "etf.mcp.meta_rejected"
+"""On the SERVER span of a ``tools/call``: why an etf-otel ``_meta`` value was not used, a list of
+:data:`MCP_META_REJECTED_VALUES` (bounded; the value itself is never recorded)."""
+MCP_META_REJECTED_VALUES: Final = (
+    "call_id_not_string",
+    "call_id_empty",
+    "call_id_too_long",
+    "call_id_not_printable",
+    "proposal_unparsed",
+)
 
 # --- metrics (docs/telemetry.md) ------------------------------------------------------------------
 METRIC_FRAGMENTS: Final = "etf.tool_call.fragments"

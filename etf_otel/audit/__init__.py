@@ -6,7 +6,8 @@ Layers, each importing only those above it:
   checks keep, and :class:`AuditFinding` of a closed set of :class:`FindingKind`;
 * :mod:`etf_otel.audit.sources`: readers yielding ``SpanData`` (OTLP JSON files, a Phoenix server) and
   the SQL form of the checks;
-* :mod:`etf_otel.audit.checks` (:func:`check_trace`), :mod:`etf_otel.audit.partition`
+* :mod:`etf_otel.audit.executions` (which spans are executions, one per MCP ``tools/call`` across the
+  process boundary), :mod:`etf_otel.audit.checks` (:func:`check_trace`), :mod:`etf_otel.audit.partition`
   (:class:`Partitioner`, bounded memory), :mod:`etf_otel.audit.report` (:class:`AuditReport`);
 * :mod:`etf_otel.audit.pipeline`: :func:`audit_spans` and ``sql_audit``, a whole audit into a report.
 

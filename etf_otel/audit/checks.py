@@ -4,9 +4,10 @@
 linking into it, in any order, and returns the trace's findings. It runs in phases, each on the
 :class:`TraceIndex` built once for the trace; the findings come out in the order of the phases:
 
-1. :func:`telemetry_findings`: malformed spans, and parents or link targets that never arrived;
-2. :func:`execution_findings`: each execution matched to its proposal (refused, orphaned, or
-   executing a call that was not a valid proposal);
+1. :func:`telemetry_findings`: malformed spans (and MCP SERVER spans contradicting their CLIENT
+   span), and parents or link targets that never arrived;
+2. :func:`execution_findings`: each execution (``etf_otel.audit.executions``: one per MCP call)
+   matched to its proposal (refused, orphaned, or executing a call that was not a valid proposal);
 3. :func:`call_findings`: each proposal's executions (duplicated, only failed), or the lack of any
    evidence about it (``unjudged``);
 4. :func:`tool_message_findings`: tool messages answering nothing the trace proposed;
@@ -32,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from etf_otel import attributes as A
+from etf_otel.audit.executions import conflict_findings, executions_of, orphan_detail
 from etf_otel.audit.model import AuditFinding, FindingKind, Item, LinkProbe, Role, SpanData, SpanRecord
 from etf_otel.core.vocabulary import ErrorCategory, StreamState, Verdict
 
@@ -228,18 +230,8 @@ def telemetry_findings(index: TraceIndex) -> list[AuditFinding]:
                     detail=f"link target of {probe.source_span}, in trace {trace_id}",
                 )
             )
+    findings += conflict_findings(trace_id, index.records)
     return findings
-
-
-def _executions(index: TraceIndex) -> list[SpanRecord]:
-    """This trace's own executions (unless linked to another trace) and those linking in, earliest first."""
-    executions = [
-        record
-        for record in index.records
-        if record.role is Role.EXECUTION and not (record.links and record.links[0][0] != index.trace_id)
-    ]
-    executions.extend(probe.execution for probe in index.probes if probe.execution is not None)
-    return sorted(executions, key=lambda record: record.start_ns)
 
 
 def _target_of(index: TraceIndex, execution: SpanRecord) -> SpanRecord | None:
@@ -259,7 +251,7 @@ def execution_findings(index: TraceIndex) -> tuple[list[AuditFinding], dict[str,
     """Phase 2: every execution matched to its proposal; also returns the executions of each call's span."""
     findings: list[AuditFinding] = []
     executed: dict[str, list[SpanRecord]] = {}
-    for execution in _executions(index):
+    for execution in executions_of(index.trace_id, index.records, index.probes):
         target = _target_of(index, execution)
         call_id = execution.call_id or (target.call_id if target is not None else None)
         trace_id, span_id = execution.trace_id, execution.span_id
@@ -272,7 +264,7 @@ def execution_findings(index: TraceIndex) -> tuple[list[AuditFinding], dict[str,
         if target is None and execution.links and execution.links[0][1] not in index.present:
             continue  # its proposal's span never arrived: reported as missing_span, cannot be judged
         if target is None:
-            detail = None if call_id else "no gen_ai.tool.call.id and no link"
+            detail = orphan_detail(execution, call_id)
             findings.append(
                 AuditFinding.of(FindingKind.ORPHANED_EXECUTION, trace_id, span_id, call_id=call_id, detail=detail)
             )

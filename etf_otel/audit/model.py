@@ -40,6 +40,8 @@ ATTR_INPUT_MESSAGES = "gen_ai.input.messages"
 """Read, never emitted by etf-otel (so not in ``attributes``): the messages sent to the model."""
 STATUS_CODE_ERROR = 2
 """``SpanData.status_code`` of a span whose status is ERROR (OTLP ``STATUS_CODE_ERROR``)."""
+MATCHED = ("explicit", "unique")
+"""``etf.mcp.match`` values of a CLIENT span matched to a proposal: it must carry the call id."""
 
 
 class FindingKind(str, Enum):
@@ -54,7 +56,8 @@ class FindingKind(str, Enum):
     """
 
     ORPHANED_EXECUTION = "orphaned_execution"
-    """An ``execute_tool`` span whose call id and link match no ``assemble_tool_call`` of the trace."""
+    """An execution (an ``execute_tool`` span, or one MCP ``tools/call``: ``audit.executions``) whose call id
+    and link match no ``assemble_tool_call`` of the trace."""
     DUPLICATE_EXECUTION = "duplicate_execution"
     """A proposal executed more than once (one finding per extra execution)."""
     UNANSWERED_CALL = "unanswered_call"
@@ -72,7 +75,8 @@ class FindingKind(str, Enum):
     MISSING_SPAN = "missing_span"
     """A parent or link points at a span that never arrived (started but never exported, or not in the input)."""
     MALFORMED_SPAN = "malformed_span"
-    """An etf-otel span without an attribute the contract requires (docs/telemetry.md)."""
+    """An etf-otel span without an attribute the contract requires (docs/telemetry.md), or an MCP SERVER
+    span whose call id contradicts its CLIENT span's."""
     UNJUDGED = "unjudged"
     """Informational, not a problem: a valid proposal neither executed nor settled by a later request
     (no ``etf.linkage.answered_ids`` naming it, no ``unanswered_call`` event): the input has no evidence either way."""
@@ -96,6 +100,9 @@ class Role(str, Enum):
     CALL = "call"
     RESPONSE = "response"
     EXECUTION = "execution"
+    REMOTE_CALL = "remote_call"
+    """An ``mcp`` SDK CLIENT span of a ``tools/call`` that etf-otel enriched (``etf.mcp.match`` or a call
+    id): an execution only when no execution span of the tool server is its child (``audit.executions``)."""
     OTHER = "other"
 
 
@@ -158,14 +165,18 @@ class SpanRecord:
     violations: tuple[tuple[str, str | None], ...] = ()
     tool_messages: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
+    match: str | None = None
+    """``etf.mcp.match`` of a :attr:`Role.REMOTE_CALL` (one of ``MCP_MATCH_VALUES``), for the finding's detail."""
+    meta_rejected: tuple[str, ...] = ()
+    """``etf.mcp.meta_rejected`` of an MCP SERVER execution: why the server did not use our ``_meta`` keys."""
 
 
 @dataclass(slots=True)
 class LinkProbe:
     """A link from a span of ``source_trace`` into ``target_trace``, checked with the target.
 
-    ``execution`` is the linking ``execute_tool`` span, matched against the target trace's
-    proposals; for any other span only the target's existence is checked.
+    ``execution`` is the linking ``execute_tool`` span (or :attr:`Role.REMOTE_CALL`), matched against
+    the target trace's proposals; for any other span only the target's existence is checked.
     """
 
     target_trace: str
@@ -194,6 +205,12 @@ def _role(span: SpanData) -> Role:
         or span.attributes.get(A.GEN_AI_OPERATION_NAME) == A.OPERATION_EXECUTE_TOOL
     ):
         return Role.EXECUTION
+    # The SDK sets gen_ai.operation.name only on its SERVER span: without it, a tools/call span is
+    # the CLIENT's, whatever the source (Phoenix and the ClickHouse rows the audit loads have no span kind).
+    if span.attributes.get(A.MCP_METHOD_NAME) == A.MCP_METHOD_TOOLS_CALL and (
+        _string(span.attributes.get(A.GEN_AI_TOOL_CALL_ID)) or _string(span.attributes.get(A.ETF_MCP_MATCH))
+    ):
+        return Role.REMOTE_CALL
     return Role.OTHER
 
 
@@ -274,6 +291,17 @@ def _read_execution(record: SpanRecord, span: SpanData) -> None:
     if record.error_type is None and span.status_code == STATUS_CODE_ERROR:
         record.error_type = OTHER
     record.refused = attributes.get(A.ETF_GUARD_REFUSED) is True
+    rejected = attributes.get(A.ETF_MCP_META_REJECTED)
+    if isinstance(rejected, list):
+        record.meta_rejected = tuple(value for value in rejected if value in A.MCP_META_REJECTED_VALUES)
+
+
+def _read_remote_call(record: SpanRecord, span: SpanData, problems: list[str]) -> None:
+    _read_execution(record, span)
+    match = span.attributes.get(A.ETF_MCP_MATCH)
+    record.match = match if isinstance(match, str) and match in A.MCP_MATCH_VALUES else None
+    if record.match in MATCHED and record.call_id is None:
+        problems.append(A.GEN_AI_TOOL_CALL_ID)
 
 
 def to_record(span: SpanData) -> SpanRecord:
@@ -294,8 +322,14 @@ def to_record(span: SpanData) -> SpanRecord:
         _read_response(record, attributes, problems)
     elif role is Role.EXECUTION:
         _read_execution(record, span)
+    elif role is Role.REMOTE_CALL:
+        _read_remote_call(record, span, problems)
     record.problems = tuple(problems)
     return record
+
+
+EXECUTING = frozenset({Role.EXECUTION, Role.REMOTE_CALL})
+"""Roles whose first cross-trace link sends the record, as an execution, to the trace it links into."""
 
 
 def items_of(record: SpanRecord) -> Iterator[tuple[str, Item]]:
@@ -303,7 +337,7 @@ def items_of(record: SpanRecord) -> Iterator[tuple[str, Item]]:
     yield record.trace_id, record
     for index, (link_trace, link_span) in enumerate(record.links):
         if link_trace != record.trace_id:
-            execution = record if index == 0 and record.role is Role.EXECUTION else None
+            execution = record if index == 0 and record.role in EXECUTING else None
             yield link_trace, LinkProbe(link_trace, link_span, record.trace_id, record.span_id, execution)
 
 

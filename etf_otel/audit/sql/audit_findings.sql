@@ -20,7 +20,8 @@
 --
 -- The statements below run in one session, separated by lines ending in ';'. Intermediate results are
 -- session TEMPORARY tables (ENGINE Memory; a read-only user needs readonly=2), so each step is computed
--- once and can be inspected: SELECT * FROM etf_spans, etf_judged, etf_resolved, etf_runs, etf_findings.
+-- once and can be inspected: SELECT * FROM etf_spans, etf_judged, etf_executions, etf_resolved, etf_runs,
+-- etf_findings.
 --
 -- Where the Python audit depends on the order spans arrive in (ties it breaks by input order), this
 -- query breaks them by start time, then span id: see etf_otel/audit/sources/sql.py.
@@ -44,22 +45,34 @@ SELECT
         SpanName = 'assemble_response', 'response',
         SpanName = 'execute_tool' OR startsWith(SpanName, 'execute_tool ')
             OR SpanAttributes['gen_ai.operation.name'] = 'execute_tool', 'execution',
+        -- the mcp SDK's CLIENT span of a tools/call that etf-otel enriched (no span kind needed: the SDK
+        -- sets gen_ai.operation.name on its SERVER span only)
+        SpanAttributes['mcp.method.name'] = 'tools/call'
+            AND (SpanAttributes['gen_ai.tool.call.id'] != '' OR SpanAttributes['etf.mcp.match'] != ''), 'remote_call',
         'other') AS role,
-    if(role IN ('call', 'execution'), SpanAttributes['gen_ai.tool.call.id'], '') AS call_id,
+    if(role IN ('call', 'execution', 'remote_call'), SpanAttributes['gen_ai.tool.call.id'], '') AS call_id,
     if(role = 'call' AND SpanAttributes['etf.tool_call.verdict'] IN ('proposed', 'rejected'),
        SpanAttributes['etf.tool_call.verdict'], '') AS verdict,
     if(role = 'call', JSONExtract(SpanAttributes['etf.tool_call.categories'], 'Array(String)'), [])
         AS categories,
     multiIf(
         role = 'call', SpanAttributes['error.type'],
-        role = 'execution' AND SpanAttributes['error.type'] != '', SpanAttributes['error.type'],
-        role = 'execution' AND StatusCode IN ('Error', 'STATUS_CODE_ERROR'), '_OTHER',
+        role IN ('execution', 'remote_call') AND SpanAttributes['error.type'] != '', SpanAttributes['error.type'],
+        role IN ('execution', 'remote_call') AND StatusCode IN ('Error', 'STATUS_CODE_ERROR'), '_OTHER',
         '') AS error_type,
     if(role = 'response', SpanAttributes['etf.stream.state'], '') AS state,
     -- 1 true, 0 false, -1 absent or not a boolean
     multiIf(SpanAttributes['etf.stream.dispatchable'] = 'true', 1,
             SpanAttributes['etf.stream.dispatchable'] = 'false', 0, -1) AS dispatchable,
-    role = 'execution' AND SpanAttributes['etf.guard.refused'] = 'true' AS refused,
+    role IN ('execution', 'remote_call') AND SpanAttributes['etf.guard.refused'] = 'true' AS refused,
+    if(role = 'remote_call' AND SpanAttributes['etf.mcp.match'] IN ('explicit', 'unique', 'ambiguous', 'unmatched'),
+       SpanAttributes['etf.mcp.match'], '') AS match,
+    -- why an MCP server did not use our _meta keys (etf.mcp.meta_rejected, known values only)
+    if(role = 'execution',
+       arrayFilter(x -> x IN ('call_id_not_string', 'call_id_empty', 'call_id_too_long', 'call_id_not_printable',
+                              'proposal_unparsed'),
+                   JSONExtract(SpanAttributes['etf.mcp.meta_rejected'], 'Array(String)')),
+       []) AS meta_rejected,
     -- settlement evidence: the previous response's proposals this request answered
     if(role = 'response',
        arrayFilter(x -> x != '', JSONExtract(SpanAttributes['etf.linkage.answered_ids'], 'Array(String)')),
@@ -93,6 +106,7 @@ SELECT
                                        if(verdict = 'proposed' AND call_id = '', ['gen_ai.tool.call.id'], [])),
             role = 'response', arrayConcat(if(state = '', ['etf.stream.state'], []),
                                            if(dispatchable = -1, ['etf.stream.dispatchable'], [])),
+            role = 'remote_call' AND match IN ('explicit', 'unique') AND call_id = '', ['gen_ai.tool.call.id'],
             [])) AS problems
 FROM {database:Identifier}.{table:Identifier}
 WHERE TraceId IN window_traces;
@@ -151,17 +165,57 @@ LEFT JOIN call_response AS cr ON cr.trace_id = c.trace_id AND cr.call_span = c.s
 LEFT JOIN responses AS r ON r.trace_id = c.trace_id AND r.span_id = cr.response_span
 LEFT JOIN response_category AS rc ON rc.trace_id = c.trace_id AND rc.response_span = cr.response_span;
 
--- 3. Executions, matched to a proposal of the trace of their first link (when it points into another
---    trace) or their own: link first, then trace and call id.
+-- 3. Which spans are executions, each judged in one trace (group_trace): that of its first link when it
+--    points into another trace, else its own (etf_otel/audit/executions.py). One MCP tools/call leaves a
+--    CLIENT span (remote_call) and, from an instrumented server, a SERVER span (execution) child of it:
+--    the SERVER span is the execution, completed by its CLIENT parent's call id and link when it has none;
+--    the CLIENT span is one only when no execution child is judged in the same trace.
+DROP TEMPORARY TABLE IF EXISTS etf_executions;
+CREATE TEMPORARY TABLE etf_executions ENGINE = Memory AS
+WITH
+    clients AS (
+        SELECT trace_id, span_id, call_id, match, link_traces, link_spans,
+               if(length(link_traces) > 0, link_traces[1], trace_id) AS group_trace
+        FROM etf_spans WHERE role = 'remote_call'
+    ),
+    servers AS (
+        SELECT e.trace_id AS trace_id, e.span_id AS span_id, e.parent_id AS parent_id, e.start_ns AS start_ns,
+               e.error_type AS error_type, e.refused AS refused,
+               length(e.link_traces) > 0 AND e.link_traces[1] != e.trace_id AS cross,
+               -- completed by the CLIENT parent (LEFT JOIN: '' and [] when there is none)
+               if(e.call_id != '', e.call_id, c.call_id) AS own_call_id,
+               if(length(e.link_traces) > 0, e.link_traces, c.link_traces) AS own_link_traces,
+               if(length(e.link_traces) > 0, e.link_spans, c.link_spans) AS own_link_spans,
+               if(cross, e.link_traces[1], e.trace_id) AS group_trace,
+               if(cross, e.link_spans[1], if(length(own_link_spans) > 0, own_link_spans[1], '')) AS link_span,
+               if(cross, e.call_id, own_call_id) AS call_id,
+               if(cross, '', c.match) AS match, e.meta_rejected AS meta_rejected
+        FROM etf_spans AS e
+        LEFT JOIN clients AS c ON c.trace_id = e.trace_id AND c.span_id = e.parent_id
+        WHERE e.role = 'execution'
+    )
+SELECT trace_id, span_id, start_ns, call_id, error_type, refused, group_trace, link_span, match, meta_rejected
+FROM servers
+-- completed by a CLIENT parent linking into another trace: the CLIENT span is judged there instead
+WHERE cross OR length(own_link_traces) = 0 OR own_link_traces[1] = trace_id
+UNION ALL
+SELECT c.trace_id, c.span_id, s.start_ns, c.call_id, s.error_type, s.refused, c.group_trace,
+       if(length(c.link_spans) > 0, c.link_spans[1], ''), c.match, []
+FROM clients AS c
+INNER JOIN etf_spans AS s ON s.trace_id = c.trace_id AND s.span_id = c.span_id
+WHERE (c.trace_id, c.span_id, c.group_trace) NOT IN (
+    SELECT trace_id, parent_id, group_trace FROM servers
+    UNION ALL
+    SELECT trace_id, parent_id, c2.group_trace
+    FROM servers INNER JOIN clients AS c2 ON c2.trace_id = servers.trace_id AND c2.span_id = servers.parent_id
+    WHERE c2.group_trace = c2.trace_id
+);
+
+-- 4. Executions, matched to a proposal of the trace they are judged in: link first, then call id.
 DROP TEMPORARY TABLE IF EXISTS etf_resolved;
 CREATE TEMPORARY TABLE etf_resolved ENGINE = Memory AS
 WITH
-    executions AS (
-        SELECT trace_id, span_id, start_ns, call_id, error_type, refused,
-               if(length(link_traces) > 0, link_traces[1], trace_id) AS group_trace,
-               if(length(link_spans) > 0, link_spans[1], '') AS link_span
-        FROM etf_spans WHERE role = 'execution'
-    ),
+    executions AS (SELECT * FROM etf_executions),
     -- Proposal by call id: the latest one started before the execution, else the earliest.
     by_call_id AS (
         SELECT e.group_trace AS group_trace, e.span_id AS execution_span,
@@ -183,10 +237,11 @@ SELECT t.trace_id AS trace_id, t.span_id AS span_id, t.start_ns AS start_ns, t.g
        (t.group_trace, t.span_id) IN (SELECT group_trace, execution_span FROM link_target_present)
            AS link_present,
        j.valid AS valid, j.category AS target_category, j.call_id AS target_call_id,
-       if(t.call_id != '', t.call_id, j.call_id) AS call_id
+       if(t.call_id != '', t.call_id, j.call_id) AS call_id, t.match AS match, t.meta_rejected AS meta_rejected
 FROM (
     SELECT e.trace_id AS trace_id, e.span_id AS span_id, e.start_ns AS start_ns, e.group_trace AS group_trace,
            e.error_type AS error_type, e.refused AS refused, e.link_span AS link_span, e.call_id AS call_id,
+           e.match AS match, e.meta_rejected AS meta_rejected,
            if(linked.span_id != '', linked.span_id, b.target) AS target
     FROM executions AS e
     LEFT JOIN (SELECT trace_id, span_id FROM etf_spans WHERE role = 'call') AS linked
@@ -195,7 +250,7 @@ FROM (
 ) AS t
 LEFT JOIN etf_judged AS j ON j.trace_id = t.group_trace AND j.span_id = t.target;
 
--- 4. Executions counted against a proposal (refused ones are not), in start order.
+-- 5. Executions counted against a proposal (refused ones are not), in start order.
 DROP TEMPORARY TABLE IF EXISTS etf_runs;
 CREATE TEMPORARY TABLE etf_runs ENGINE = Memory AS
 SELECT group_trace, target, trace_id, span_id, error_type, target_call_id,
@@ -210,7 +265,7 @@ WHERE NOT refused AND target != ''
 WINDOW w AS (PARTITION BY group_trace, target ORDER BY start_ns, span_id
              ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING);
 
--- 5. The findings of the checks.
+-- 6. The findings of the checks.
 DROP TEMPORARY TABLE IF EXISTS etf_findings;
 CREATE TEMPORARY TABLE etf_findings ENGINE = Memory AS
 WITH
@@ -270,6 +325,14 @@ FROM (
 WHERE (target_trace, target_span) NOT IN (SELECT trace_id, span_id FROM etf_spans)
 GROUP BY target_trace, source_trace, target_span
 
+UNION ALL  -- an MCP SERVER span whose call id contradicts its CLIENT span's (the SERVER span's is judged)
+SELECT e.trace_id, 'malformed_span', e.trace_id, e.span_id, '', e.call_id,
+       concat('gen_ai.tool.call.id differs from its tools/call CLIENT span''s: ', c.call_id)
+FROM etf_spans AS e
+INNER JOIN etf_spans AS c ON c.trace_id = e.trace_id AND c.span_id = e.parent_id
+WHERE e.role = 'execution' AND c.role = 'remote_call' AND e.call_id != '' AND c.call_id != ''
+  AND e.call_id != c.call_id
+
 UNION ALL
 SELECT group_trace, 'refused_execution', trace_id, span_id,
        if(error_type != '', error_type, 'orphaned_result'), call_id, ''
@@ -277,7 +340,15 @@ FROM etf_resolved WHERE refused
 
 UNION ALL
 SELECT group_trace, 'orphaned_execution', trace_id, span_id, 'orphaned_result', call_id,
-       if(call_id = '', 'no gen_ai.tool.call.id and no link', '')
+       if(call_id = '',
+          concat('no gen_ai.tool.call.id and no link',
+                 if(match = '' AND length(meta_rejected) = 0, '',
+                    concat(' (', arrayStringConcat(arrayConcat(
+                        if(match != '', [concat('etf.mcp.match ', match)], []),
+                        if(length(meta_rejected) > 0,
+                           [concat('etf.mcp.meta_rejected ', arrayStringConcat(meta_rejected, ','))], [])), '; '),
+                    ')'))),
+          '')
 FROM etf_resolved
 WHERE NOT refused AND target = '' AND NOT (link_span != '' AND NOT link_present)
 
@@ -312,7 +383,7 @@ FROM (SELECT trace_id, span_id, start_ns, arrayJoin(tool_messages) AS message
 WHERE (trace_id, message) NOT IN (SELECT trace_id, call_id FROM etf_judged WHERE valid != 0 AND call_id != '')
 GROUP BY trace_id, message;
 
--- 6. The result: the findings, and what the instrumentation recorded itself unless a check found the same
+-- 7. The result: the findings, and what the instrumentation recorded itself unless a check found the same
 --    (an unanswered_call event naming a call is a settlement's evidence: reported as unanswered_call).
 SELECT group_trace, kind, trace_id, span_id, category, call_id, detail FROM etf_findings
 UNION ALL
