@@ -112,3 +112,22 @@ def test_overhead_quick_measures_the_peers() -> None:
     for name, configuration in configurations.items():
         assert configuration["status"] == "ok", (name, configuration)
     check_cases(document["clients"], set(configurations))
+
+
+def test_stages_quick_json_accounts_for_every_stage() -> None:
+    """``overhead_stages.py`` times every stage of every case, and the stages and the rest add up to what etf-otel adds."""
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "overhead_stages.py"), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+    assert completed.returncode == 0, completed.stderr
+    document: dict[str, Any] = json.loads(completed.stdout)
+    assert set(document["cases"]) == {f"{protocol}_{shape}" for protocol in PROTOCOLS for shape in ("4x50", "2x5")}
+    for key, case in document["cases"].items():
+        stages = case["stages_us"]
+        # Each stage ran (a method renamed away from the timing table would read 0 here).
+        assert all(is_number(value) and value > 0 for value in stages.values()), (key, stages)
+        assert abs(sum(stages.values()) + case["rest_us"] - case["added_us"]) < 1e-6, key
