@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from overhead_streams import PROTOCOLS, Case, consumer  # type: ignore[import-not-found]
-from overhead_worker import Floor, Providers  # type: ignore[import-not-found]
+from overhead_worker import Floor, Providers, timed  # type: ignore[import-not-found]
 
 SHAPES = ((4, 50), (2, 5))
 STAGES = (
@@ -88,7 +88,7 @@ def timing(methods: list[tuple[str, Any, str]], spent: collections.Counter[str])
     """Each method adds its own time (nanoseconds) to ``spent[stage]`` while the block runs."""
     originals = [(owner, name, owner.__dict__[name]) for _, owner, name in methods]
 
-    def timed(stage: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def clocked(stage: str, function: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter_ns()
             try:
@@ -99,20 +99,12 @@ def timing(methods: list[tuple[str, Any, str]], spent: collections.Counter[str])
         return wrapper
 
     for stage, owner, name in methods:
-        setattr(owner, name, timed(stage, owner.__dict__[name]))
+        setattr(owner, name, clocked(stage, owner.__dict__[name]))
     try:
         yield
     finally:
         for owner, name, original in originals:
             setattr(owner, name, original)
-
-
-def per_response(read: Callable[[], object], count: int) -> float:
-    read()
-    started = time.perf_counter()
-    for _ in range(count):
-        read()
-    return (time.perf_counter() - started) / count
 
 
 FLOOR_WRAPPED = (
@@ -155,12 +147,12 @@ def measure(case: Case, rounds: int, count: int) -> dict[str, Any]:
     floor_added: list[float] = []
     with floor_switch(providers, case) as floor:
         for _ in range(rounds):
-            bare.append(per_response(read, count))
+            bare.append(timed(read, count))
             instrumentor.instrument(tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider)
-            added.append(per_response(read, count) - bare[-1])
+            added.append(timed(read, count) - bare[-1])
             instrumentor.uninstrument()
             floor(True)
-            floor_added.append(per_response(read, count) - bare[-1])
+            floor_added.append(timed(read, count) - bare[-1])
             floor(False)
     spent: collections.Counter[str] = collections.Counter()
     instrumentor.instrument(tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider)
