@@ -115,7 +115,7 @@ def test_overhead_quick_measures_the_peers() -> None:
 
 
 def test_stages_quick_json_accounts_for_every_stage() -> None:
-    """``overhead_stages.py`` times every stage of every case, and the stages and the rest add up to what etf-otel adds."""
+    """``overhead_stages.py`` times every stage of every case; the stages and the rest add up to what etf-otel adds."""
     completed = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "overhead_stages.py"), "--quick", "--json"],
         capture_output=True,
