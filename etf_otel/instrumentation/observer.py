@@ -21,7 +21,7 @@ from etf_otel.core.identity import IdentityRules
 from etf_otel.core.linkage import Conversation, Finding
 from etf_otel.core.results import AssemblyResult
 from etf_otel.core.vocabulary import StreamState
-from etf_otel.instrumentation import linkage
+from etf_otel.instrumentation import linkage, open_calls
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.telemetry import Telemetry
 from etf_otel.protocols import CHAT_COMPLETIONS, StreamAssembler, WireProtocol
@@ -131,6 +131,7 @@ class ResponseObserver:
                 self._protocol,
                 self._answered,
             )
+            open_calls.note(self.telemetry, result.calls)  # what an MCP client matches call_tool to (docs/mcp.md)
             return result
         return None
 
