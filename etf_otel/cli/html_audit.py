@@ -189,6 +189,12 @@ def _legend() -> str:
             ("s-square t-keep_omitted", "R", "response", "assemble_response"),
             ("s-square t-establish", "C", "call", "assemble_tool_call (striped red: rejected)"),
             ("s-square t-snapshot", "X", "execution", "execute_tool, linked to its call"),
+            (
+                "s-square t-close",
+                "M",
+                "MCP call",
+                "tools/call to an MCP server (the execution when its server's span is missing)",
+            ),
             ("s-octagon t-reject", "\u26a0", "finding", "on the span it concerns"),
         ]
     )

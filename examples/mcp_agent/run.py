@@ -53,11 +53,12 @@ def _hex_ids(value: Any) -> Any:
 
 
 class Receiver(ThreadingHTTPServer):
-    """``POST /v1/traces`` (protobuf) on 127.0.0.1, appended to ``path`` as OTLP/JSON lines."""
+    """``POST /v1/traces`` (protobuf) on 127.0.0.1, written to ``path`` as OTLP/JSON lines (this run's only)."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.path = path
+        path.write_text("", encoding="utf-8")  # a path given twice holds the last run, not both
         self.lock = threading.Lock()
 
     @property
