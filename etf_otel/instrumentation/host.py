@@ -33,7 +33,7 @@ from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.telemetry import Telemetry
 from etf_otel.protocols.base import field
 
-__all__ = ["ObservedHost", "ToolFunction", "ToolHost"]
+__all__ = ["ObservedHost", "ToolFunction", "ToolHost", "call_fields"]
 
 
 class ToolHost(Protocol):
@@ -51,7 +51,7 @@ ToolFunction = Callable[..., Any]
 """A host that is a plain function (or any callable) taking the call first, sync or async."""
 
 
-def _call_fields(call: object) -> tuple[str | None, str | None, object]:
+def call_fields(call: object) -> tuple[str | None, str | None, object]:
     """``(id, name, arguments)`` of a call as hosts receive it.
 
     Our ToolCall, an OpenAI dict or object (``arguments`` text, or ``function.arguments``), a
@@ -134,7 +134,7 @@ class ObservedHost:
         call_id = name = arguments = None
         record: ProposalRecord | None = None
         try:
-            call_id, name, arguments = _call_fields(call)
+            call_id, name, arguments = call_fields(call)
             record = telemetry.proposals.get(call_id) if call_id else None
             if self._etf_guard:
                 refusal = self._etf_refusal(call_id, record, name, arguments)

@@ -38,7 +38,7 @@ from etf_otel import attributes as A
 from etf_otel.core.linkage import Finding
 from etf_otel.core.vocabulary import ErrorCategory, Phase
 from etf_otel.instrumentation import open_calls
-from etf_otel.instrumentation.host import _call_fields
+from etf_otel.instrumentation.host import call_fields
 from etf_otel.instrumentation.registry import ProposalRecord
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.telemetry import Telemetry
@@ -71,7 +71,7 @@ async def call_proposed_tool(session: Any, call: Any, **kwargs: Any) -> Any:
     JSON (an MCP server takes an object); text that does not parse raises ``ValueError`` before
     anything is sent. ``kwargs`` go to ``call_tool``.
     """
-    call_id, name, arguments = _call_fields(call)
+    call_id, name, arguments = call_fields(call)
     if isinstance(arguments, str):
         arguments = json.loads(arguments) if arguments.strip() else None
     if call_id is None:
