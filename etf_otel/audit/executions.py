@@ -30,8 +30,10 @@ __all__ = ["NO_ID_DETAIL", "conflict_findings", "executions_of", "orphan_detail"
 
 NO_ID_DETAIL = "no gen_ai.tool.call.id and no link"
 """``detail`` of an ``orphaned_execution`` that names no proposal at all."""
-CONFLICT_DETAIL = "gen_ai.tool.call.id differs from its tools/call CLIENT span's: "
-"""``detail`` of the ``malformed_span`` of a SERVER span contradicting its CLIENT span (then that id)."""
+CONFLICT_DETAIL = "gen_ai.tool.call.id differs from its tools/call CLIENT span's"
+"""``detail`` of the ``malformed_span`` of a SERVER span contradicting its CLIENT span. The CLIENT
+span's id is not repeated: nothing says it was ever proposed, and the report names only
+preserved ids and the id the finding's span carries."""
 
 
 def orphan_detail(execution: SpanRecord, call_id: str | None) -> str | None:
@@ -108,7 +110,7 @@ def conflict_findings(trace_id: str, records: list[SpanRecord]) -> list[AuditFin
                     trace_id,
                     record.span_id,
                     call_id=record.call_id,
-                    detail=CONFLICT_DETAIL + client.call_id,
+                    detail=CONFLICT_DETAIL,
                 )
             )
     return findings

@@ -10,10 +10,12 @@ audit over files (``--engine python``, the default), a Phoenix server (``--phoen
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
-from collections.abc import Callable, Iterable, Iterator
+import tempfile
+from collections.abc import Iterator
 from contextlib import ExitStack
-from typing import Final
+from typing import IO, Final
 
 from rich.console import Console
 from rich.markup import escape
@@ -23,13 +25,14 @@ from etf_otel.audit.model import FindingKind, SpanData
 from etf_otel.audit.partition import Partitioner
 from etf_otel.audit.pipeline import audit_spans, sql_audit
 from etf_otel.audit.report import AuditReport
-from etf_otel.audit.sources.files import expand_paths, total_bytes
+from etf_otel.audit.sources.files import STDIN, expand_paths, total_bytes
 from etf_otel.audit.sources.otlp_json import InputStats, iter_spans
 from etf_otel.audit.sources.phoenix import DEFAULT_PROJECT, PhoenixStats, iter_phoenix_spans
 from etf_otel.audit.sources.sql import DEFAULT_DATABASE, ChdbEngine, ClickHouseEngine, TimeWindow
 from etf_otel.cli.audit_report import emit_audit_report, render_audit_report
 from etf_otel.cli.exit_codes import EXIT_BAD_INPUT
-from etf_otel.cli.html_page import HtmlWriteError, write_page
+from etf_otel.cli.html_audit import write_audit_page
+from etf_otel.cli.html_page import HtmlWriteError
 from etf_otel.cli.replay_report import displayable
 from etf_otel.errors import OtlpInputError, PhoenixError, SqlAuditError
 
@@ -170,23 +173,36 @@ def run_audit(
     return _run_files_audit(paths, json_output=json_output, progress=progress, html=html)
 
 
-def _write_html(html: str, report: AuditReport, spans: Callable[[], Iterable[SpanData]], source: str) -> None:
-    """``--html OUT``: read the spans of the traces with findings again, then write the page."""
-    from etf_otel.cli.html_audit import collect_spans, drawn_traces, render_audit
-
-    document = render_audit(report, collect_spans(spans(), drawn_traces(report)), source=source)
-    write_page(html, document)
-
-
 def _run_files_audit(paths: list[str], *, json_output: bool, progress: bool, html: str | None = None) -> int:
     try:
         files = expand_paths(paths)
     except OtlpInputError as error:
         return _fail(str(error))
+    with ExitStack() as cleanup:
+        stdin = None
+        if html is not None and STDIN in files:  # the page reads the input a second time: keep a copy
+            try:
+                stdin = cleanup.enter_context(tempfile.TemporaryFile())
+                shutil.copyfileobj(sys.stdin.buffer, stdin)
+                stdin.seek(0)
+            except OSError as error:
+                return _fail(f"cannot use temporary storage: {error}")
+        return _files_report(files, paths, json_output=json_output, progress=progress, html=html, stdin=stdin)
+    return EXIT_BAD_INPUT  # pragma: no cover - ExitStack does not swallow exceptions
+
+
+def _files_report(
+    files: list[str], paths: list[str], *, json_output: bool, progress: bool, html: str | None, stdin: IO[bytes] | None
+) -> int:
+    def spans() -> Iterator[SpanData]:
+        if stdin is not None:
+            stdin.seek(0)
+        return iter_spans(files, stdin=stdin)
+
     stats = InputStats()
     report = AuditReport()
     try:
-        _audit_files(files, stats, report, progress=progress)
+        _audit_files(files, stats, report, progress=progress, stdin=stdin)
     except OtlpInputError as error:
         return _fail(str(error))
     except OSError as error:
@@ -201,13 +217,15 @@ def _run_files_audit(paths: list[str], *, json_output: bool, progress: bool, htm
         return _fail(f"no OTLP trace spans in {len(files)} input file(s)")
     if html is not None:
         try:
-            _write_html(html, report, lambda: iter_spans(files), ", ".join(paths))
+            write_audit_page(html, report, spans, ", ".join(paths))
         except (HtmlWriteError, OtlpInputError) as error:
             return _fail(str(error))
     return emit_audit_report(report, json_output)
 
 
-def _audit_files(files: list[str], stats: InputStats, report: AuditReport, *, progress: bool) -> None:
+def _audit_files(
+    files: list[str], stats: InputStats, report: AuditReport, *, progress: bool, stdin: IO[bytes] | None = None
+) -> None:
     """The streaming audit of ``files`` into ``report``, with a progress bar on a terminal's stderr."""
     size = total_bytes(files)
     errors = Console(stderr=True)
@@ -238,7 +256,7 @@ def _audit_files(files: list[str], stats: InputStats, report: AuditReport, *, pr
 
     with bar:
         audit_spans(
-            iter_spans(files, stats, read_progress),
+            iter_spans(files, stats, read_progress, stdin),
             report=report,
             partitioner=Partitioner(expected_spans=expected),
             on_group=on_group,
@@ -276,7 +294,7 @@ def run_phoenix_audit(
         return _fail(f"no spans in Phoenix project {project!r} at {url}")
     if html is not None:
         try:
-            _write_html(html, report, lambda: iter_phoenix_spans(url, project), f"Phoenix {url} ({project})")
+            write_audit_page(html, report, lambda: iter_phoenix_spans(url, project), f"Phoenix {url} ({project})")
         except (HtmlWriteError, PhoenixError) as error:
             return _fail(str(error))
     code = emit_audit_report(report, json_output)

@@ -15,13 +15,13 @@ an orphaned execution ran, or any other id no proposal made, is never written.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from etf_otel.audit.model import AuditFinding, Role, SpanData, SpanRecord, to_record
+from etf_otel.audit.model import EXECUTING, AuditFinding, Role, SpanData, SpanRecord, to_record
 from etf_otel.audit.report import INFORMATIONAL, AuditReport
-from etf_otel.cli.html_page import attribute, legend, page, text
+from etf_otel.cli.html_page import attribute, legend, page, text, write_page
 from etf_otel.core.vocabulary import Verdict
 
 __all__ = ["MAX_SPANS_PER_TRACE", "MAX_TRACES", "TraceSpans", "collect_spans", "render_audit"]
@@ -100,7 +100,9 @@ def _describe(record: SpanRecord, proposed: set[str], numbers: dict[str, int]) -
     elif record.role is Role.RESPONSE:
         parts.append(f"stream {text(record.state or '?')}")
         parts.append("dispatchable" if record.dispatchable else "not dispatchable")
-    elif record.role is Role.EXECUTION:
+    elif record.role in EXECUTING:  # an execute_tool span, or an MCP tools/call CLIENT span
+        if record.match is not None:
+            parts.append(f"matched {text(record.match)}")
         if record.call_id is not None and record.call_id in proposed:
             parts.append(f"runs id {text(record.call_id)}")
         elif record.call_id is not None:
@@ -231,3 +233,8 @@ def render_audit(report: AuditReport, spans: dict[str, TraceSpans], *, source: s
         f"{toolbar}{traces}{rest}</main>"
     )
     return page(f"etf-otel audit: {source}", body)
+
+
+def write_audit_page(html: str, report: AuditReport, spans: Callable[[], Iterable[SpanData]], source: str) -> None:
+    """``audit --html OUT``: read the spans of the traces drawn again (``spans()``), then write the page."""
+    write_page(html, render_audit(report, collect_spans(spans(), drawn_traces(report)), source=source))

@@ -56,7 +56,8 @@ code, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, mo
 .pill.ok { color: var(--ok); } .pill.bad { color: var(--bad); } .pill.warn { color: var(--warn); }
 table.data { border-collapse: collapse; margin: 6px 0 12px; }
 table.data th, table.data td { border: 1px solid var(--line); padding: 3px 8px; text-align: left;
-  vertical-align: top; }
+  vertical-align: top; overflow-wrap: anywhere; }
+.row > div, summary code, .facts li { overflow-wrap: anywhere; }
 table.data th { background: #f3f3f6; font-weight: 600; } td.num { text-align: right; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 14px; margin: 6px 0 10px; padding: 6px 10px; font-size: 12px;
   border: 1px solid var(--line); border-radius: 6px; background: #fafafc; }
@@ -106,7 +107,7 @@ details.trace > summary:focus { outline: 3px solid #111; outline-offset: 2px; }
 .row .bar-area { position: relative; height: 26px; }
 .bar { position: absolute; top: 5px; height: 16px; min-width: 4px; border-radius: 3px; background: #9a9aa3; }
 .bar.r-response { background: #44618f; } .bar.r-call { background: #1b6e2a; }
-.bar.r-execution { background: #7a3e9d; } .bar.r-other { background: #9a9aa3; }
+.bar.r-execution { background: #7a3e9d; } .bar.r-remote_call { background: #333; } .bar.r-other { background: #9a9aa3; }
 .bar.rejected { background: repeating-linear-gradient(45deg, #b3261e 0 5px, #e38b85 5px 10px); }
 .finding { display: inline-block; margin: 2px 4px 2px 0; padding: 0 6px; border: 2px solid var(--bad);
   border-radius: 3px; color: var(--bad); font-weight: 600; font-size: 12px; }
@@ -180,6 +181,8 @@ def write_page(path: str, document: str) -> None:
     The directory must exist (a typo in it should not create a tree somewhere); a directory,
     a full disk or a file that cannot be opened is a reason, never a traceback.
     """
+    if not path:
+        raise HtmlWriteError("--html: empty file name: name a file")
     target = Path(path)
     if target.is_dir():
         raise HtmlWriteError(f"--html: {path} is a directory: name a file")

@@ -232,7 +232,7 @@ def run_replay(args: argparse.Namespace) -> int:
             _export(events, protocol, args)
         except OSError as error:
             return _refuse(f"--export: cannot write {display_name(args.export)}: {error.strerror or error}")
-    if args.html:
+    if args.html is not None:
         try:
             _write_html(args, protocol, events)
         except HtmlWriteError as error:

@@ -132,7 +132,8 @@ class MCPInstrumentor(ClientInstrumentor):
                 return None
             name = args[0] if args else kwargs.get("name")
             arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
-            match = match_call(name, arguments, kwargs.get("meta"), guard=self._guard)
+            telemetry = self._instrumentation.telemetry
+            match = match_call(name, arguments, kwargs.get("meta"), guard=self._guard, telemetry=telemetry)
             return match, name if isinstance(name, str) else None
         return None
 

@@ -115,32 +115,43 @@ def _explicit_id(meta: object) -> tuple[bool, str | None]:
 
 
 def _explicit_refusal(
-    call_id: str, record: ProposalRecord | None, name: object, arguments: object, latest: open_calls.LatestResponse
+    call_id: str,
+    record: ProposalRecord | None,
+    name: object,
+    arguments: object,
+    latest: open_calls.LatestResponse | None,
 ) -> ErrorCategory | None:
     """A tool host's guard on an explicit id: proposed, dispatchable, same name and argument value."""
     if record is None:
         return ErrorCategory.ORPHANED_RESULT
     if not record.dispatchable:
         return record.first_category or ErrorCategory.TRUNCATED_STREAM
-    proposed = next((call.value_hash for call in latest.calls if call.call_id == call_id), record.value_hash)
+    calls = latest.calls if latest is not None else ()
+    proposed = next((call.value_hash for call in calls if call.call_id == call_id), record.value_hash)
     handed = open_calls.arguments_hash(arguments)
     if name != record.name or proposed is None or handed != proposed:  # unknown hash: fail closed
         return ErrorCategory.DIVERGENT_ASSEMBLY
     return None
 
 
-def match_call(name: object, arguments: object, meta: object = None, *, guard: bool = False) -> Match:
-    """Match a ``call_tool(name, arguments, meta=meta)`` in this context; ``guard`` decides its refusal."""
+def match_call(
+    name: object, arguments: object, meta: object = None, *, guard: bool = False, telemetry: Telemetry | None = None
+) -> Match:
+    """Match a ``call_tool(name, arguments, meta=meta)`` in this context; ``guard`` decides its refusal.
+
+    An explicit id is looked up in the proposals of the context's latest response's setup, else of
+    ``telemetry`` (the instrumentor's own): a call named from a thread or task that finalized no
+    response (a worker) is still the proposal its setup remembers.
+    """
     latest = open_calls.latest()
     named, explicit = _explicit_id(meta)
     if named and explicit is None:  # named, but no id the server would take: nothing to match or link
         return Match(UNMATCHED, refusal=ErrorCategory.MISSING_ID if guard else None)
     if explicit is not None:
-        if latest is None:
-            return Match(EXPLICIT, explicit, refusal=ErrorCategory.ORPHANED_RESULT if guard else None)
-        record = latest.telemetry.proposals.get(explicit)
+        setup = latest.telemetry if latest is not None else telemetry
+        record = setup.proposals.get(explicit) if setup is not None else None
         refusal = _explicit_refusal(explicit, record, name, arguments, latest) if guard else None
-        return Match(EXPLICIT, explicit, record, latest.telemetry, refusal)
+        return Match(EXPLICIT, explicit, record, setup, refusal)
     if latest is None:
         return Match(UNMATCHED, refusal=ErrorCategory.ORPHANED_RESULT if guard else None)
     handed = open_calls.arguments_hash(arguments)

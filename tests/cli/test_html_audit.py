@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +136,9 @@ def test_sql_engines_refuse_html_in_one_line(tmp_path: Path, capsys: pytest.Capt
     assert code == 2 and out == "" and err.count("\n") == 1 and "--html" in err
 
 
-@pytest.mark.parametrize(("target", "reason"), [(".", "is a directory"), ("nowhere/a.html", "no directory")])
+@pytest.mark.parametrize(
+    ("target", "reason"), [(".", "is a directory"), ("nowhere/a.html", "no directory"), ("", "empty file name")]
+)
 def test_an_unwritable_html_path_is_one_line_and_exit_2(
     target: str, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -147,3 +151,20 @@ def test_the_page_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture
     _, first = audit_page(capsys, tmp_path, str(SHIPPED))
     _, second = audit_page(capsys, tmp_path, str(SHIPPED))
     assert first == second
+
+
+def test_a_piped_input_gives_the_same_page_as_the_file(tmp_path: Path) -> None:
+    """``audit - --html``: the page reads the spans a second time, from a copy of standard input."""
+    pages = []
+    for source, stdin in (("-", SHIPPED.read_bytes()), (str(SHIPPED), b"")):
+        out = tmp_path / f"page{len(pages)}.html"
+        done = subprocess.run(
+            [sys.executable, "-m", "etf_otel", "audit", source, "--no-progress", "--html", str(out)],
+            input=stdin,
+            capture_output=True,
+            check=False,
+        )
+        assert done.returncode == 1, done.stderr
+        pages.append(out.read_text(encoding="utf-8").replace(str(SHIPPED), "-"))
+    assert pages[0] == pages[1]
+    assert pages[0].count('data-role="execution"') > 0  # the timelines are drawn, not empty

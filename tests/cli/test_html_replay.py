@@ -164,6 +164,7 @@ def test_the_page_is_deterministic(tmp_path: Path, capsys: pytest.CaptureFixture
     ("target", "reason"),
     [
         (".", "is a directory"),
+        ("", "empty file name"),
         ("missing-dir/page.html", "no directory"),
         ("/dev/full", "cannot write /dev/full"),
     ],

@@ -11,6 +11,7 @@ import contextvars
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -111,6 +112,35 @@ def test_guard_decisions(captured: Captured, tracked: None) -> None:
     _respond(etf, [("call-r", "read", '{"page": 1}')], conflict=True)
     assert match_call("read", {"page": 1}, guard=True).refusal is ErrorCategory.ID_CONFLICT
     assert match_call("read", {"page": 1}).refusal is None  # observing only: never refused
+
+
+def test_an_explicit_id_from_a_worker_thread_is_the_proposal_its_setup_remembers(
+    captured: Captured, tracked: None
+) -> None:
+    """A thread (or a fresh context) that finalized no response names the call: the instrumentor's own
+    setup still knows the proposal, so the guard runs it and the call gets its link."""
+    etf = captured.instrumentation(guard=True)
+    _respond(etf, [("call-a", "read", '{"page": 1}')])
+    matches: dict[str, Any] = {}
+
+    def worker() -> None:
+        with proposed_call("call-a"):
+            matches["named"] = match_call("read", {"page": 1}, guard=True, telemetry=etf.telemetry)
+            matches["changed"] = match_call("read", {"page": 2}, guard=True, telemetry=etf.telemetry)
+        with proposed_call("call-zzz"):
+            matches["unknown"] = match_call("read", {"page": 1}, guard=True, telemetry=etf.telemetry)
+        with proposed_call("call-a"):
+            matches["no setup"] = match_call("read", {"page": 1}, guard=True)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    named = matches["named"]
+    assert (named.kind, named.call_id, named.refusal) == ("explicit", "call-a", None)
+    assert named.record is not None and named.record.span_context is not None  # the link goes out
+    assert matches["changed"].refusal is ErrorCategory.DIVERGENT_ASSEMBLY
+    assert matches["unknown"].refusal is ErrorCategory.ORPHANED_RESULT
+    assert matches["no setup"].refusal is ErrorCategory.ORPHANED_RESULT  # nothing to look it up in
 
 
 def test_outgoing_meta_adds_our_keys_to_a_copy(captured: Captured, tracked: None) -> None:

@@ -245,9 +245,11 @@ def _read_mixed(source: IO[bytes], stats: InputStats) -> Iterator[SpanData]:
                 yield span
 
 
-def _read_file(path: str, stats: InputStats, advance: Callable[[int], None] | None) -> Iterator[SpanData]:
+def _read_file(
+    path: str, stats: InputStats, advance: Callable[[int], None] | None, stdin: IO[bytes] | None = None
+) -> Iterator[SpanData]:
     if path == STDIN:
-        yield from _read_mixed(sys.stdin.buffer, stats)
+        yield from _read_mixed(stdin if stdin is not None else sys.stdin.buffer, stats)
         return
     try:
         source, raw = open_input(path)
@@ -359,12 +361,18 @@ def _documents(path: str, data: bytes, first_line: int, stats: InputStats) -> It
 
 
 def iter_spans(
-    paths: Iterable[str], stats: InputStats | None = None, advance: Callable[[int], None] | None = None
+    paths: Iterable[str],
+    stats: InputStats | None = None,
+    advance: Callable[[int], None] | None = None,
+    stdin: IO[bytes] | None = None,
 ) -> Iterator[SpanData]:
-    """Every span of every input file, streamed. ``advance(n)`` reports bytes read from disk."""
+    """Every span of every input file, streamed. ``advance(n)`` reports bytes read from disk.
+
+    ``stdin`` stands in for standard input (``-``): a copy of it, for a caller that reads twice.
+    """
     stats = stats if stats is not None else InputStats()
     files = expand_paths(paths)
     stats.paths = files
     for path in files:
         stats.files += 1
-        yield from _read_file(path, stats, advance)
+        yield from _read_file(path, stats, advance, stdin)

@@ -327,7 +327,7 @@ GROUP BY target_trace, source_trace, target_span
 
 UNION ALL  -- an MCP SERVER span whose call id contradicts its CLIENT span's (the SERVER span's is judged)
 SELECT e.trace_id, 'malformed_span', e.trace_id, e.span_id, '', e.call_id,
-       concat('gen_ai.tool.call.id differs from its tools/call CLIENT span''s: ', c.call_id)
+       'gen_ai.tool.call.id differs from its tools/call CLIENT span''s'
 FROM etf_spans AS e
 INNER JOIN etf_spans AS c ON c.trace_id = e.trace_id AND c.span_id = e.parent_id
 WHERE e.role = 'execution' AND c.role = 'remote_call' AND e.call_id != '' AND c.call_id != ''
