@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import logging
 import statistics
 import sys
 import time
@@ -211,6 +212,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run (seconds): checks it works, not speed")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     args = parser.parse_args(argv)
+    logging.getLogger("opentelemetry").setLevel(logging.ERROR)  # dropped-span notices in tight loops, as overhead.py
     rounds, count = (2, 5) if args.quick else (15, 100)
     results = {}
     for protocol in PROTOCOLS:
