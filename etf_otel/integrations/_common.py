@@ -105,18 +105,19 @@ def unwrap_methods(module: ModuleType, methods: Sequence[Method]) -> None:
         remove_own_wrapper(getattr(module, cls), wrapper, name)
 
 
-def remove_own_wrapper(cls: type, wrapper: Any, name: str = "create") -> None:
-    """Remove our wrapper from ``cls.<name>`` wherever it sits in a chain of wrapt wrappers.
+def remove_own_wrapper(owner: Any, wrapper: Any, name: str = "create") -> None:
+    """Remove our wrapper from ``owner.<name>`` (a class or a module) wherever it sits in a chain of
+    wrapt wrappers.
 
     ``opentelemetry.instrumentation.utils.unwrap`` removes the outermost wrapper, which is
     another instrumentation's when it wrapped the method after us.
     """
     outer: Any = None
-    current: Any = cls.__dict__.get(name)
+    current: Any = vars(owner).get(name)
     while isinstance(current, (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper)):
         if current._self_wrapper == wrapper:
             if outer is None:
-                setattr(cls, name, current.__wrapped__)
+                setattr(owner, name, current.__wrapped__)
             else:
                 outer.__wrapped__ = current.__wrapped__
             return

@@ -30,7 +30,7 @@ from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import open_calls
 from etf_otel.instrumentation._switches import _disabled, _suppressed
 from etf_otel.instrumentation.safety import internal_errors_swallowed
-from etf_otel.integrations._common import ClientInstrumentor
+from etf_otel.integrations._common import ClientInstrumentor, remove_own_wrapper
 from etf_otel.integrations.mcp_client import (
     Match,
     call_proposed_tool,
@@ -55,20 +55,6 @@ _LOCK = threading.RLock()
 def _target(module: str, owner: str | None) -> Any:
     loaded = sys.modules[module]
     return loaded if owner is None else getattr(loaded, owner)
-
-
-def _unwrap(owner: Any, name: str, wrapper: Any) -> None:
-    """Remove ``wrapper`` from ``owner.name`` wherever it sits in a chain of wrapt wrappers."""
-    outer: Any = None
-    current: Any = vars(owner).get(name)
-    while isinstance(current, (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper)):
-        if current._self_wrapper == wrapper:
-            if outer is None:
-                setattr(owner, name, current.__wrapped__)
-            else:
-                outer.__wrapped__ = current.__wrapped__
-            return
-        outer, current = current, current.__wrapped__
 
 
 class MCPInstrumentor(ClientInstrumentor):
@@ -113,7 +99,7 @@ class MCPInstrumentor(ClientInstrumentor):
             self._generation += 1
             for (module, owner, name), wrapper in self._wrappers():
                 if module in sys.modules:
-                    _unwrap(_target(module, owner), name, wrapper)
+                    remove_own_wrapper(_target(module, owner), wrapper, name)
         open_calls.untrack()
         self._instrumentation = None
 
