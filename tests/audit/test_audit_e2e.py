@@ -21,6 +21,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -292,6 +293,14 @@ def test_demo_into_phoenix_matches_the_file_audit(tmp_path: Path, phoenix: Phoen
     # audit equals the file audit finding by finding.
     assert details(from_phoenix) == details(from_file)
     assert summary(from_phoenix)["by_kind"] == summary(from_file)["by_kind"]
+
+    # --html reads the project a second time: the page draws the same traces, spans and findings.
+    pages = {}
+    for source, args in (("file", [str(received)]), ("phoenix", ["--phoenix", phoenix.url, "--project", project])):
+        audit_json(*args, "--html", str(tmp_path / f"{source}.html"))
+        page = (tmp_path / f"{source}.html").read_text(encoding="utf-8")
+        pages[source] = sorted(re.findall(r'data-(?:trace|role|finding)="([^"]+)"', page))
+    assert pages["phoenix"] == pages["file"] and pages["file"]
 
 
 @phoenix_mark
