@@ -213,8 +213,13 @@ def inject_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
 
 
 def _enrich_client_span(span: trace.Span, match: Match, name: str | None) -> None:
+    """The span names only an id this process assembled, as a tool host's ``execute_tool`` does: an
+    explicit id no proposal has (perhaps one the rules rejected) still goes out in ``_meta``, where the
+    server's opt-in records it, but here it is ``unmatched`` with no id."""
     if not span.is_recording():
         return
+    if match.record is None and match.call_id is not None:
+        match = Match(UNMATCHED, refusal=match.refusal)
     attributes: dict[str, AttributeValue] = {A.ETF_MCP_MATCH: match.kind}
     if match.call_id is not None:
         attributes[A.GEN_AI_TOOL_CALL_ID] = match.call_id

@@ -141,7 +141,11 @@ def test_audit_finds_orphaned_and_unanswered_calls(tmp_path: Path, capsys: Any) 
             },
         )
         servers = _tool_calls(receiver, "SERVER", 2)
+        clients = _tool_calls(receiver, "CLIENT", 2)
     assert [span.attributes.get(A.GEN_AI_TOOL_CALL_ID) for span in servers] == ["call-a", "call-zzz"]
+    # The agent names only ids it assembled: the unproposed one is sent, not recorded on its own span.
+    client_ids = [(span.attributes[A.ETF_MCP_MATCH], span.attributes.get(A.GEN_AI_TOOL_CALL_ID)) for span in clients]
+    assert client_ids == [("unique", "call-a"), ("unmatched", None)]
     code, report = _audit(received, capsys)
     assert code == 1
     assert _kinds(report) == {"orphaned_execution": 1, "unanswered_call": 1}, report["by_kind"]
