@@ -96,8 +96,11 @@ class LifecycleSlots(ResponseSlots):
             self.unattributable(SCOPE, id)
 
     def delta(self, key: int, text: object) -> None:
-        """An argument fragment; ``unknown_slot`` unless the slot's argument stream is open."""
-        if self.takes_arguments(key):
+        """An argument fragment; ``unknown_slot`` unless the slot's argument stream is open.
+
+        Runs once per streamed fragment: :meth:`takes_arguments` is inlined here."""
+        slot = self._slots.get((SCOPE, key))
+        if slot is not None and not slot.status & (CLOSED | ARGUMENTS_CLOSED):
             self.fragment(SCOPE, key, ABSENT, ABSENT, text)
         else:
             self.unattributable(SCOPE)

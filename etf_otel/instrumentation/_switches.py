@@ -20,7 +20,9 @@ _DISABLED_NAMES = frozenset({"etf_otel", "etf-otel"})
 
 
 def _disabled() -> bool:
-    names = os.environ.get(A.ENV_DISABLED_INSTRUMENTATIONS, "")
+    names = os.environ.get(A.ENV_DISABLED_INSTRUMENTATIONS)
+    if not names:  # the usual case: checked on every request, so no split for it
+        return False
     return any(name.strip() in _DISABLED_NAMES for name in names.split(","))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from opentelemetry import context as otel_context
@@ -52,6 +52,7 @@ class ResponseObserver:
         "__weakref__",
         "_answered",
         "_assembler",
+        "_at_eof",
         "_base",
         "_conversation",
         "_done",
@@ -86,6 +87,7 @@ class ResponseObserver:
         self._done = False
         self._findings: list[Finding] = []
         self._answered: tuple[str, ...] = ()
+        self._at_eof: Callable[[], None] | None = None
         if conversation is not None:
             with internal_errors_swallowed("settling the previous response"):
                 self._findings, self._answered = linkage.settle(conversation, tool_message_ids)
@@ -100,6 +102,14 @@ class ResponseObserver:
         """The wire protocol's adapter assembling this response by the identity rules."""
         return self._assembler
 
+    def call_at_eof(self, check: Callable[[], None]) -> None:
+        """Run ``check`` when the stream is exhausted, before the response is finalized.
+
+        What an integration learns only once the events ran out (the Chat Completions ``[DONE]``
+        the SDK swallows) is fed then, at no cost per event.
+        """
+        self._at_eof = check
+
     def observe(self, chunk: object) -> None:
         try:
             self._assembler.feed(chunk)
@@ -112,6 +122,9 @@ class ResponseObserver:
             if self._done:
                 return None
             self._done = True
+        if how == EOF and self._at_eof is not None:
+            with internal_errors_swallowed("reading the end of a stream"):
+                self._at_eof()
         with internal_errors_swallowed("finalizing a response"):
             result = self._assembler.finish()
             if how == ERROR:

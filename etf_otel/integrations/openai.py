@@ -40,10 +40,11 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from etf_otel.instrumentation.observer import ResponseObserver
 from etf_otel.instrumentation.safety import internal_errors_swallowed
 from etf_otel.instrumentation.streams import observer_of
 from etf_otel.integrations._common import (
@@ -195,7 +196,7 @@ class OpenAIInstrumentor(ClientInstrumentor):
             observed = instrumentation.stream(result, **prepared)
             observer = observer_of(observed)
             if observer is not None:
-                feed_done_at_sentinel(result, observer.assembler.feed_done)
+                feed_done_at_sentinel(result, observer)
         return observed
 
     def _create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -218,8 +219,8 @@ def _sentinel_seen(feed_done: Callable[[], None]) -> None:
         feed_done()
 
 
-def feed_done_at_sentinel(stream: Any, feed_done: Callable[[], None]) -> None:
-    """Call ``feed_done`` when the SDK ``stream`` meets ``data: [DONE]``, which it swallows.
+def feed_done_at_sentinel(stream: Any, observer: ResponseObserver) -> None:
+    """Call ``observer.assembler.feed_done`` when the SDK ``stream`` meets ``data: [DONE]``, which it swallows.
 
     Works on that one instance before its iteration starts; every event, type and exception
     the application sees stays the SDK's own.
@@ -228,12 +229,12 @@ def feed_done_at_sentinel(stream: Any, feed_done: Callable[[], None]) -> None:
       tested the way the SDK tests it (starting with ``[DONE]``).
     * Sync, at no cost per event: the SDK's loop over its SSE events ends early only at the
       sentinel (the one ``break`` of ``Stream.__stream__``), otherwise it exhausts them. So
-      ``_iter_events`` is only remembered, and its chunk iterator (``_iterator``) is
-      delegated to with ``yield from``; when the chunks end without an error, SSE events
-      still pending mean the sentinel came.
+      ``_iter_events`` is only remembered; when the stream is exhausted
+      (:meth:`ResponseObserver.call_at_eof`), SSE events still pending mean the sentinel came.
 
     A stream whose iteration is not where this SDK version keeps it is left alone.
     """
+    feed_done = observer.assembler.feed_done
     events = getattr(stream, "_iter_events", None)
     iterator = getattr(stream, "_iterator", None)
     read_events = getattr(events, "__func__", None)
@@ -263,16 +264,14 @@ def feed_done_at_sentinel(stream: Any, feed_done: Callable[[], None]) -> None:
         started.append(events_of_stream)
         return events_of_stream
 
-    def chunks() -> Iterator[Any]:
-        yield from iterator
-        with internal_errors_swallowed("observing the end sentinel"):
-            for events_of_stream in started:
-                if inspect.getgeneratorstate(events_of_stream) == inspect.GEN_SUSPENDED:
-                    feed_done()
-                events_of_stream.close()  # what dropping the SDK's loop did before
+    def at_eof() -> None:
+        for events_of_stream in started:
+            if inspect.getgeneratorstate(events_of_stream) == inspect.GEN_SUSPENDED:
+                feed_done()
+            events_of_stream.close()  # what dropping the SDK's loop did before
 
     stream._iter_events = iter_events
-    stream._iterator = chunks()
+    observer.call_at_eof(at_eof)
 
 
 def instrument_openai(**kwargs: Any) -> OpenAIInstrumentor:

@@ -36,6 +36,7 @@ recently used first out).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -298,8 +299,9 @@ def _watch_response_id(stream: Any, started: Callable[[str], None]) -> None:
 
     Wraps that one instance's iterator (``_iterator``, made when the stream was built and
     not started yet): the SDK's own event objects pass through unchanged, as do its
-    exceptions. The sync side delegates the rest of the stream with ``yield from`` once
-    the id is known; the async side passes every event through one async generator.
+    exceptions. The sync side hands the rest of the stream to ``itertools.chain`` once the
+    id is known (no Python frame per later event); the async side passes every event
+    through one async generator.
     """
     iterator = getattr(stream, "_iterator", None)
     if iterator is None:
@@ -316,12 +318,11 @@ def _watch_response_id(stream: Any, started: Callable[[str], None]) -> None:
         stream._iterator = watching_async()
     else:
 
-        def watching() -> Iterator[Any]:
+        def until_announced() -> Iterator[Any]:
             for event in iterator:
-                if _announce(event, started):
-                    yield event
-                    yield from iterator
-                    return
+                announced = _announce(event, started)
                 yield event
+                if announced:
+                    return
 
-        stream._iterator = watching()
+        stream._iterator = itertools.chain(until_announced(), iterator)
