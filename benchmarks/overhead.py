@@ -233,6 +233,7 @@ def client_figures(results: Sequence[CaseResult], configurations: dict[str, dict
                         result.ratios("floor") or [],
                         measured=floor["ms"],
                     ),
+                    "tracker_ratio": result.figure("tracker").get("ratio"),
                     "spans_per_response": etf["spans_per_response"],
                     "peers": {key: peer.get("ratio") for key, peer in peers.items()},
                 },

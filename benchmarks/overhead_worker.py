@@ -64,6 +64,7 @@ CONFIGS = {
     for config in (
         Config("bare", "bare client", "project", PROTOCOLS, peer=False),
         Config("floor", "floor: etf-otel's spans, only", "project", PROTOCOLS, ("etf-otel",), peer=False),
+        Config("tracker", "floor + identity tracking per index", "project", PROTOCOLS, ("etf-otel",), peer=False),
         Config("etf_otel", "etf-otel", "project", PROTOCOLS, ("etf-otel",), peer=False),
         Config(
             "otel_genai_openai",
@@ -254,10 +255,78 @@ class Floor:
             wrapt.wrap_function_wrapper(module, name, self._create)
 
 
+class Tracker(Floor):
+    """The floor plus identity tracking per index: issue 20's "minimal wrapper", measured.
+
+    Per event it reads what identity tracking needs and nothing else: the slot key (Chat
+    ``(choice, index)``, Responses ``output_index``, Anthropic block ``index``), the first id of
+    each slot (a later different one only counted) and the argument pieces appended to a list;
+    when the stream ends, the floor's spans. No diagnostics, no validation, no linkage, no
+    metrics, no finish or end rules. Any implementation of the identity rules does at least
+    this per event, so its ratio says how much of the floor targets per-event tracking alone
+    leaves (a reference line, not a target).
+    """
+
+    def _create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        started = time.time_ns()
+        track = _TRACKERS[type(instance).__name__]
+
+        def observed(stream: Any) -> Any:
+            slots: dict[Any, list[Any]] = {}
+            for event in stream:
+                track(event, slots)
+                yield event
+            self._emit(started)
+
+        return observed(wrapped(*args, **kwargs))
+
+
+def _track_chat(chunk: Any, slots: dict[Any, list[Any]]) -> None:
+    for choice in chunk.choices:
+        tool_calls = choice.delta.tool_calls
+        if tool_calls:
+            for fragment in tool_calls:
+                key = (choice.index, fragment.index)
+                slot = slots.get(key)
+                function = fragment.function
+                if slot is None:
+                    slots[key] = [fragment.id, [function.arguments or ""], 0]
+                else:
+                    if fragment.id and fragment.id != slot[0]:
+                        slot[2] += 1
+                    slot[1].append(function.arguments or "")
+
+
+def _track_responses(event: Any, slots: dict[Any, list[Any]]) -> None:
+    kind = event.type
+    if kind == "response.function_call_arguments.delta":
+        slots[event.output_index][1].append(event.delta)
+    elif kind == "response.output_item.added" and event.item.type == "function_call":
+        slots[event.output_index] = [event.item.call_id, [], 0]
+
+
+def _track_anthropic(event: Any, slots: dict[Any, list[Any]]) -> None:
+    kind = event.type
+    if kind == "content_block_delta":
+        delta = event.delta
+        if delta.type == "input_json_delta":
+            slots[event.index][1].append(delta.partial_json)
+    elif kind == "content_block_start" and event.content_block.type == "tool_use":
+        slots[event.index] = [event.content_block.id, [], 0]
+
+
+_TRACKERS: dict[str, Callable[[Any, dict[Any, list[Any]]], None]] = {
+    "Completions": _track_chat,
+    "Responses": _track_responses,
+    "Messages": _track_anthropic,
+}
+
+
 INSTRUMENT: dict[str, Callable[[Providers, Sequence[Case]], object]] = {
     "bare": lambda providers, cases: None,
     "bare_peers": lambda providers, cases: None,
     "floor": Floor,
+    "tracker": Tracker,
     "etf_otel": instrument_etf_otel,
     "otel_openai_v2": instrument_otel_openai_v2,
     "otel_genai_openai": instrument_otel_genai_openai,
