@@ -76,11 +76,6 @@ class LifecycleSlots(ResponseSlots):
         slot = self.slot(key)
         return slot is not None and not slot.status & CLOSED
 
-    def takes_arguments(self, key: int) -> bool:
-        """A slot is at ``key`` and its argument stream is open."""
-        slot = self.slot(key)
-        return slot is not None and not slot.status & (CLOSED | ARGUMENTS_CLOSED)
-
     def open(self, key: int, id: object = ABSENT, name: object = ABSENT) -> None:  # the wire field is called id
         """The opening event of the call at ``key``; at a key that has a slot, it re-opens it."""
         self.fragment(SCOPE, key, id, name)
@@ -96,9 +91,7 @@ class LifecycleSlots(ResponseSlots):
             self.unattributable(SCOPE, id)
 
     def delta(self, key: int, text: object) -> None:
-        """An argument fragment; ``unknown_slot`` unless the slot's argument stream is open.
-
-        Runs once per streamed fragment: :meth:`takes_arguments` is inlined here."""
+        """An argument fragment; ``unknown_slot`` unless a slot is at ``key`` and its argument stream is open."""
         slot = self._slots.get((SCOPE, key))
         if slot is not None and not slot.status & (CLOSED | ARGUMENTS_CLOSED):
             self.fragment(SCOPE, key, ABSENT, ABSENT, text)

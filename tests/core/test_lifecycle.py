@@ -304,3 +304,24 @@ def test_of_several_terminal_events_the_most_severe_wins(
         slots.end(end)
     result = slots.finish()
     assert (result.state, result.dispatchable) == (state, dispatchable)
+
+
+def test_many_small_deltas_are_compacted_and_each_keeps_its_diagnostic() -> None:
+    """An established slot takes a thousand one-character deltas: pieces are joined as they come
+    (memory per slot does not grow by an object per delta), the arguments are whole, and every
+    delta is a ``keep_omitted`` fragment of that slot."""
+    slots = opened()
+    text = '{"q":"' + "x" * 990 + '"}'
+    most_pieces = 0
+    for character in text:
+        slots.delta(0, character)
+        most_pieces = max(most_pieces, len(slots.slot(0).arguments))  # type: ignore[union-attr]
+    assert most_pieces <= 260
+    slots.end()
+    result = slots.finish()
+    (call,) = result.calls
+    assert call.arguments == text and call.proposed
+    assert call.fragments == result.fragments == len(text) + 1  # the opening, then each delta
+    kept_omitted = [d for d in result.diagnostics if d.transition is Transition.KEEP_OMITTED]
+    assert [d.fragment for d in kept_omitted] == list(range(2, len(text) + 2))
+    assert {(d.choice, d.index, d.category) for d in kept_omitted} == {(0, 0, None)}
