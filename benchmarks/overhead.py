@@ -24,7 +24,11 @@ printed beside it.
    the very spans etf-otel emits for that response (docs/telemetry.md: one
    ``assemble_response``, one ``assemble_tool_call`` per call; names, attributes and parent
    captured from etf-otel at start) and does nothing else. With the SDK no instrumentation
-   that records those spans can cost less than that.
+   that records those spans can cost less than that. Beside it, as a reference line with no
+   target, issue 20's "minimal wrapper": the floor plus identity tracking per index (per event
+   only the slot key, the first id of a slot and the argument pieces; no diagnostics,
+   validation, linkage or metrics). What it adds to the floor is what any implementation of
+   the identity rules adds at the least.
 2. The observer alone, on chunks the ``openai`` client parsed once (real SDK objects): a bare
    loop over them versus consuming ``Instrumentation(tp, mp).stream(iter(chunks))``.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,9 @@ def test_overhead_quick_json_reports_every_figure(tmp_path: Path) -> None:
         assert figure["extra"]["spans_per_response"] == 1 + int(key.rsplit("_", 1)[1][0])
         margin = 0.01 if key.endswith("4x50") else 0.025  # issue 20: this far above the floor, at most
         assert figure["target"] == pytest.approx(figure["extra"]["floor"] + margin), key
+        assert is_number(figure["extra"]["tracker_ratio"]), key  # issue 20's minimal wrapper, a reference line
+        tracker = document["clients"]["cases"][key.replace("_stream", "")]["configurations"]["tracker"]
+        assert tracker["spans_per_response"] == figure["extra"]["spans_per_response"], key
         versus = document["figures"][f"{key}_vs_peers"]
         assert versus["value"] == figure["value"], key
         peers = {name: ratio for name, ratio in figure["extra"]["peers"].items() if is_number(ratio)}
@@ -98,13 +102,13 @@ def test_overhead_quick_json_reports_every_figure(tmp_path: Path) -> None:
 
     clients = document["clients"]
     configurations = clients["configurations"]
-    for name in ("bare", "floor", "etf_otel"):
+    for name in ("bare", "floor", "tracker", "etf_otel"):
         assert configurations[name]["status"] == "ok", configurations[name]
     for name in PEERS_VENV_CONFIGS:  # no peers' venv: reported, not fatal
         assert configurations[name]["status"] == "not installed", configurations[name]
     # genai-openai comes with the test extra, in the project's venv.
     assert configurations["otel_genai_openai"]["status"] in {"ok", "not installed"}
-    measured = {"bare", "floor", "etf_otel"} | {n for n, c in configurations.items() if c["status"] == "ok"}
+    measured = {"bare", "floor", "tracker", "etf_otel"} | {n for n, c in configurations.items() if c["status"] == "ok"}
     check_cases(clients, measured)
     for case in clients["cases"].values():
         for name in PEERS_VENV_CONFIGS:
@@ -144,3 +148,26 @@ def test_stages_quick_json_accounts_for_every_stage() -> None:
         # Each stage ran (a method renamed away from the timing table would read 0 here).
         assert all(is_number(value) and value > 0 for value in stages.values()), (key, stages)
         assert abs(sum(stages.values()) + case["rest_us"] - case["added_us"]) < 1e-6, key
+
+
+@pytest.mark.skipif(
+    shutil.which("valgrind") is None and not os.environ.get("ETF_REQUIRE_VALGRIND"),
+    reason="needs Debian's valgrind (scripts/test installs it and sets ETF_REQUIRE_VALGRIND=1)",
+)
+def test_instruction_counts_quick_json() -> None:
+    """``overhead_instructions.py`` counts the instructions of a response: etf-otel's run executes more than bare."""
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "overhead_instructions.py"), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert completed.returncode == 0, completed.stderr
+    document: dict[str, Any] = json.loads(completed.stdout)
+    assert document["mode"] == "quick"
+    case = document["cases"]["anthropic_2x5"]
+    counts = case["instructions_per_response"]
+    assert set(counts) == {"bare", "etf_otel"}
+    assert counts["bare"] > 1_000_000  # a client reading a response, not an empty loop
+    assert 1.0 < case["ratios"]["etf_otel"] < 3.0  # the start of the process is subtracted, the rules are counted
