@@ -131,17 +131,23 @@ def test_overhead_quick_measures_the_peers() -> None:
     check_cases(document["clients"], set(configurations))
 
 
-def test_stages_quick_json_accounts_for_every_stage() -> None:
-    """``overhead_stages.py`` times every stage of every case; the stages and the rest add up to what etf-otel adds."""
+def quick_json(script: str, timeout: int) -> dict[str, Any]:
+    """The JSON document of ``benchmarks/SCRIPT --quick --json``, which must exit 0."""
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "overhead_stages.py"), "--quick", "--json"],
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--json"],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=timeout,
         cwd=ROOT,
     )
     assert completed.returncode == 0, completed.stderr
     document: dict[str, Any] = json.loads(completed.stdout)
+    return document
+
+
+def test_stages_quick_json_accounts_for_every_stage() -> None:
+    """``overhead_stages.py`` times every stage of every case; the stages and the rest add up to what etf-otel adds."""
+    document = quick_json("overhead_stages.py", timeout=240)
     assert set(document["cases"]) == {f"{protocol}_{shape}" for protocol in PROTOCOLS for shape in ("4x50", "2x5")}
     for key, case in document["cases"].items():
         stages = case["stages_us"]
@@ -156,15 +162,7 @@ def test_stages_quick_json_accounts_for_every_stage() -> None:
 )
 def test_instruction_counts_quick_json() -> None:
     """``overhead_instructions.py`` counts the instructions of a response: etf-otel's run executes more than bare."""
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "overhead_instructions.py"), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert completed.returncode == 0, completed.stderr
-    document: dict[str, Any] = json.loads(completed.stdout)
+    document = quick_json("overhead_instructions.py", timeout=600)
     assert document["mode"] == "quick"
     case = document["cases"]["anthropic_2x5"]
     counts = case["instructions_per_response"]
