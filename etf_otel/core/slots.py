@@ -67,9 +67,6 @@ _INVALID_ARGUMENTS: Final = -(2**62)
 
 _STRICT_RULES: Final = IdentityRules.for_rules()
 
-_ABSENT: Final = Incoming.ABSENT.value
-_NULL: Final = Incoming.NULL.value
-
 
 class ResponseSlots:
     """Assembly state of one response; not shared across responses.
@@ -245,8 +242,7 @@ class ResponseSlots:
         if slot is None:
             slot = self._open(choice, index)
         slot.fragments += 1
-        # a continuation's id (absent, null) is classified here: no call for the common fragment
-        decision = slot.row[_ABSENT if id is ABSENT else _NULL if id is None else incoming_key(slot.id, id)]
+        decision = slot.row[incoming_key(slot.id, id)]
         category = decision.category
         if decision.adopts_id:
             slot.id = id  # type: ignore[assignment]  # adopts_id implies a non-empty str
