@@ -15,7 +15,7 @@ from etf_otel import attributes as A
 from tests.support.otlp_receiver import OtlpReceiver
 
 from .mcp_servers.harness import http_server, run_agent
-from .test_mcp_processes import OUR_KEYS, READ_PAGE, _proposal, _tool_calls
+from .test_mcp_processes import OUR_KEYS, _proposal, _tool_calls, both_servers_plan
 
 
 @pytest.mark.parametrize("order", ["etf,openinference,openllmetry", "openllmetry,openinference,etf"])
@@ -25,15 +25,7 @@ def test_no_double_injection_no_duplicate_span_no_lost_context(order: str) -> No
         with http_server(endpoint, ETF_TEST_ORDER=order) as url:
             outcomes = run_agent(
                 endpoint,
-                {
-                    "proposals": [READ_PAGE, ["call-m", "meta_keys", "{}"]],
-                    "stdio": True,
-                    "http": url,
-                    "calls": [
-                        {"server": "stdio", "name": "read_page", "arguments": {"page": 1}},
-                        {"server": "http", "name": "meta_keys", "arguments": {}},
-                    ],
-                },
+                both_servers_plan(url),
                 ETF_TEST_ORDER=order,
             )
         clients = _tool_calls(receiver, "CLIENT", 2)

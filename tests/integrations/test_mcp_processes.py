@@ -25,6 +25,19 @@ READ_PAGE = ["call-a", "read_page", '{"page": 1}']
 OUR_KEYS = {A.MCP_META_TOOL_CALL_ID, A.MCP_META_PROPOSAL}
 
 
+def both_servers_plan(url: str) -> dict[str, Any]:
+    """Two proposals, each called on its own server: read_page over stdio, meta_keys over HTTP at ``url``."""
+    return {
+        "proposals": [READ_PAGE, ["call-m", "meta_keys", "{}"]],
+        "stdio": True,
+        "http": url,
+        "calls": [
+            {"server": "stdio", "name": "read_page", "arguments": {"page": 1}},
+            {"server": "http", "name": "meta_keys", "arguments": {}},
+        ],
+    }
+
+
 def _tool_calls(receiver: OtlpReceiver, kind: str, expected: int = 0) -> list[ReceivedSpan]:
     """The ``tools/call`` spans of ``kind``, once ``expected`` of them arrived (the servers export late)."""
 
@@ -64,15 +77,7 @@ def test_one_trace_from_the_proposal_to_both_servers(tmp_path: Path) -> None:
         with http_server(endpoint) as url:
             outcomes = run_agent(
                 endpoint,
-                {
-                    "proposals": [READ_PAGE, ["call-m", "meta_keys", "{}"]],
-                    "stdio": True,
-                    "http": url,
-                    "calls": [
-                        {"server": "stdio", "name": "read_page", "arguments": {"page": 1}},
-                        {"server": "http", "name": "meta_keys", "arguments": {}},
-                    ],
-                },
+                both_servers_plan(url),
             )
         assert outcomes[0] == {"outcome": "ok", "text": "page 1: revenue grew"}
         # What crossed the boundary: the SDK's traceparent and our two keys, nothing else.
