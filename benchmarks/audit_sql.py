@@ -56,8 +56,8 @@ FROM (
 
 _CHILD_CHDB = """
 import json, resource, sys, time
-from etf_otel.audit.pipeline import sql_audit
-from etf_otel.audit.sources.sql import ChdbEngine
+from etf_otel.audit._pipeline import sql_audit
+from etf_otel.audit._sources.sql import ChdbEngine
 engine = ChdbEngine(sys.argv[2] if len(sys.argv) > 2 else None)
 started = time.perf_counter()
 engine.query(sys.argv[1], {"spans": int(sys.argv[3])})
@@ -73,7 +73,7 @@ print(json.dumps({"generate_seconds": generated, "seconds": elapsed, "spans": re
 
 _CHILD_FILES = """
 import json, resource, sys, time, contextlib, io
-from etf_otel.cli.audit import run_audit
+from etf_otel.cli._audit import run_audit
 engine = sys.argv[1]
 out = io.StringIO()
 started = time.perf_counter()

@@ -37,7 +37,7 @@ SPANS_PER_TRACE = 4
 
 _CHILD = """
 import json, resource, sys, time
-from etf_otel.cli.audit import run_audit
+from etf_otel.cli._audit import run_audit
 started = time.perf_counter()
 code = run_audit(sys.argv[1:], json_output=True, progress=False)
 elapsed = time.perf_counter() - started

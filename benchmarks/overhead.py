@@ -109,7 +109,7 @@ from overhead_streams import (  # type: ignore[import-not-found]
 from overhead_worker import CONFIGS  # type: ignore[import-not-found]
 
 from etf_otel import ReferenceAssembler, __version__
-from etf_otel.core.vocabulary import StreamState
+from etf_otel.core._vocabulary import StreamState
 from etf_otel.instrumentation import Instrumentation
 
 # --- telemetry ----------------------------------------------------------------------------

@@ -57,16 +57,16 @@ STAGES = (
 
 def _stage_methods(protocol: str) -> list[tuple[str, Any, str]]:
     """(stage, class, method name) for the methods a ``protocol``'s response runs through."""
-    from etf_otel.instrumentation.counters import CounterTotals
-    from etf_otel.instrumentation.registry import ProposalRegistry
-    from etf_otel.instrumentation.setup import Instrumentation
-    from etf_otel.instrumentation.telemetry import Telemetry
-    from etf_otel.integrations.anthropic import AnthropicInstrumentor
-    from etf_otel.integrations.openai import OpenAIInstrumentor
-    from etf_otel.integrations.openai_responses import ResponsesWrappers
-    from etf_otel.protocols.anthropic_messages import AnthropicAssembler
-    from etf_otel.protocols.chat_completions import ReferenceAssembler
-    from etf_otel.protocols.responses import ResponsesAssembler
+    from etf_otel.instrumentation._counters import CounterTotals
+    from etf_otel.instrumentation._registry import ProposalRegistry
+    from etf_otel.instrumentation._setup import Instrumentation
+    from etf_otel.instrumentation._telemetry import Telemetry
+    from etf_otel.integrations.anthropic._instrumentor import AnthropicInstrumentor
+    from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor
+    from etf_otel.integrations.openai._responses import ResponsesWrappers
+    from etf_otel.protocols._anthropic_messages import AnthropicAssembler
+    from etf_otel.protocols._chat_completions import ReferenceAssembler
+    from etf_otel.protocols._responses import ResponsesAssembler
 
     integration, assembler = {
         "chat": (OpenAIInstrumentor, ReferenceAssembler),
@@ -137,8 +137,8 @@ def floor_switch(providers: Providers, case: Case) -> Iterator[Callable[[bool], 
 
 
 def measure(case: Case, rounds: int, count: int) -> dict[str, Any]:
-    from etf_otel.integrations.anthropic import AnthropicInstrumentor
-    from etf_otel.integrations.openai import OpenAIInstrumentor
+    from etf_otel.integrations.anthropic._instrumentor import AnthropicInstrumentor
+    from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor
 
     providers = Providers.create()
     instrumentor = AnthropicInstrumentor() if case.protocol == "anthropic" else OpenAIInstrumentor()

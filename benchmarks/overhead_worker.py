@@ -144,8 +144,8 @@ class Providers:
 
 
 def instrument_etf_otel(providers: Providers, cases: Sequence[Case]) -> None:
-    from etf_otel.integrations.anthropic import AnthropicInstrumentor
-    from etf_otel.integrations.openai import OpenAIInstrumentor
+    from etf_otel.integrations.anthropic._instrumentor import AnthropicInstrumentor
+    from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor
 
     for instrumentor in (OpenAIInstrumentor(), AnthropicInstrumentor()):
         instrumentor.instrument(tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider)
@@ -204,8 +204,8 @@ class Floor:
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-        from etf_otel.integrations.anthropic import AnthropicInstrumentor
-        from etf_otel.integrations.openai import OpenAIInstrumentor
+        from etf_otel.integrations.anthropic._instrumentor import AnthropicInstrumentor
+        from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor
 
         exporter = InMemorySpanExporter()
         tracer_provider = TracerProvider()

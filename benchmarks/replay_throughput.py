@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from etf_otel import DONE, ReferenceAssembler, __version__
-from etf_otel.cli.recording import read_chunks
+from etf_otel.recordings import read_chunks
 
 CALLS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("search_documents", {"query": "", "filters": {"lang": "en", "year": [2021, 2022, 2023]}, "limit": 25}),

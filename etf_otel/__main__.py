@@ -1,5 +1,5 @@
 import sys
 
-from etf_otel.cli.main import main
+from etf_otel.cli._main import main
 
 sys.exit(main())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from etf_otel.core.vocabulary import OTHER
+from etf_otel.core._vocabulary import OTHER
 
 INSTRUMENTATION_NAME: Final = "etf_otel"
 """Tracer and meter name (docs/telemetry.md)."""

@@ -18,7 +18,7 @@ cannot read. ``str()`` of each is a one-line reason that carries no raw id or ar
 
 from __future__ import annotations
 
-from etf_otel.core.vocabulary import ErrorCategory
+from etf_otel.core._vocabulary import ErrorCategory
 
 __all__ = [
     "EtfOtelError",

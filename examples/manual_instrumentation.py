@@ -4,7 +4,7 @@ Run it with ``python examples/manual_instrumentation.py``.
 
 - Model: with ``OPENAI_BASE_URL`` or ``OPENAI_API_KEY`` set, the real API (or a compatible
   server) is called, model ``OPENAI_MODEL`` (default ``gpt-4o-mini``). Otherwise a local
-  scripted server (``etf_otel.cli.local_sse.LocalChatServer``) replays the case study: the
+  scripted server (``etf_otel.testing._server.LocalChatServer``) replays the case study: the
   continuation fragment of the tool call carries ``"id": null``.
 - Telemetry: with ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``)
   set, spans and metrics go to that OTLP/HTTP collector; otherwise spans are printed as JSON
@@ -76,7 +76,7 @@ def model_endpoint() -> Iterator[openai.OpenAI]:
             yield client
         return
 
-    from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
+    from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
 
     first = {"index": 0, "id": "call-a", "type": "function", "function": {"name": "read_page", "arguments": '{"page":'}}
     continuation = {"index": 0, "id": None, "function": {"arguments": "1}"}}

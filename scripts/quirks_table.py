@@ -2,7 +2,7 @@
 """Write ``docs/quirks.md`` and README's quirks table: every quirk stream through every assembler, wrapped.
 
 Nothing in the tables is written by hand: each row is one named stream of
-``etf_otel.cli.replay_assemblers.QUIRK_TABLES`` (one table per wire protocol: Chat
+``etf_otel.cli._replay_assemblers.QUIRK_TABLES`` (one table per wire protocol: Chat
 Completions, OpenAI Responses, Anthropic Messages), each cell what ``run_assembler``
 observed with the installed ``openai``, ``anthropic``, ``langchain-core`` and
 ``langchain-openai`` (the divergence kinds are the ones the instrumentation recorded).
@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from etf_otel.cli.quirk_streams import QUIRK_TABLES  # noqa: E402
-from etf_otel.cli.replay_assemblers import AssemblerComparison, run_assembler  # noqa: E402
+from etf_otel.cli._replay_assemblers import AssemblerComparison, run_assembler  # noqa: E402
+from etf_otel.testing._quirks import QUIRK_TABLES  # noqa: E402
 
 OUTPUT = ROOT / "docs" / "quirks.md"
 README = ROOT / "README.md"
@@ -140,7 +140,7 @@ def build_page(tables: dict[str, str]) -> str:
         "",
         "# Provider quirks and the assemblers people use",
         "",
-        "Each row is one named stream (`etf_otel.cli.replay_assemblers.QUIRK_TABLES`), run through the",
+        "Each row is one named stream (`etf_otel.cli._replay_assemblers.QUIRK_TABLES`), run through the",
         "identity rules of its protocol and through each library's own assembler, wrapped by etf-otel",
         "(`etf-otel replay FILE --assembler NAME` shows the same for a recording). Each cell: the calls as",
         "`id` `name` `arguments`, then the `etf.divergence.kind` values etf-otel recorded",

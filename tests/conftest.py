@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from etf_otel.instrumentation import Instrumentation
-from etf_otel.instrumentation.safety import set_strict
+from etf_otel.instrumentation._safety import set_strict
 
 
 class Captured:

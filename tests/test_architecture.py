@@ -51,6 +51,8 @@ LAYER_OF = {
     "integrations": "integrations",
     "audit": "audit",
     "cli": "cli",
+    "recordings": "recordings",
+    "testing": "testing",
 }
 _BASE = {"version", "core", "protocols", "errors", "attributes"}
 MAY_IMPORT: dict[str, set[str]] = {
@@ -61,14 +63,16 @@ MAY_IMPORT: dict[str, set[str]] = {
     "attributes": {"core"},  # attribute names only: the audit reads them without the wrappers
     "instrumentation": _BASE | {"instrumentation"},
     "integrations": _BASE | {"instrumentation", "integrations"},
+    "recordings": _BASE,  # reads recorded streams: the rules and adapters, no telemetry
+    "testing": _BASE | {"recordings", "testing"},  # scripted server and builders: no wrappers, no cli
     "audit": _BASE | {"audit"},  # reads exported traces: attribute names, yes; wrappers and cli, no
-    "api": set(LAYER_OF.values()) - {"cli"},  # `import etf_otel` must not load the command line
+    "api": set(LAYER_OF.values()) - {"cli", "testing"},  # `import etf_otel` loads no command line, no test tool
     "cli": set(LAYER_OF.values()),
 }
 PURE = {"core", "protocols"}
 IMPURE_STDLIB = set("threading _thread multiprocessing concurrent asyncio socket ssl select selectors".split())
 IMPURE_STDLIB |= set("io os sys pathlib shutil tempfile subprocess urllib http logging".split())
-NO_SDK = {"api", "core", "protocols", "errors", "attributes", "instrumentation", "integrations"}
+NO_SDK = {"api", "core", "protocols", "errors", "attributes", "recordings", "instrumentation", "integrations"}
 OUTPUT_ATTRIBUTES = {("sys", "exit"), ("sys", "stdout"), ("sys", "stderr"), ("os", "_exit")}
 OUTPUT_IMPORTS = ("sys.exit", "sys.stdout", "sys.stderr", "rich.console")
 
@@ -275,7 +279,7 @@ def _cycle_report(root: Path, found: list[list[str]]) -> str:
 def test_no_import_cycles() -> None:
     """A cycle makes import order matter and hides a layering mistake; a lazy import only defers it."""
     graph = import_graph(ROOT)
-    assert "etf_otel.core.slots" in graph["etf_otel.core.identity"] | graph["etf_otel.protocols.chat_completions"]
+    assert "etf_otel.core._slots" in graph["etf_otel.core._identity"] | graph["etf_otel.protocols._chat_completions"]
     found = cycles(graph)
     assert not found, "import cycles:\n" + _cycle_report(ROOT, found)
 

@@ -344,7 +344,7 @@ def test_error_categories_are_the_implemented_table_of_docs_categories() -> None
 
 
 def test_docs_categories_are_exactly_the_error_category_enum_with_its_phases() -> None:
-    from etf_otel.core.vocabulary import ErrorCategory
+    from etf_otel.core._vocabulary import ErrorCategory
 
     documented = documented_categories(IMPLEMENTED_CATEGORIES)
     assert documented == {category.value: category.phase.value for category in ErrorCategory}
@@ -360,7 +360,7 @@ def test_docs_categories_say_which_protocols_produce_each_one() -> None:
 
 
 def test_label_value_lists_are_the_code_vocabularies() -> None:
-    from etf_otel.core.vocabulary import IdKind, StreamState, Transition, Verdict
+    from etf_otel.core._vocabulary import IdKind, StreamState, Transition, Verdict
 
     assert LABEL_VALUES["etf_stream_state"] == {state.value for state in StreamState}
     assert LABEL_VALUES["etf_tool_call_verdict"] == {verdict.value for verdict in Verdict}
@@ -386,7 +386,7 @@ TELEMETRY_NAME_RE = re.compile(r"\b(?:etf|gen_ai)(?:\.[a-z0-9_]+)+|\berror\.type
 
 def test_docs_metrics_table_is_the_code_instruments_units_and_attributes() -> None:
     from etf_otel import attributes as A
-    from etf_otel.instrumentation.counters import COUNTERS as COUNTER_SPECS
+    from etf_otel.instrumentation._counters import COUNTERS as COUNTER_SPECS
 
     code = {spec.name: (spec.unit, set(spec.attributes)) for spec in COUNTER_SPECS}
     code[A.METRIC_EXECUTE_TOOL_DURATION] = ("s", {A.GEN_AI_TOOL_NAME, A.ERROR_TYPE})
@@ -404,7 +404,7 @@ def test_docs_metrics_table_is_the_code_instruments_units_and_attributes() -> No
 
 def test_docs_bounded_diagnostics_are_the_code_attributes_and_values() -> None:
     from etf_otel import attributes as A
-    from etf_otel.core.vocabulary import IdKind, Transition
+    from etf_otel.core._vocabulary import IdKind, Transition
 
     header, rows = markdown_table(doc_section(TELEMETRY_DOC, "Bounded diagnostics"))
     assert header == ["attribute", "type", "values"]

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from etf_otel.core.divergence import DivergenceKind
-from etf_otel.core.identity import STRICT_TABLE, CompatibilityRule, IdState, Incoming
-from etf_otel.core.vocabulary import KNOWN_FINISH_REASONS, OTHER_FINISH_REASON, ErrorCategory, Transition
+from etf_otel.core._divergence import DivergenceKind
+from etf_otel.core._identity import STRICT_TABLE, CompatibilityRule, IdState, Incoming
+from etf_otel.core._vocabulary import KNOWN_FINISH_REASONS, OTHER_FINISH_REASON, ErrorCategory, Transition
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -258,7 +258,7 @@ def test_compatibility_rules_in_docs_are_the_code_rules_with_their_transitions()
 
 
 def test_call_span_counters_of_compatibility_transitions_in_docs_are_the_code_mapping() -> None:
-    from etf_otel.instrumentation.span_attributes import COMPAT_SPAN_COUNTERS
+    from etf_otel.instrumentation._span_attributes import COMPAT_SPAN_COUNTERS
 
     rows = first_table(section(DOCS / "telemetry.md", "Compatibility transitions on the call span"))
     documented = {BACKTICKED_RE.findall(transition)[0]: BACKTICKED_RE.findall(name)[0] for transition, name, _ in rows}

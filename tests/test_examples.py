@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
+from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
 from tests.protocols import anthropic_events
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -41,9 +41,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry, start_http_server
 
-from etf_otel.core.linkage import Conversation
+from etf_otel.core._linkage import Conversation
 from etf_otel.instrumentation import Instrumentation
-from etf_otel.instrumentation.safety import set_strict
+from etf_otel.instrumentation._safety import set_strict
 from tests.chunks import MISSING, case_stream, chunk, finished, fragment
 from tests.instrumentation.test_telemetry_contract import LIFECYCLE_TEST, lifecycle_call
 from tests.support.prometheus import PROMETHEUS, PrometheusServer, free_port

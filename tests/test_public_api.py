@@ -45,8 +45,8 @@ def test_instrumentation_exports_exist() -> None:
 
 def test_the_pure_core_imports_no_opentelemetry() -> None:
     code = (
-        "import sys, etf_otel, etf_otel.core.identity, etf_otel.core.slots, etf_otel.core.linkage,"
-        " etf_otel.protocols.chat_completions;"
+        "import sys, etf_otel, etf_otel.core._identity, etf_otel.core._slots, etf_otel.core._linkage,"
+        " etf_otel.protocols._chat_completions;"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

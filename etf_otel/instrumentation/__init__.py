@@ -9,13 +9,13 @@
 """
 
 from etf_otel.errors import GuardRefusedError
-from etf_otel.instrumentation.assemblers import AssemblerAdapter, ChunkAssembler, ObservedAssembler
-from etf_otel.instrumentation.convenience import SetupOptions, instrument_assembler, instrument_host, instrument_stream
-from etf_otel.instrumentation.host import ObservedHost, ToolHost
-from etf_otel.instrumentation.observer import ResponseObserver
-from etf_otel.instrumentation.setup import Instrumentation
-from etf_otel.instrumentation.streams import ObservedAsyncStream, ObservedStream, observer_of
-from etf_otel.instrumentation.telemetry import Telemetry
+from etf_otel.instrumentation._assemblers import AssemblerAdapter, ChunkAssembler, ObservedAssembler
+from etf_otel.instrumentation._convenience import SetupOptions, instrument_assembler, instrument_host, instrument_stream
+from etf_otel.instrumentation._host import ObservedHost, ToolHost
+from etf_otel.instrumentation._observer import ResponseObserver
+from etf_otel.instrumentation._setup import Instrumentation
+from etf_otel.instrumentation._streams import ObservedAsyncStream, ObservedStream, observer_of
+from etf_otel.instrumentation._telemetry import Telemetry
 
 __all__ = [
     "AssemblerAdapter",

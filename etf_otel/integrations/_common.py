@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 import wrapt
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
-from etf_otel.core.linkage import Conversation
+from etf_otel.core._linkage import Conversation
+from etf_otel.instrumentation._config import environment_max_conversations
+from etf_otel.instrumentation._convenience import _instrumentation
+from etf_otel.instrumentation._setup import Instrumentation
+from etf_otel.instrumentation._streams import observer_of
 from etf_otel.instrumentation._switches import _disabled
-from etf_otel.instrumentation.config import environment_max_conversations
-from etf_otel.instrumentation.convenience import _instrumentation
-from etf_otel.instrumentation.setup import Instrumentation
-from etf_otel.instrumentation.streams import observer_of
-from etf_otel.protocols.base import field
+from etf_otel.protocols._base import field
 
 if TYPE_CHECKING:  # wrapt < 2.5 proxies are not subscriptable at run time
     ObjectProxy = wrapt.ObjectProxy[Any]
@@ -60,7 +60,7 @@ class ClientInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     ``instrument(tracer_provider=None, meter_provider=None, provider_name=None, allow=None,
     guard=None, capture_content=None, max_conversations=None)``: an option left out (or
-    ``None``) takes its environment variable (:mod:`etf_otel.instrumentation.config`), read
+    ``None``) takes its environment variable (:mod:`etf_otel.instrumentation._config`), read
     once, in ``instrument()``; a given option wins over it.
     """
 

@@ -21,7 +21,7 @@ and parses the arguments into ``tool_calls`` (dicts) and ``invalid_tool_calls``.
   the response).
 
 LangChain parses arguments, so arguments are compared as JSON values (see
-:mod:`etf_otel.core.divergence`). The calls are listed in ``tool_call_chunks`` order, each as
+:mod:`etf_otel.core._divergence`). The calls are listed in ``tool_call_chunks`` order, each as
 its ``tool_calls`` entry (parsed arguments) or its ``invalid_tool_calls`` entry (raw text).
 ``langchain-core`` (and, for the conversion, ``langchain-openai``) are imported lazily.
 """
@@ -31,12 +31,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from etf_otel.core.divergence import AssembledCall
+from etf_otel.core._divergence import AssembledCall
+from etf_otel.instrumentation._convenience import _instrumentation
+from etf_otel.instrumentation._safety import internal_errors_swallowed
+from etf_otel.instrumentation._setup import Instrumentation
 from etf_otel.instrumentation._switches import _disabled
-from etf_otel.instrumentation.convenience import _instrumentation
-from etf_otel.instrumentation.safety import internal_errors_swallowed
-from etf_otel.instrumentation.setup import Instrumentation
-from etf_otel.integrations.openai_state import observed_assembler
+from etf_otel.integrations.openai._state import observed_assembler
 
 __all__ = [
     "LANGCHAIN_ADAPTER",
@@ -215,7 +215,7 @@ def _rebuilt_chunk(message: Any) -> dict[str, Any]:
 
 def _openai_instrumented() -> bool:
     try:
-        from etf_otel.integrations.openai import OpenAIInstrumentor
+        from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor
 
         return bool(OpenAIInstrumentor().is_instrumented_by_opentelemetry)
     except Exception:  # pragma: no cover - opentelemetry-instrumentation missing

@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from etf_otel.protocols.anthropic_messages import ANTHROPIC_MESSAGES
-from etf_otel.protocols.base import StreamAssembler, WireProtocol, field
-from etf_otel.protocols.chat_completions import CHAT_COMPLETIONS
-from etf_otel.protocols.responses import RESPONSES
+from etf_otel.protocols._anthropic_messages import ANTHROPIC_MESSAGES
+from etf_otel.protocols._base import StreamAssembler, WireProtocol, field
+from etf_otel.protocols._chat_completions import CHAT_COMPLETIONS
+from etf_otel.protocols._responses import RESPONSES
 
 __all__ = [
     "ANTHROPIC_MESSAGES",

@@ -15,11 +15,11 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from etf_otel.audit import AuditReport, FindingKind, Partitioner, SpanData, audit_spans
-from etf_otel.audit.sources.otlp_json import iter_spans
-from etf_otel.cli.audit import add_audit_arguments, run_audit
-from etf_otel.core.linkage import Conversation
+from etf_otel.audit._sources.otlp_json import iter_spans
+from etf_otel.cli._audit import add_audit_arguments, run_audit
+from etf_otel.core._linkage import Conversation
 from etf_otel.instrumentation import GuardRefusedError, Instrumentation
-from etf_otel.protocols.chat_completions import ReferenceAssembler
+from etf_otel.protocols._chat_completions import ReferenceAssembler
 
 from ..chunks import MISSING, case_stream, chunk, finished, fragment
 from ..conftest import Process
@@ -530,7 +530,7 @@ def test_arguments() -> None:
 
 
 def test_any_value_decoding() -> None:
-    from etf_otel.audit.sources.otlp_json import decode_any_value
+    from etf_otel.audit._sources.otlp_json import decode_any_value
 
     assert decode_any_value({"stringValue": "x"}) == "x"
     assert decode_any_value({"boolValue": True}) is True

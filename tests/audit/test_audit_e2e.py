@@ -34,8 +34,8 @@ from typing import Any
 import pytest
 
 from etf_otel.audit import AuditReport, SpanData, audit_spans
-from etf_otel.audit.sources.otlp_json import iter_spans
-from etf_otel.audit.sources.phoenix import PhoenixError, iter_phoenix_spans
+from etf_otel.audit._sources.otlp_json import iter_spans
+from etf_otel.audit._sources.phoenix import PhoenixError, iter_phoenix_spans
 from etf_otel.cli import main
 
 from ..support.otlp_receiver import OtlpReceiver
@@ -313,7 +313,7 @@ def test_application_spans_into_phoenix_and_a_file_agree(tmp_path: Path, phoenix
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    from etf_otel.core.linkage import Conversation
+    from etf_otel.core._linkage import Conversation
     from etf_otel.instrumentation import Instrumentation
 
     from ..chunks import case_stream

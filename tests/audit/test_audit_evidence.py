@@ -22,13 +22,13 @@ import openai
 import pytest
 
 from etf_otel.audit import FindingKind, SpanData, check_trace
-from etf_otel.audit.checks import Evidence
-from etf_otel.audit.model import Role, SpanRecord, to_record
-from etf_otel.audit.sources.otlp_json import iter_spans
-from etf_otel.cli.audit import run_audit
-from etf_otel.cli.local_sse import LocalChatServer, Script
-from etf_otel.core.linkage import Conversation
-from etf_otel.integrations.openai import OpenAIInstrumentor, instrument_openai
+from etf_otel.audit._checks import Evidence
+from etf_otel.audit._model import Role, SpanRecord, to_record
+from etf_otel.audit._sources.otlp_json import iter_spans
+from etf_otel.cli._audit import run_audit
+from etf_otel.core._linkage import Conversation
+from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor, instrument_openai
+from etf_otel.testing._server import LocalChatServer, Script
 from tests.integrations.test_openai_integration import (
     TEXT_ONLY,
     USER,

@@ -38,11 +38,11 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from etf_otel import attributes as A
 from etf_otel.audit import AuditReport
-from etf_otel.audit.pipeline import sql_audit
-from etf_otel.audit.sources.otlp_json import iter_spans
-from etf_otel.audit.sources.sql import ChdbEngine
-from etf_otel.cli.audit import run_audit
-from etf_otel.core.linkage import Conversation
+from etf_otel.audit._pipeline import sql_audit
+from etf_otel.audit._sources.otlp_json import iter_spans
+from etf_otel.audit._sources.sql import ChdbEngine
+from etf_otel.cli._audit import run_audit
+from etf_otel.core._linkage import Conversation
 
 from ..chunks import chunk, finished, fragment
 from ..conftest import Process

@@ -23,9 +23,9 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from etf_otel.audit import AuditReport, audit_spans
-from etf_otel.audit.pipeline import sql_audit
-from etf_otel.audit.sources.otlp_json import iter_spans
-from etf_otel.audit.sources.sql import (
+from etf_otel.audit._pipeline import sql_audit
+from etf_otel.audit._sources.otlp_json import iter_spans
+from etf_otel.audit._sources.sql import (
     ChdbEngine,
     SqlAuditError,
     TimeWindow,
@@ -33,10 +33,10 @@ from etf_otel.audit.sources.sql import (
     read_sql,
     to_row,
 )
-from etf_otel.cli.audit import add_audit_arguments, run_audit, run_sql_audit
-from etf_otel.core.linkage import Conversation
+from etf_otel.cli._audit import add_audit_arguments, run_audit, run_sql_audit
+from etf_otel.core._linkage import Conversation
 from etf_otel.instrumentation import GuardRefusedError
-from etf_otel.protocols.chat_completions import ReferenceAssembler
+from etf_otel.protocols._chat_completions import ReferenceAssembler
 
 from ..chunks import MISSING, case_stream, chunk, finished, fragment
 from ..conftest import Process

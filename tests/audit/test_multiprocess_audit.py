@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from etf_otel.cli.audit import run_audit
+from etf_otel.cli._audit import run_audit
 
 from ..support.otlp_receiver import OtlpReceiver
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from etf_otel.audit.model import FIXED_CATEGORY, FindingKind
-from etf_otel.core.vocabulary import ErrorCategory
+from etf_otel.audit._model import FIXED_CATEGORY, FindingKind
+from etf_otel.core._vocabulary import ErrorCategory
 
 from ..chunks import chunk, finished, fragment
 from .test_cli_replay import ROOT, assert_report_shape, run, write_jsonl
@@ -123,7 +123,7 @@ def test_any_package_missing_at_run_time_is_exit_2_never_a_finding(
     def needs_openai(*_: object, **__: object) -> int:
         raise ModuleNotFoundError("No module named 'openai'", name="openai")
 
-    monkeypatch.setattr(sys.modules["etf_otel.cli.main"], "run_replay", needs_openai)
+    monkeypatch.setattr(sys.modules["etf_otel.cli._main"], "run_replay", needs_openai)
     code, out, err = run(["replay", str(CASE)], capsys)
     assert (code, out) == (2, "")
     assert err == "etf-otel replay: needs openai, which is not installed: pip install 'etf-otel[openai]'\n"
@@ -135,7 +135,7 @@ def test_a_crash_is_exit_2_with_one_line_never_a_finding(
     def crash(*_: object, **__: object) -> int:
         raise RuntimeError("model output: call-CANARY-7d1")
 
-    monkeypatch.setattr(sys.modules["etf_otel.cli.main"], "run_audit", crash)
+    monkeypatch.setattr(sys.modules["etf_otel.cli._main"], "run_audit", crash)
     code, out, err = run(["audit", str(CASE)], capsys)
     assert (code, out) == (2, "")
     assert err.startswith("etf-otel audit: internal error (RuntimeError)") and err.count("\n") == 1

@@ -50,12 +50,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from etf_otel import attributes as A
 from etf_otel.cli import main as cli_main
-from etf_otel.cli.recording import complete_body, later_responses
-from etf_otel.core.slots import DEFAULT_MAX_ARGUMENT_CHARS, AssemblyResult
-from etf_otel.core.vocabulary import ErrorCategory
+from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS, AssemblyResult
+from etf_otel.core._vocabulary import ErrorCategory
 from etf_otel.instrumentation import GuardRefusedError, Instrumentation
-from etf_otel.instrumentation.safety import set_strict
-from etf_otel.protocols.chat_completions import CHAT_COMPLETIONS, DONE, ReferenceAssembler, assemble
+from etf_otel.instrumentation._safety import set_strict
+from etf_otel.protocols._chat_completions import CHAT_COMPLETIONS, DONE, ReferenceAssembler, assemble
+from etf_otel.recordings import complete_body, later_responses
 
 from ..chunks import MISSING
 

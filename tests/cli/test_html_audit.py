@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from etf_otel.cli.html_audit import MAX_TRACES
+from etf_otel.cli.html._audit import MAX_TRACES
 
 from .test_cli_replay import ROOT, run
 from .test_html_replay import elements

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from etf_otel import protocols
-from etf_otel.cli.html_replay import MAX_COLUMNS, STREAM, replay_timeline
-from etf_otel.cli.html_replay_page import render_replay
-from etf_otel.cli.quirk_streams import ANTHROPIC_QUIRK_STREAMS, QUIRK_STREAMS, RESPONSES_QUIRK_STREAMS
-from etf_otel.protocols.chat_completions import DONE
+from etf_otel.cli.html._replay import MAX_COLUMNS, STREAM, replay_timeline
+from etf_otel.cli.html._replay_page import render_replay
+from etf_otel.protocols._chat_completions import DONE
+from etf_otel.testing._quirks import ANTHROPIC_QUIRK_STREAMS, QUIRK_STREAMS, RESPONSES_QUIRK_STREAMS
 
 from ..chunks import chunk, finished, fragment
 from .test_cli_replay import ROOT, run, write_jsonl

@@ -25,7 +25,7 @@ import httpx2
 import openai
 import pytest
 
-from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
+from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
 
 MESSAGES: list[Any] = [{"role": "user", "content": "read page 1"}]
 

@@ -279,8 +279,8 @@ def test_assembler_comparison_follows_the_detected_protocol(
 
 
 def test_the_assembler_choices_are_the_comparisons_own() -> None:
-    from etf_otel.cli.replay import ASSEMBLER_NAMES
-    from etf_otel.cli.replay_assemblers import ASSEMBLERS
+    from etf_otel.cli._replay import ASSEMBLER_NAMES
+    from etf_otel.cli._replay_assemblers import ASSEMBLERS
 
     assert ASSEMBLER_NAMES == ASSEMBLERS
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from etf_otel.core.divergence import AssembledCall, DivergenceKind, compare
-from etf_otel.core.results import ToolCall
-from etf_otel.protocols.chat_completions import assemble
+from etf_otel.core._divergence import AssembledCall, DivergenceKind, compare
+from etf_otel.core._results import ToolCall
+from etf_otel.protocols._chat_completions import assemble
 
 from ..chunks import chunk, finished, fragment
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from etf_otel import CompatibilityRule, ErrorCategory, IdKind, ReferenceAssembler, Transition
-from etf_otel.core.identity import STRICT_TABLE, IdentityRules, IdState, Incoming
-from etf_otel.core.vocabulary import Phase
+from etf_otel.core._identity import STRICT_TABLE, IdentityRules, IdState, Incoming
+from etf_otel.core._vocabulary import Phase
 
 from ..chunks import MISSING, chunk, fragment
 

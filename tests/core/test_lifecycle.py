@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from etf_otel import ABSENT, ErrorCategory, StreamState, Transition
-from etf_otel.core.lifecycle import LifecycleSlots
-from etf_otel.core.validation import same_arguments
-from etf_otel.core.vocabulary import ResponseEnd
+from etf_otel.core._lifecycle import LifecycleSlots
+from etf_otel.core._validation import same_arguments
+from etf_otel.core._vocabulary import ResponseEnd
 
 E = ErrorCategory
 

@@ -24,7 +24,7 @@ from etf_otel.instrumentation import (
     instrument_host,
     instrument_stream,
 )
-from etf_otel.instrumentation.convenience import shared_instrumentation
+from etf_otel.instrumentation._convenience import shared_instrumentation
 
 from ..chunks import case_stream
 from ..conftest import Captured

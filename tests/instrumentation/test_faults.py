@@ -28,14 +28,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from etf_otel import attributes as A
-from etf_otel.core.linkage import Conversation
-from etf_otel.core.results import AssemblyResult
-from etf_otel.core.vocabulary import ErrorCategory
+from etf_otel.core._linkage import Conversation
+from etf_otel.core._results import AssemblyResult
+from etf_otel.core._vocabulary import ErrorCategory
 from etf_otel.instrumentation import GuardRefusedError, Instrumentation
-from etf_otel.instrumentation.registry import ToolNameCap as _ToolNameCap
-from etf_otel.instrumentation.safety import set_strict
-from etf_otel.instrumentation.telemetry import Telemetry
-from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler
+from etf_otel.instrumentation._registry import ToolNameCap as _ToolNameCap
+from etf_otel.instrumentation._safety import set_strict
+from etf_otel.instrumentation._telemetry import Telemetry
+from etf_otel.protocols._chat_completions import DONE, ReferenceAssembler
 
 from ..chunks import chunk, finished, fragment
 

@@ -29,9 +29,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from etf_otel import attributes as A
 from etf_otel._version import __version__
-from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
-from etf_otel.instrumentation.safety import set_strict
-from etf_otel.integrations.openai import OpenAIInstrumentor, instrument_openai
+from etf_otel.instrumentation._safety import set_strict
+from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor, instrument_openai
+from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
 
 from ..support.otlp_receiver import OtlpReceiver, ReceivedSpan
 

@@ -26,11 +26,11 @@ import pytest
 from openai.types.chat import ChatCompletionChunk
 
 from etf_otel import attributes as A
-from etf_otel.core.linkage import Conversation
+from etf_otel.core._linkage import Conversation
 from etf_otel.instrumentation import GuardRefusedError, Instrumentation
-from etf_otel.instrumentation.safety import set_strict
-from etf_otel.instrumentation.telemetry import DEFAULT_MAX_CONTENT_CHARS, Telemetry
-from etf_otel.protocols.chat_completions import DONE, ReferenceAssembler
+from etf_otel.instrumentation._safety import set_strict
+from etf_otel.instrumentation._telemetry import DEFAULT_MAX_CONTENT_CHARS, Telemetry
+from etf_otel.protocols._chat_completions import DONE, ReferenceAssembler
 
 from ..chunks import MISSING, chunk, finished, fragment
 

@@ -38,8 +38,8 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 import etf_otel
 from etf_otel import attributes as A
 from etf_otel.instrumentation import Instrumentation
-from etf_otel.instrumentation.safety import set_strict
-from etf_otel.instrumentation.telemetry import DEFAULT_MAX_PROPOSALS, Telemetry
+from etf_otel.instrumentation._safety import set_strict
+from etf_otel.instrumentation._telemetry import DEFAULT_MAX_PROPOSALS, Telemetry
 
 from .test_concurrency import interleaved_stream, slot_arguments
 

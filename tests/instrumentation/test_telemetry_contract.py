@@ -12,11 +12,11 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from etf_otel import assemble
-from etf_otel.core.identity import ABSENT, IdentityRules
-from etf_otel.core.lifecycle import LifecycleSlots
-from etf_otel.core.linkage import Conversation
-from etf_otel.core.results import AssemblyResult
-from etf_otel.core.vocabulary import ResponseEnd, StreamState, Transition
+from etf_otel.core._identity import ABSENT, IdentityRules
+from etf_otel.core._lifecycle import LifecycleSlots
+from etf_otel.core._linkage import Conversation
+from etf_otel.core._results import AssemblyResult
+from etf_otel.core._vocabulary import ResponseEnd, StreamState, Transition
 from etf_otel.protocols import WireProtocol
 
 from ..chunks import MISSING, case_stream, chunk, finished, fragment
@@ -652,9 +652,9 @@ def test_compatibility_transitions_of_the_lifecycle_protocols_are_counted_on_the
 
 def test_every_compatibility_transition_has_a_call_span_counter() -> None:
     from etf_otel import attributes as A
-    from etf_otel.core.identity import CompatibilityRule
-    from etf_otel.core.unslotted import COMPATIBILITY, INFER_INDEX
-    from etf_otel.instrumentation.span_attributes import COMPAT_SPAN_COUNTERS
+    from etf_otel.core._identity import CompatibilityRule
+    from etf_otel.core._unslotted import COMPATIBILITY, INFER_INDEX
+    from etf_otel.instrumentation._span_attributes import COMPAT_SPAN_COUNTERS
 
     decisions = [
         *IdentityRules.for_rules(list(CompatibilityRule)).table.values(),
@@ -675,7 +675,7 @@ def test_every_compatibility_transition_has_a_call_span_counter() -> None:
 def test_a_compatibility_transition_without_a_span_name_never_fails_the_span(
     captured: Captured, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from etf_otel.instrumentation import span_attributes
+    from etf_otel.instrumentation import _span_attributes as span_attributes
 
     monkeypatch.delitem(span_attributes.COMPAT_SPAN_COUNTERS, Transition.DROP_LATE)
     events = [*lifecycle_call(0, "call-1"), {"admit": 0, "transition": "drop_late"}, {"end": "complete"}]

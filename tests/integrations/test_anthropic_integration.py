@@ -1,6 +1,6 @@
 """The ``anthropic`` instrumentor, driven by the real ``anthropic`` client over real HTTP.
 
-Every test talks to :class:`~etf_otel.cli.local_sse.LocalChatServer` on 127.0.0.1 with the real
+Every test talks to :class:`~etf_otel.testing._server.LocalChatServer` on 127.0.0.1 with the real
 SDK (HTTP stack, SSE decoder, event models, the ``messages.stream(...)`` helper): nothing below
 the client is mocked. Scripts are ``named=True``: the SDK skips an SSE event without an
 ``event:`` line. Most scenarios run the same script twice, once without and once with the
@@ -29,11 +29,11 @@ from anthropic.resources.messages import messages as messages_module
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from etf_otel.cli.local_sse import LocalChatServer, Script
 from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import ObservedAsyncStream, ObservedStream
-from etf_otel.integrations.anthropic import AnthropicInstrumentor, instrument_anthropic, provider_of
-from etf_otel.integrations.anthropic_state import instrument_message_stream_manager
+from etf_otel.integrations.anthropic._instrumentor import AnthropicInstrumentor, instrument_anthropic, provider_of
+from etf_otel.integrations.anthropic._state import instrument_message_stream_manager
+from etf_otel.testing._server import LocalChatServer, Script
 from tests.conftest import Captured
 from tests.integrations.support import (
     Harness,
@@ -549,7 +549,7 @@ def test_an_unsupported_anthropic_version_is_left_alone(
     """``opentelemetry-instrument`` skips ``instrumentation_dependencies``: the instrumentor checks itself."""
     from opentelemetry.instrumentation.dependencies import DependencyConflict
 
-    import etf_otel.integrations.anthropic as integration
+    import etf_otel.integrations.anthropic._instrumentor as integration
 
     conflict = DependencyConflict("anthropic >= 2.10", "anthropic 2.0.0")
     monkeypatch.setattr(integration, "get_dependency_conflicts", lambda deps: conflict)

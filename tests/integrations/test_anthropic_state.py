@@ -24,22 +24,22 @@ from anthropic.types import RawMessageStreamEvent
 
 from etf_otel import attributes as A
 from etf_otel.cli import main
-from etf_otel.cli.local_sse import LocalChatServer, Script
-from etf_otel.cli.quirk_streams import ANTHROPIC_QUIRK_STREAMS
-from etf_otel.cli.replay_assemblers import (
+from etf_otel.cli._replay_assemblers import (
     AssemblerUnavailable,
     check_assembler,
     run_assembler,
 )
 from etf_otel.instrumentation import Instrumentation, ObservedStream
-from etf_otel.integrations.anthropic import instrument_anthropic
-from etf_otel.integrations.anthropic_state import (
+from etf_otel.integrations.anthropic._instrumentor import instrument_anthropic
+from etf_otel.integrations.anthropic._state import (
     MessageAccumulator,
     instrument_anthropic_state,
     instrument_message_stream,
     instrument_message_stream_manager,
     message_calls,
 )
+from etf_otel.testing._quirks import ANTHROPIC_QUIRK_STREAMS
+from etf_otel.testing._server import LocalChatServer, Script
 from tests.integrations.support import divergence_kinds, in_span, outcome_of
 
 from ..conftest import Captured
@@ -361,8 +361,8 @@ def test_assemblers_that_do_not_read_anthropic_are_refused() -> None:
 
 
 def test_replay_offers_every_assembler_name() -> None:
-    from etf_otel.cli.replay import ASSEMBLER_NAMES
-    from etf_otel.cli.replay_assemblers import ASSEMBLERS, ASSEMBLERS_BY_PROTOCOL
+    from etf_otel.cli._replay import ASSEMBLER_NAMES
+    from etf_otel.cli._replay_assemblers import ASSEMBLERS, ASSEMBLERS_BY_PROTOCOL
 
     assert tuple(ASSEMBLER_NAMES) == ASSEMBLERS
     assert {name for names in ASSEMBLERS_BY_PROTOCOL.values() for name in names} == set(ASSEMBLERS)

@@ -25,10 +25,8 @@ from langchain_openai.chat_models.base import _convert_delta_to_message_chunk
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from etf_otel.cli.local_sse import LocalChatServer, Script
-from etf_otel.cli.quirk_streams import QUIRK_STREAMS, QUIRK_TABLES
-from etf_otel.cli.replay_assemblers import render_comparison, run_assembler
-from etf_otel.core.divergence import DivergenceKind
+from etf_otel.cli._replay_assemblers import render_comparison, run_assembler
+from etf_otel.core._divergence import DivergenceKind
 from etf_otel.instrumentation import Instrumentation, instrument_assembler
 from etf_otel.integrations.langchain import (
     LANGCHAIN_ADAPTER,
@@ -37,15 +35,17 @@ from etf_otel.integrations.langchain import (
     message_calls,
     observe_message_stream,
 )
-from etf_otel.integrations.openai import instrument_openai
-from etf_otel.integrations.openai_state import (
+from etf_otel.integrations.openai._instrumentor import instrument_openai
+from etf_otel.integrations.openai._state import (
     OPENAI_STATE_ADAPTER,
     completion_calls,
     instrument_completion_stream,
     instrument_openai_state,
     instrument_stream_manager,
 )
-from etf_otel.protocols.chat_completions import DONE
+from etf_otel.protocols._chat_completions import DONE
+from etf_otel.testing._quirks import QUIRK_STREAMS, QUIRK_TABLES
+from etf_otel.testing._server import LocalChatServer, Script
 from tests.integrations.support import divergence_kinds, in_span, outcome_of
 
 from ..conftest import Captured

@@ -1,7 +1,7 @@
 """Configuration without code: the ``OTEL_INSTRUMENTATION_ETF_*`` variables, and the provider fallback.
 
 Each variable is driven through the real ``openai`` instrumentor and the real client talking to
-:class:`~etf_otel.cli.local_sse.LocalChatServer` on 127.0.0.1, with in-memory SDK providers
+:class:`~etf_otel.testing._server.LocalChatServer` on 127.0.0.1, with in-memory SDK providers
 (README.md, "Configuration"). Every test pairs what the variable does with the run that shows
 the difference (the variable unset, or a keyword that wins over it), so none can pass vacuously.
 The last tests run ``examples/zero_code.py`` under ``opentelemetry-instrument``, where the
@@ -20,10 +20,10 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
 from etf_otel import attributes as A
-from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
 from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import Instrumentation, instrument_host, instrument_stream
-from etf_otel.integrations.openai import FALLBACK_PROVIDER, OpenAIInstrumentor, instrument_openai
+from etf_otel.integrations.openai._instrumentor import FALLBACK_PROVIDER, OpenAIInstrumentor, instrument_openai
+from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
 from tests.conftest import Captured
 from tests.integrations.support import Harness, response_span
 from tests.protocols import responses_events as R
@@ -212,7 +212,7 @@ def test_provider_falls_back_on_the_responses_api_too(etf: Etf, server: LocalCha
 def test_configured_provider_overrides_the_fallback_and_a_known_host_is_not_the_fallback(
     etf: Etf, server: LocalChatServer, client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from etf_otel.integrations.openai import provider_of_client
+    from etf_otel.integrations.openai._instrumentor import provider_of_client
 
     with openai.OpenAI(base_url="https://api.groq.com/openai/v1", api_key="t") as groq:
         assert provider_of_client(groq) == "groq"

@@ -20,11 +20,12 @@ import wrapt
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from etf_otel import attributes as A
-from etf_otel.core.vocabulary import ErrorCategory
-from etf_otel.instrumentation import Instrumentation, open_calls
-from etf_otel.integrations.mcp import MCPInstrumentor
-from etf_otel.integrations.mcp_client import match_call, outgoing_meta, proposed_call
-from etf_otel.integrations.mcp_meta import format_proposal, parse_call_id, parse_proposal
+from etf_otel.core._vocabulary import ErrorCategory
+from etf_otel.instrumentation import Instrumentation
+from etf_otel.instrumentation import _open_calls as open_calls
+from etf_otel.integrations.mcp._client import match_call, outgoing_meta, proposed_call
+from etf_otel.integrations.mcp._instrumentor import MCPInstrumentor
+from etf_otel.integrations.mcp._meta import format_proposal, parse_call_id, parse_proposal
 from tests.conftest import Captured
 
 
@@ -216,7 +217,7 @@ def test_the_sdk_is_wrapped_when_the_application_imports_it_not_before() -> None
     """A process that never imports ``mcp`` does not pay for it; one that does gets it wrapped then."""
     script = """
 import sys
-from etf_otel.integrations.mcp import MCPInstrumentor
+from etf_otel.integrations.mcp._instrumentor import MCPInstrumentor
 instrumentor = MCPInstrumentor()
 instrumentor.instrument()
 assert not any(name == "mcp" or name.startswith("mcp.") for name in sys.modules), "imported too early"

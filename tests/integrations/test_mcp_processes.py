@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from etf_otel import attributes as A
-from etf_otel.cli.audit import run_audit
+from etf_otel.cli._audit import run_audit
 from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 from .mcp_servers.harness import http_server, run_agent, wait_for

@@ -1,6 +1,6 @@
 """The ``openai`` instrumentor on the Responses API, driven by the real client over real HTTP.
 
-Every test talks to :class:`~etf_otel.cli.local_sse.LocalChatServer` (``/v1/responses``, named
+Every test talks to :class:`~etf_otel.testing._server.LocalChatServer` (``/v1/responses``, named
 SSE events like the API's) with the real SDK, sync and async: nothing below the client is
 mocked. Most scenarios run the same script without and then with the instrumentor and require
 the application to see exactly the same events (types and serialized content), the same
@@ -25,14 +25,14 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from etf_otel.cli.local_sse import LocalChatServer, Script
-from etf_otel.core.identity import IdentityRules
-from etf_otel.core.results import ToolCall
+from etf_otel.core._identity import IdentityRules
+from etf_otel.core._results import ToolCall
 from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import ObservedAsyncStream, ObservedStream
-from etf_otel.integrations.openai import OpenAIInstrumentor, instrument_openai
-from etf_otel.integrations.openai_responses import output_run_starts, result_call_ids
+from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor, instrument_openai
+from etf_otel.integrations.openai._responses import output_run_starts, result_call_ids
 from etf_otel.protocols import RESPONSES
+from etf_otel.testing._server import LocalChatServer, Script
 from tests.conftest import Captured
 from tests.integrations.support import Harness, LocalRedirect, all_attribute_values, response_span, tool_spans, wrappers
 from tests.protocols import responses_events as R
@@ -170,7 +170,7 @@ _PATCHED = ("create", "retrieve")
 
 
 def is_wrapped(cls: type = responses_module.Responses, name: str = "create") -> bool:
-    return any(type(owner).__module__ == "etf_otel.integrations.openai_responses" for owner in wrappers(cls, name))
+    return any(type(owner).__module__ == "etf_otel.integrations.openai._responses" for owner in wrappers(cls, name))
 
 
 class Etf(Harness[OpenAIInstrumentor]):

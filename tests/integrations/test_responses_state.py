@@ -23,16 +23,14 @@ from openai.types.responses import ResponseStreamEvent
 
 from etf_otel import attributes as A
 from etf_otel.cli import main
-from etf_otel.cli.local_sse import LocalChatServer, Script
-from etf_otel.cli.quirk_streams import RESPONSES_QUIRK_STREAMS
-from etf_otel.cli.replay_assemblers import (
+from etf_otel.cli._replay_assemblers import (
     AssemblerUnavailable,
     check_assembler,
     run_assembler,
 )
 from etf_otel.instrumentation import Instrumentation, ObservedStream
-from etf_otel.integrations.openai import instrument_openai
-from etf_otel.integrations.openai_responses_state import (
+from etf_otel.integrations.openai._instrumentor import instrument_openai
+from etf_otel.integrations.openai._responses_state import (
     NO_COMPLETED_RESPONSE,
     ResponseStateWithFinal,
     instrument_response_stream,
@@ -40,6 +38,8 @@ from etf_otel.integrations.openai_responses_state import (
     instrument_responses_state,
     response_calls,
 )
+from etf_otel.testing._quirks import RESPONSES_QUIRK_STREAMS
+from etf_otel.testing._server import LocalChatServer, Script
 from tests.integrations.support import divergence_kinds, in_span, outcome_of
 
 from ..conftest import Captured

@@ -18,10 +18,10 @@ from anthropic.types import RawMessageStreamEvent
 from anthropic.types.beta import BetaRawMessageStreamEvent
 
 from etf_otel import ErrorCategory, IdentityRules, StreamState, Transition
-from etf_otel.core.lifecycle import LifecycleSlots
-from etf_otel.core.results import AssemblyResult
+from etf_otel.core._lifecycle import LifecycleSlots
+from etf_otel.core._results import AssemblyResult
 from etf_otel.protocols import PROTOCOLS, StreamAssembler, detect, get
-from etf_otel.protocols.anthropic_messages import ANTHROPIC_MESSAGES, AnthropicAssembler, assemble
+from etf_otel.protocols._anthropic_messages import ANTHROPIC_MESSAGES, AnthropicAssembler, assemble
 
 from ..conftest import Captured
 from .anthropic_events import (
@@ -684,7 +684,7 @@ def test_results_are_the_tool_results_of_the_first_user_message_after_the_assist
 
 
 def test_a_result_outside_the_first_user_message_is_an_orphaned_result_for_linkage() -> None:
-    from etf_otel.core.linkage import Conversation
+    from etf_otel.core._linkage import Conversation
 
     conversation = Conversation()
     conversation.proposed(["toolu_01", "toolu_02"])

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from etf_otel import AssemblyResult, StreamState
-from etf_otel.protocols.anthropic_messages import AnthropicAssembler
+from etf_otel.protocols._anthropic_messages import AnthropicAssembler
 
 from .anthropic_events import (
     MISSING,

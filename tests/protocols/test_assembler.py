@@ -18,9 +18,9 @@ from etf_otel import (
     Verdict,
     assemble,
 )
-from etf_otel.core.identity import ABSENT, IdState
-from etf_otel.core.slots import ResponseSlots
-from etf_otel.protocols.base import field
+from etf_otel.core._identity import ABSENT, IdState
+from etf_otel.core._slots import ResponseSlots
+from etf_otel.protocols._base import field
 
 from ..chunks import MISSING, case_stream, chunk, finished, fragment
 

@@ -15,10 +15,10 @@ from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from etf_otel import AssemblyResult, ErrorCategory, IdentityRules, StreamState, Transition
-from etf_otel.core.identity import CompatibilityRule
-from etf_otel.core.lifecycle import LifecycleSlots
+from etf_otel.core._identity import CompatibilityRule
+from etf_otel.core._lifecycle import LifecycleSlots
 from etf_otel.protocols import PROTOCOLS, RESPONSES, detect, get
-from etf_otel.protocols.responses import ResponsesAssembler
+from etf_otel.protocols._responses import ResponsesAssembler
 
 from .responses_events import (
     MISSING,

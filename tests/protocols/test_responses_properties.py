@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from etf_otel import ErrorCategory
-from etf_otel.protocols.responses import ResponsesAssembler
+from etf_otel.protocols._responses import ResponsesAssembler
 
 from .responses_events import (
     MISSING,

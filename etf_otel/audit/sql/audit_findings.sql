@@ -1,10 +1,10 @@
 -- etf-otel audit: call-to-result linkage findings over the Collector ClickHouse exporter's `otel_traces`.
 --
--- The same checks as the Python streaming audit (etf_otel/audit/checks.py, check_trace), one row per finding:
+-- The same checks as the Python streaming audit (etf_otel/audit/_checks.py, check_trace), one row per finding:
 --   group_trace  the trace whose check produced the finding (the proposal's trace for executions)
 --   kind         orphaned_execution, duplicate_execution, unanswered_call, execution_without_result,
 --                executed_rejected, refused_execution, orphaned_tool_message, recorded_violation,
---                missing_span, malformed_span, unjudged (etf_otel/audit/model.py FindingKind: the same names)
+--                missing_span, malformed_span, unjudged (etf_otel/audit/_model.py FindingKind: the same names)
 --   trace_id, span_id, category (docs/categories.md, '' for none; fixed per kind as in model.py
 --                FIXED_CATEGORY), call_id ('' for none), detail ('' for none)
 --
@@ -24,7 +24,7 @@
 -- etf_findings.
 --
 -- Where the Python audit depends on the order spans arrive in (ties it breaks by input order), this
--- query breaks them by start time, then span id: see etf_otel/audit/sources/sql.py.
+-- query breaks them by start time, then span id: see etf_otel/audit/_sources/sql.py.
 -- 1. One row per span of the traces in the window: its role and what the checks need (model.to_record).
 DROP TEMPORARY TABLE IF EXISTS etf_spans;
 CREATE TEMPORARY TABLE etf_spans ENGINE = Memory AS
@@ -166,7 +166,7 @@ LEFT JOIN responses AS r ON r.trace_id = c.trace_id AND r.span_id = cr.response_
 LEFT JOIN response_category AS rc ON rc.trace_id = c.trace_id AND rc.response_span = cr.response_span;
 
 -- 3. Which spans are executions, each judged in one trace (group_trace): that of its first link when it
---    points into another trace, else its own (etf_otel/audit/executions.py). One MCP tools/call leaves a
+--    points into another trace, else its own (etf_otel/audit/_executions.py). One MCP tools/call leaves a
 --    CLIENT span (remote_call) and, from an instrumented server, a SERVER span (execution) child of it:
 --    the SERVER span is the execution, completed by its CLIENT parent's call id and link when it has none;
 --    the CLIENT span is one only when no execution child is judged in the same trace.

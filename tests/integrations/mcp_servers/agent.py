@@ -4,7 +4,7 @@ Run under ``opentelemetry-instrument`` (zero-code: no etf-otel import but the ex
 which only the ``explicit`` calls use). ``python agent.py < PLAN`` where ``PLAN`` is JSON:
 
 - ``proposals``: ``[[call id, tool name, arguments text], ...]``, streamed by a local Chat
-  Completions server (:class:`~etf_otel.cli.local_sse.LocalChatServer`) as one response;
+  Completions server (:class:`~etf_otel.testing._server.LocalChatServer`) as one response;
   ``conflict``: the first call's id changes mid-stream (``id_conflict``: nothing is dispatchable);
 - ``stdio``: start ``tools_server.py stdio`` (under ``opentelemetry-instrument``) as a subprocess;
   ``http``: the URL of a Streamable HTTP server started by the test;
@@ -35,7 +35,7 @@ import wrapt
 from mcp import ClientSession, StdioServerParameters
 from opentelemetry import trace
 
-from etf_otel.cli.local_sse import DONE, LocalChatServer, Script, chunk
+from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -65,11 +65,11 @@ async def _call(session: ClientSession, call: dict[str, Any], proposed: dict[str
     try:
         with anyio.fail_after(call.get("timeout", 30)):
             if call.get("proposed"):  # the helper, handed the SDK's own tool-call object
-                from etf_otel.integrations.mcp import call_proposed_tool
+                from etf_otel.integrations.mcp._instrumentor import call_proposed_tool
 
                 result = await call_proposed_tool(session, proposed[call["proposed"]])
             elif call.get("explicit"):
-                from etf_otel.integrations.mcp import proposed_call
+                from etf_otel.integrations.mcp._instrumentor import proposed_call
 
                 with proposed_call(call["explicit"]):
                     result = await session.call_tool(call["name"], arguments, meta=call.get("meta"))

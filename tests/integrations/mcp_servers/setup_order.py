@@ -33,8 +33,8 @@ def instrument_in_order() -> None:
     atexit.register(provider.shutdown)
     for name in order:
         if name == "etf":
-            from etf_otel.integrations.mcp import MCPInstrumentor
-            from etf_otel.integrations.openai import OpenAIInstrumentor
+            from etf_otel.integrations.mcp._instrumentor import MCPInstrumentor
+            from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor
 
             OpenAIInstrumentor().instrument()
             MCPInstrumentor().instrument()

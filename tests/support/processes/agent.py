@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from etf_otel import ReferenceAssembler
-from etf_otel.cli.recording import read_chunks
 from etf_otel.instrumentation import Instrumentation
+from etf_otel.recordings import read_chunks
 
 
 def main(endpoint: str, recordings: list[str]) -> None:

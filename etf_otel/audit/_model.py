@@ -1,0 +1,380 @@
+"""The audit's data model: spans as any source provides them, their compact records, and findings.
+
+A **source** yields protocol-neutral :class:`SpanData`; :func:`to_record` reduces each span to the
+:class:`SpanRecord` the checks need; :func:`items_of` adds a :class:`LinkProbe` for every link into
+another trace, so that the link is checked with the trace it points into. Findings are
+:class:`AuditFinding` values of a closed set of kinds, :class:`FindingKind`.
+
+Pure: plain values only, no I/O and no OpenTelemetry SDK.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from etf_otel import attributes as A
+from etf_otel.core._vocabulary import OTHER, ErrorCategory, Verdict
+
+__all__ = [
+    "AuditFinding",
+    "FindingKind",
+    "Item",
+    "LinkProbe",
+    "Role",
+    "SpanData",
+    "SpanRecord",
+    "items_of",
+    "span_events",
+    "to_record",
+]
+
+EXECUTE_TOOL_PREFIX = A.SPAN_EXECUTE_TOOL + " "
+ASSEMBLE_TOOL_CALL_PREFIX = A.SPAN_ASSEMBLE_TOOL_CALL + " "
+EVENT_TOOL_MESSAGE = "gen_ai.tool.message"
+"""Read, never emitted by etf-otel (so not in ``attributes``): a tool message recorded as an event."""
+ATTR_INPUT_MESSAGES = "gen_ai.input.messages"
+"""Read, never emitted by etf-otel (so not in ``attributes``): the messages sent to the model."""
+STATUS_CODE_ERROR = 2
+"""``SpanData.status_code`` of a span whose status is ERROR (OTLP ``STATUS_CODE_ERROR``)."""
+MATCHED = ("explicit", "unique")
+"""``etf.mcp.match`` values of a CLIENT span matched to a proposal: it must carry the call id."""
+
+
+class FindingKind(str, Enum):
+    """What the audit found (closed set), named after the evidence: the span or message it is in.
+
+    A kind is not a category. Each finding also carries the error category of
+    docs/categories.md, the vocabulary ``replay`` and the telemetry use too: a kind with a
+    fixed one has it in :data:`FIXED_CATEGORY` (``orphaned_execution`` and
+    ``orphaned_tool_message`` are both ``orphaned_result``), the others take the span's or
+    event's. The values are the ``kind`` of ``audit --json`` and of ``sql/audit_findings.sql``,
+    one name each (docs/cli.md#findings; tests/cli/test_cli_contract.py checks they agree).
+    """
+
+    ORPHANED_EXECUTION = "orphaned_execution"
+    """An execution (an ``execute_tool`` span, or one MCP ``tools/call``: ``audit.executions``) whose call id
+    and link match no ``assemble_tool_call`` of the trace."""
+    DUPLICATE_EXECUTION = "duplicate_execution"
+    """A proposal executed more than once (one finding per extra execution)."""
+    UNANSWERED_CALL = "unanswered_call"
+    """A proposal a settlement recorded as unanswered (an ``unanswered_call`` event naming it), on that span."""
+    EXECUTION_WITHOUT_RESULT = "execution_without_result"
+    """A call executed only with host errors (``error.type``), and no tool message or settlement answers it."""
+    EXECUTED_REJECTED = "executed_rejected"
+    """An execution of a rejected call, or of any call of a truncated or otherwise non-dispatchable response."""
+    REFUSED_EXECUTION = "refused_execution"
+    """Guard mode refused an execution (``etf.guard.refused``): the guard held, the attempt is reported."""
+    ORPHANED_TOOL_MESSAGE = "orphaned_tool_message"
+    """A ``role: tool`` message (``gen_ai.input.messages``, ``gen_ai.tool.message`` event) matching no proposal."""
+    RECORDED_VIOLATION = "recorded_violation"
+    """An ``etf.integrity.violation`` event the instrumentation recorded (not already found by the audit)."""
+    MISSING_SPAN = "missing_span"
+    """A parent or link points at a span that never arrived (started but never exported, or not in the input)."""
+    MALFORMED_SPAN = "malformed_span"
+    """An etf-otel span without an attribute the contract requires (docs/telemetry.md), or an MCP SERVER
+    span whose call id contradicts its CLIENT span's."""
+    UNJUDGED = "unjudged"
+    """Informational, not a problem: a valid proposal neither executed nor settled by a later request
+    (no ``etf.linkage.answered_ids`` naming it, no ``unanswered_call`` event): the input has no evidence either way."""
+
+
+FIXED_CATEGORY: dict[FindingKind, str | None] = {
+    FindingKind.ORPHANED_EXECUTION: ErrorCategory.ORPHANED_RESULT.value,
+    FindingKind.DUPLICATE_EXECUTION: ErrorCategory.DUPLICATE_RESULT.value,
+    FindingKind.UNANSWERED_CALL: ErrorCategory.UNANSWERED_CALL.value,
+    FindingKind.EXECUTION_WITHOUT_RESULT: ErrorCategory.UNANSWERED_CALL.value,
+    FindingKind.ORPHANED_TOOL_MESSAGE: ErrorCategory.ORPHANED_RESULT.value,
+    FindingKind.MISSING_SPAN: None,
+    FindingKind.MALFORMED_SPAN: None,
+}
+"""Kinds with a fixed category; the others take theirs from the span or event."""
+
+
+class Role(str, Enum):
+    """What an etf-otel span is to the checks (``OTHER``: any span they only use for structure)."""
+
+    CALL = "call"
+    RESPONSE = "response"
+    EXECUTION = "execution"
+    REMOTE_CALL = "remote_call"
+    """An ``mcp`` SDK CLIENT span of a ``tools/call`` that etf-otel enriched (``etf.mcp.match`` or a call
+    id): an execution only when no execution span of the tool server is its child (``audit.executions``)."""
+    OTHER = "other"
+
+
+# --- input and records -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SpanData:
+    """One exported span, protocol-neutral: what any span source has to provide.
+
+    Ids are lowercase hex strings (``None`` for no parent); attribute values are plain
+    Python values; ``events`` are ``(name, attributes)``; ``links`` are ``(trace_id, span_id)``.
+    """
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    start_ns: int = 0
+    end_ns: int = 0
+    attributes: dict[str, object] = field(default_factory=dict)
+    events: list[tuple[str, dict[str, object]]] = field(default_factory=list)
+    links: list[tuple[str, str]] = field(default_factory=list)
+    status_code: int = 0
+    service: str | None = None
+
+
+def span_events(
+    raw: object, decode_attributes: Callable[[Any], dict[str, object]]
+) -> list[tuple[str, dict[str, object]]]:
+    """``SpanData.events`` from a source's list of event objects (each with a name and
+    attributes); ``decode_attributes`` is the source's own reading of an attribute set."""
+    events: list[tuple[str, dict[str, object]]] = []
+    if isinstance(raw, list):
+        for event in raw:
+            if isinstance(event, dict):
+                name = event.get("name")
+                events.append((name if isinstance(name, str) else "", decode_attributes(event.get("attributes"))))
+    return events
+
+
+@dataclass(slots=True)
+class SpanRecord:
+    """The compact form of a span that the checks need (what is kept or spilled)."""
+
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    role: Role
+    start_ns: int = 0
+    end_ns: int = 0
+    call_id: str | None = None
+    verdict: str | None = None
+    categories: tuple[str, ...] = ()
+    error_type: str | None = None
+    state: str | None = None
+    dispatchable: bool | None = None
+    refused: bool = False
+    links: tuple[tuple[str, str], ...] = ()
+    violations: tuple[tuple[str, str | None], ...] = ()
+    tool_messages: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+    match: str | None = None
+    """``etf.mcp.match`` of a :attr:`Role.REMOTE_CALL` (one of ``MCP_MATCH_VALUES``), for the finding's detail."""
+    meta_rejected: tuple[str, ...] = ()
+    """``etf.mcp.meta_rejected`` of an MCP SERVER execution: why the server did not use our ``_meta`` keys."""
+
+
+@dataclass(slots=True)
+class LinkProbe:
+    """A link from a span of ``source_trace`` into ``target_trace``, checked with the target.
+
+    ``execution`` is the linking ``execute_tool`` span (or :attr:`Role.REMOTE_CALL`), matched against
+    the target trace's proposals; for any other span only the target's existence is checked.
+    """
+
+    target_trace: str
+    target_span: str
+    source_trace: str
+    source_span: str
+    execution: SpanRecord | None = None
+
+
+Item = SpanRecord | LinkProbe
+
+
+def _string(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _role(span: SpanData) -> Role:
+    name = span.name
+    if name == A.SPAN_ASSEMBLE_TOOL_CALL or name.startswith(ASSEMBLE_TOOL_CALL_PREFIX):
+        return Role.CALL
+    if name == A.SPAN_ASSEMBLE_RESPONSE:
+        return Role.RESPONSE
+    if (
+        name == A.SPAN_EXECUTE_TOOL
+        or name.startswith(EXECUTE_TOOL_PREFIX)
+        or span.attributes.get(A.GEN_AI_OPERATION_NAME) == A.OPERATION_EXECUTE_TOOL
+    ):
+        return Role.EXECUTION
+    # The SDK sets gen_ai.operation.name only on its SERVER span: without it, a tools/call span is
+    # the CLIENT's, whatever the source (Phoenix and the ClickHouse rows the audit loads have no span kind).
+    if span.attributes.get(A.MCP_METHOD_NAME) == A.MCP_METHOD_TOOLS_CALL and (
+        _string(span.attributes.get(A.GEN_AI_TOOL_CALL_ID)) or _string(span.attributes.get(A.ETF_MCP_MATCH))
+    ):
+        return Role.REMOTE_CALL
+    return Role.OTHER
+
+
+def _tool_message_ids(span: SpanData) -> list[str]:
+    """Ids answered by ``role: tool`` messages recorded on a span, in the usual shapes."""
+    ids: list[str] = []
+    for name, event_attributes in span.events:
+        if name == EVENT_TOOL_MESSAGE:
+            value = _string(event_attributes.get(A.GEN_AI_TOOL_CALL_ID)) or _string(event_attributes.get("id"))
+            if value:
+                ids.append(value)
+    messages = span.attributes.get(ATTR_INPUT_MESSAGES)
+    if isinstance(messages, str):
+        try:
+            messages = json.loads(messages)
+        except (ValueError, RecursionError):
+            messages = None
+    if isinstance(messages, list):
+        for message in messages:
+            if not isinstance(message, dict) or message.get("role") != "tool":
+                continue
+            direct = _string(message.get("tool_call_id"))
+            if direct:
+                ids.append(direct)
+            parts = message.get("parts")
+            if isinstance(parts, list):
+                for part in parts:
+                    if isinstance(part, dict) and part.get("type") == "tool_call_response":
+                        part_id = _string(part.get("id"))
+                        if part_id:
+                            ids.append(part_id)
+    return ids
+
+
+def _read_violations(span: SpanData, problems: list[str]) -> tuple[tuple[str, str | None], ...]:
+    """The recorded ``etf.integrity.violation`` events (category, call id); notes those without a category."""
+    violations: list[tuple[str, str | None]] = []
+    for name, event_attributes in span.events:
+        if name == A.EVENT_INTEGRITY_VIOLATION:
+            category = _string(event_attributes.get(A.ETF_ERROR_CATEGORY))
+            if category is None:
+                problems.append(f"{A.EVENT_INTEGRITY_VIOLATION} event without {A.ETF_ERROR_CATEGORY}")
+            else:
+                violations.append((category, _string(event_attributes.get(A.GEN_AI_TOOL_CALL_ID))))
+    return tuple(violations)
+
+
+def _read_call(record: SpanRecord, attributes: dict[str, object], problems: list[str]) -> None:
+    record.call_id = _string(attributes.get(A.GEN_AI_TOOL_CALL_ID))
+    verdict = attributes.get(A.ETF_TOOL_CALL_VERDICT)
+    if verdict in (Verdict.PROPOSED.value, Verdict.REJECTED.value):
+        record.verdict = str(verdict)
+    else:
+        problems.append(A.ETF_TOOL_CALL_VERDICT)
+    raw = attributes.get(A.ETF_TOOL_CALL_CATEGORIES)
+    if isinstance(raw, list):
+        record.categories = tuple(value for value in raw if isinstance(value, str))
+    record.error_type = _string(attributes.get(A.ERROR_TYPE))
+    if record.verdict == Verdict.PROPOSED.value and record.call_id is None:
+        problems.append(A.GEN_AI_TOOL_CALL_ID)
+
+
+def _read_response(record: SpanRecord, attributes: dict[str, object], problems: list[str]) -> None:
+    record.state = _string(attributes.get(A.ETF_STREAM_STATE))
+    if record.state is None:
+        problems.append(A.ETF_STREAM_STATE)
+    dispatchable = attributes.get(A.ETF_STREAM_DISPATCHABLE)
+    if isinstance(dispatchable, bool):
+        record.dispatchable = dispatchable
+    else:
+        problems.append(A.ETF_STREAM_DISPATCHABLE)
+
+
+def _read_execution(record: SpanRecord, span: SpanData) -> None:
+    attributes = span.attributes
+    record.call_id = _string(attributes.get(A.GEN_AI_TOOL_CALL_ID))
+    record.error_type = _string(attributes.get(A.ERROR_TYPE))
+    if record.error_type is None and span.status_code == STATUS_CODE_ERROR:
+        record.error_type = OTHER
+    record.refused = attributes.get(A.ETF_GUARD_REFUSED) is True
+    rejected = attributes.get(A.ETF_MCP_META_REJECTED)
+    if isinstance(rejected, list):
+        record.meta_rejected = tuple(value for value in rejected if value in A.MCP_META_REJECTED_VALUES)
+
+
+def _read_remote_call(record: SpanRecord, span: SpanData, problems: list[str]) -> None:
+    _read_execution(record, span)
+    match = span.attributes.get(A.ETF_MCP_MATCH)
+    record.match = match if isinstance(match, str) and match in A.MCP_MATCH_VALUES else None
+    if record.match in MATCHED and record.call_id is None:
+        problems.append(A.GEN_AI_TOOL_CALL_ID)
+
+
+def to_record(span: SpanData) -> SpanRecord:
+    """Reduce a span to what the checks need, noting contract attributes that are missing."""
+    attributes = span.attributes
+    role = _role(span)
+    record = SpanRecord(span.trace_id, span.span_id, span.parent_span_id, role, span.start_ns, span.end_ns)
+    if span.links:
+        record.links = tuple(span.links)
+    problems: list[str] = []
+    if span.events:
+        record.violations = _read_violations(span, problems)
+    if span.events or ATTR_INPUT_MESSAGES in attributes:
+        record.tool_messages = tuple(_tool_message_ids(span))
+    if role is Role.CALL:
+        _read_call(record, attributes, problems)
+    elif role is Role.RESPONSE:
+        _read_response(record, attributes, problems)
+    elif role is Role.EXECUTION:
+        _read_execution(record, span)
+    elif role is Role.REMOTE_CALL:
+        _read_remote_call(record, span, problems)
+    record.problems = tuple(problems)
+    return record
+
+
+EXECUTING = frozenset({Role.EXECUTION, Role.REMOTE_CALL})
+"""Roles whose first cross-trace link sends the record, as an execution, to the trace it links into."""
+
+
+def items_of(record: SpanRecord) -> Iterator[tuple[str, Item]]:
+    """``(trace to check it with, item)``: the record itself, plus probes for cross-trace links."""
+    yield record.trace_id, record
+    for index, (link_trace, link_span) in enumerate(record.links):
+        if link_trace != record.trace_id:
+            execution = record if index == 0 and record.role in EXECUTING else None
+            yield link_trace, LinkProbe(link_trace, link_span, record.trace_id, record.span_id, execution)
+
+
+# --- findings --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFinding:
+    """One problem in one trace. ``span_id`` is the span it is about (the missing one for ``missing_span``)."""
+
+    kind: FindingKind
+    trace_id: str
+    span_id: str | None = None
+    category: str | None = None
+    call_id: str | None = None
+    detail: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        kind: FindingKind,
+        trace_id: str,
+        span_id: str | None,
+        *,
+        category: str | None = None,
+        call_id: str | None = None,
+        detail: str | None = None,
+    ) -> AuditFinding:
+        """A finding whose category is the kind's fixed one (:data:`FIXED_CATEGORY`) when it has one."""
+        if kind in FIXED_CATEGORY:
+            category = FIXED_CATEGORY[kind]
+        return cls(kind, trace_id, span_id, category, call_id, detail)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind.value, "category": self.category, "span_id": self.span_id}
+        if self.call_id is not None:
+            out["call_id"] = self.call_id
+        if self.detail is not None:
+            out["detail"] = self.detail
+        return out

@@ -1,0 +1,399 @@
+"""``etf-otel audit``: its arguments, progress bars, the report as a table or JSON, and exit codes.
+
+The audit itself (``etf_otel.audit``) prints nothing; this module reads the command line, runs the
+audit over files (``--engine python``, the default), a Phoenix server (``--phoenix``) or a SQL engine
+(``--engine chdb``, ``--clickhouse``), prints the report and returns the exit code (docs/cli.md):
+:data:`EXIT_OK` when nothing was found, :data:`EXIT_FOUND` when something was, :data:`EXIT_BAD_INPUT`
+(one line on stderr) when the input or the usage is bad.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import IO, Final
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
+
+from etf_otel.audit._model import FindingKind, SpanData
+from etf_otel.audit._partition import Partitioner
+from etf_otel.audit._pipeline import audit_spans, sql_audit
+from etf_otel.audit._report import AuditReport
+from etf_otel.audit._sources.files import STDIN, expand_paths, total_bytes
+from etf_otel.audit._sources.otlp_json import InputStats, iter_spans
+from etf_otel.audit._sources.phoenix import DEFAULT_PROJECT, PhoenixStats, iter_phoenix_spans
+from etf_otel.audit._sources.sql import DEFAULT_DATABASE, ChdbEngine, ClickHouseEngine, TimeWindow
+from etf_otel.cli._audit_report import emit_audit_report, render_audit_report
+from etf_otel.cli._exit_codes import EXIT_BAD_INPUT
+from etf_otel.cli._replay_report import displayable
+from etf_otel.cli.html._audit import write_audit_page
+from etf_otel.cli.html._page import HtmlWriteError
+from etf_otel.errors import OtlpInputError, PhoenixError, SqlAuditError
+
+__all__ = [
+    "LINKS_NOTE",
+    "add_audit_arguments",
+    "emit_audit_report",
+    "render_audit_report",
+    "run_audit",
+    "run_phoenix_audit",
+    "run_sql_audit",
+]
+
+LINKS_NOTE = (
+    "etf-otel audit: note: Phoenix does not keep span links; an execution in another trace than its proposal "
+    "shows as orphaned_execution plus unjudged"
+)
+
+
+def _fail(message: str) -> int:
+    """One line on stderr; the exit code of bad usage or unreadable input."""
+    print(f"etf-otel audit: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+# --- arguments ------------------------------------------------------------------------------------
+
+
+EPILOG: Final = """\
+exit codes:
+  0  no finding in the traces read
+  1  findings: a linkage problem (orphaned_execution, duplicate_execution,
+     unanswered_call, ...), or telemetry the audit cannot judge (missing_span,
+     malformed_span)
+  2  nothing to audit, unusable input or usage, with a one-line reason on stderr:
+     no PATH, options that do not go together, a file that is not OTLP JSON, an
+     unreachable server, input that holds no trace span
+
+example:
+  etf-otel audit traces/ --json
+  etf-otel audit --phoenix http://localhost:6006 --project agents
+
+More: docs/cli.md
+"""
+
+
+def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``etf-otel audit``: ``paths``, ``--phoenix``, ``--project``, ``--json``, ``--no-progress``."""
+    parser.description = "Check call-to-result linkage, per trace, in exported traces (OTLP JSON, Phoenix, SQL)."
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="OTLP JSON trace exports: files (JSON lines or documents, optionally gzip) or directories",
+    )
+    parser.add_argument(
+        "--phoenix",
+        metavar="URL",
+        help="read the spans from the Arize Phoenix server at URL (REST API) instead of files",
+    )
+    parser.add_argument(
+        "--project", metavar="NAME", help="Phoenix project to read (default: 'default'); only with --phoenix"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("python", "chdb"),
+        default="python",
+        help="python: the streaming audit (default); chdb: load PATHs into the ClickHouse exporter's otel_traces"
+        " table in embedded chDB and run the audit's SQL (etf-otel[chdb])",
+    )
+    parser.add_argument(
+        "--clickhouse",
+        metavar="URL",
+        help="run the audit's SQL on the ClickHouse server at URL (http[s]://[user[:password]@]host[:port]), over"
+        " the tables of the Collector's clickhouse exporter (etf-otel[clickhouse])",
+    )
+    parser.add_argument("--database", metavar="NAME", help="database of otel_traces (default: otel); with --clickhouse")
+    parser.add_argument(
+        "--since",
+        metavar="TIME",
+        help="SQL engines only: audit traces with a span starting at or after TIME (ISO 8601, UTC unless an offset"
+        " is given, or a duration ago: 30m, 2h, 7d)",
+    )
+    parser.add_argument("--until", metavar="TIME", help="SQL engines only: ... and before TIME")
+    parser.add_argument("--json", action="store_true", help="print one JSON document for machines")
+    parser.add_argument(
+        "--html",
+        metavar="OUT",
+        help="also write a self-contained HTML page: summary, then a timeline per trace with findings (files"
+        " and --phoenix only)",
+    )
+    parser.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        help="no progress bar on stderr (it is shown only when stderr is a terminal)",
+    )
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+def run_audit(
+    paths: list[str],
+    *,
+    json_output: bool,
+    progress: bool,
+    phoenix: str | None = None,
+    project: str | None = None,
+    engine: str = "python",
+    clickhouse: str | None = None,
+    database: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    html: str | None = None,
+) -> int:
+    """Audit the exports at ``paths`` (or a Phoenix server); prints the report, returns the exit code (docs/cli.md)."""
+    if engine != "python" or clickhouse is not None or database is not None or since is not None or until is not None:
+        if phoenix is not None or project is not None:
+            return _fail("--phoenix takes no SQL option (--engine, --clickhouse, ...)")
+        if html is not None:
+            return _fail("--html needs the spans themselves: use the python engine (PATH...) or --phoenix")
+        return run_sql_audit(
+            paths,
+            json_output=json_output,
+            engine=engine,
+            clickhouse=clickhouse,
+            database=database,
+            since=since,
+            until=until,
+        )
+    if phoenix is not None or project is not None:
+        return run_phoenix_audit(phoenix, project, paths, json_output=json_output, progress=progress, html=html)
+    if not paths:
+        return _fail("give at least one PATH, or --phoenix URL")
+    return _run_files_audit(paths, json_output=json_output, progress=progress, html=html)
+
+
+def _run_files_audit(paths: list[str], *, json_output: bool, progress: bool, html: str | None = None) -> int:
+    try:
+        files = expand_paths(paths)
+    except OtlpInputError as error:
+        return _fail(str(error))
+    with ExitStack() as cleanup:
+        stdin = None
+        if html is not None and STDIN in files:  # the page reads the input a second time: keep a copy
+            try:
+                stdin = cleanup.enter_context(tempfile.TemporaryFile())
+                shutil.copyfileobj(sys.stdin.buffer, stdin)
+                stdin.seek(0)
+            except OSError as error:
+                return _fail(f"cannot use temporary storage: {error}")
+        return _files_report(files, paths, json_output=json_output, progress=progress, html=html, stdin=stdin)
+    return EXIT_BAD_INPUT  # pragma: no cover - ExitStack does not swallow exceptions
+
+
+def _files_report(
+    files: list[str], paths: list[str], *, json_output: bool, progress: bool, html: str | None, stdin: IO[bytes] | None
+) -> int:
+    def spans() -> Iterator[SpanData]:
+        if stdin is not None:
+            stdin.seek(0)
+        return iter_spans(files, stdin=stdin)
+
+    stats = InputStats()
+    report = AuditReport()
+    try:
+        _audit_files(files, stats, report, progress=progress, stdin=stdin)
+    except OtlpInputError as error:
+        return _fail(str(error))
+    except OSError as error:
+        return _fail(f"cannot use temporary storage: {error}")
+    report.files, report.records, report.skipped_records, report.spans = (
+        stats.files,
+        stats.records,
+        stats.skipped_records,
+        stats.spans,
+    )
+    if stats.spans == 0:
+        return _fail(f"no OTLP trace spans in {len(files)} input file(s)")
+    if html is not None:
+        try:
+            write_audit_page(html, report, spans, ", ".join(paths))
+        except (HtmlWriteError, OtlpInputError) as error:
+            return _fail(str(error))
+    return emit_audit_report(report, json_output)
+
+
+def _audit_files(
+    files: list[str], stats: InputStats, report: AuditReport, *, progress: bool, stdin: IO[bytes] | None = None
+) -> None:
+    """The streaming audit of ``files`` into ``report``, with a progress bar on a terminal's stderr."""
+    size = total_bytes(files)
+    errors = Console(stderr=True)
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TextColumn("{task.fields[spans]} spans"),
+        TimeRemainingColumn(),
+        console=errors,
+        transient=True,
+        disable=not (progress and errors.is_terminal),
+    )
+    reading = bar.add_task("reading", total=size or None, spans=0)
+    checking = bar.add_task("checking", total=None, visible=False, spans=0)
+
+    def read_progress(count: int) -> None:
+        stats.bytes_read += count
+        bar.update(reading, advance=count, spans=stats.spans)
+
+    def expected(spans_so_far: int) -> int:
+        """The spans the whole input probably holds, from the bytes read so far (sizes the spill)."""
+        done = stats.bytes_read or 1
+        return int(spans_so_far * max(size, done) / done) + 1
+
+    def on_group(done: int, total: int) -> None:
+        bar.update(checking, completed=done, total=total, visible=True, spans=stats.spans)
+
+    with bar:
+        audit_spans(
+            iter_spans(files, stats, read_progress, stdin),
+            report=report,
+            partitioner=Partitioner(expected_spans=expected),
+            on_group=on_group,
+        )
+
+
+# --- Phoenix --------------------------------------------------------------------------------------------
+
+
+def run_phoenix_audit(
+    url: str | None,
+    project: str | None,
+    paths: list[str],
+    *,
+    json_output: bool,
+    progress: bool,
+    html: str | None = None,
+) -> int:
+    """``etf-otel audit --phoenix URL [--project NAME]``: prints the report, returns the exit code."""
+    if url is None:
+        return _fail("--project needs --phoenix URL")
+    if paths:
+        return _fail("give either PATH... or --phoenix URL, not both")
+    project = DEFAULT_PROJECT if project is None else project
+    stats = PhoenixStats()
+    report = AuditReport()
+    try:
+        _audit_phoenix(url, project, stats, report, progress=progress)
+    except PhoenixError as error:
+        return _fail(str(error))
+    except OSError as error:
+        return _fail(f"cannot use temporary storage: {error}")
+    report.records, report.spans = stats.pages, stats.spans
+    if stats.spans == 0:
+        return _fail(f"no spans in Phoenix project {project!r} at {url}")
+    if html is not None:
+        try:
+            write_audit_page(html, report, lambda: iter_phoenix_spans(url, project), f"Phoenix {url} ({project})")
+        except (HtmlWriteError, PhoenixError) as error:
+            return _fail(str(error))
+    code = emit_audit_report(report, json_output)
+    if FindingKind.ORPHANED_EXECUTION in report.kinds or FindingKind.UNANSWERED_CALL in report.kinds:
+        print(LINKS_NOTE, file=sys.stderr)
+    return code
+
+
+def _audit_phoenix(url: str, project: str, stats: PhoenixStats, report: AuditReport, *, progress: bool) -> None:
+    """The streaming audit of a Phoenix project into ``report``, with a spinner on a terminal's stderr."""
+    errors = Console(stderr=True)
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}: {task.fields[spans]} spans"),
+        console=errors,
+        transient=True,
+        disable=not (progress and errors.is_terminal),
+    )
+    task = bar.add_task(f"reading Phoenix project {escape(displayable(project))}", total=None, spans=0)
+
+    def counted() -> Iterator[SpanData]:
+        for span in iter_phoenix_spans(url, project, stats=stats):
+            if stats.spans % 1000 == 0:
+                bar.update(task, spans=stats.spans)
+            yield span
+
+    with bar:
+        audit_spans(counted(), report=report)
+
+
+# --- SQL engines ------------------------------------------------------------------------------------------
+
+
+def run_sql_audit(
+    paths: list[str],
+    *,
+    json_output: bool,
+    engine: str,
+    clickhouse: str | None = None,
+    database: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+) -> int:
+    """``etf-otel audit --engine chdb PATH...`` or ``--clickhouse URL``: prints the report, returns the exit code."""
+    engines = ExitStack()  # closes the engine opened, after an error is reported
+    try:
+        window = TimeWindow.parse(since, until)
+        if clickhouse is not None:
+            report = _clickhouse_report(clickhouse, paths, engine, database, window, engines)
+        else:
+            report = _chdb_report(paths, engine, database, window, engines)
+    except (SqlAuditError, OtlpInputError) as error:
+        return _fail(str(error))
+    except OSError as error:
+        return _fail(f"cannot use temporary storage: {error}")
+    finally:
+        engines.close()
+    return emit_audit_report(report, json_output)
+
+
+def _clickhouse_report(
+    url: str,
+    paths: list[str],
+    engine: str,
+    database: str | None,
+    window: TimeWindow,
+    engines: ExitStack,
+) -> AuditReport:
+    """``--clickhouse URL``: the audit's SQL on the server (its connection is closed by ``engines``)."""
+    if paths:
+        raise SqlAuditError("--clickhouse reads the server: give no PATH")
+    if engine not in ("python", "clickhouse"):
+        raise SqlAuditError("--clickhouse and --engine chdb exclude each other")
+    backend = ClickHouseEngine(url)
+    engines.callback(backend.close)
+    return sql_audit(backend, database=database or DEFAULT_DATABASE, window=window)
+
+
+def _chdb_report(
+    paths: list[str],
+    engine: str,
+    database: str | None,
+    window: TimeWindow,
+    engines: ExitStack,
+) -> AuditReport:
+    """``--engine chdb PATH...``: the files loaded into embedded chDB (closed by ``engines``)."""
+    if engine != "chdb":
+        raise SqlAuditError("--database, --since and --until need --engine chdb or --clickhouse URL")
+    if not paths:
+        raise SqlAuditError("no PATH given (or --clickhouse URL)")
+    if database is not None:
+        raise SqlAuditError("--database applies to --clickhouse only")
+    files = expand_paths(paths)
+    backend = ChdbEngine()
+    engines.callback(backend.close)
+    stats = InputStats()
+    backend.load(iter_spans(files, stats))
+    report = sql_audit(backend, window=window)
+    report.files, report.records, report.skipped_records = stats.files, stats.records, stats.skipped_records
+    if stats.spans == 0:
+        raise SqlAuditError(f"no OTLP trace spans in {len(files)} input file(s)")
+    return report

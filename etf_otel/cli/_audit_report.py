@@ -1,0 +1,80 @@
+"""The audit report on the terminal: a table, or the JSON document (docs/cli.md).
+
+Every string that comes from the audited input is printed literally (never as rich markup,
+control characters escaped) and every column folds: nothing is cut short at any width.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from etf_otel.audit._model import FindingKind
+from etf_otel.audit._report import INFORMATIONAL, AuditReport
+from etf_otel.cli._exit_codes import EXIT_FOUND, EXIT_OK
+from etf_otel.cli._replay_report import console_for, displayable, write_json
+
+__all__ = ["TELEMETRY_KINDS", "emit_audit_report", "render_audit_report"]
+
+TELEMETRY_KINDS: Final = (FindingKind.MISSING_SPAN, FindingKind.MALFORMED_SPAN)
+"""Kinds about the telemetry itself rather than the calls: they have no error category."""
+
+
+def emit_audit_report(report: AuditReport, json_output: bool) -> int:
+    """Print the report (``--json`` or the table) and return the exit code of docs/cli.md (``| head`` keeps it)."""
+    if json_output:
+        write_json(report.to_dict())
+    else:
+        render_audit_report(report, console_for())
+    return EXIT_FOUND if report.has_findings else EXIT_OK
+
+
+def render_audit_report(report: AuditReport, console: Console) -> None:
+    """A readable report with ``rich``: one table row per finding kind, then the first trace ids of each.
+
+    Every string from the input is printed literally (never as markup, control characters
+    escaped: see ``displayable``), and every column folds: nothing is cut short at any width.
+    """
+    skipped = f", {report.skipped_records} non-trace record(s) skipped" if report.skipped_records else ""
+    counts = f": {report.files} file(s), {report.spans} span(s), {report.traces} trace(s){skipped}"
+    console.print(Text.assemble(("etf-otel audit", "bold"), counts))
+    if not report.kinds:
+        console.print(Text("No linkage problems found.", style="green"))
+        return
+    table = Table(title="Findings")
+    table.add_column("kind", style="bold", overflow="fold")
+    table.add_column("category", overflow="fold")
+    table.add_column("count", justify="right", overflow="fold")
+    table.add_column("traces", justify="right", overflow="fold")
+    for kind, summary in report.sorted_kinds():
+        shown = "\n".join(f"{displayable(name)} ({n})" for name, n in sorted(summary.categories.items())) or "-"
+        table.add_row(Text(kind.value), Text(shown), Text(str(summary.count)), Text(str(summary.traces)))
+    console.print(table)
+    console.print("First trace ids:")
+    for kind, summary in report.sorted_kinds():
+        more = summary.traces - len(summary.first_traces)
+        console.print(Text(f"  {kind.value}", style="bold"), soft_wrap=True)
+        for trace_id in summary.first_traces:
+            console.print(Text(f"    {displayable(trace_id)}"), soft_wrap=True)
+        if more > 0:
+            console.print(Text(f"    and {more} more"), soft_wrap=True)
+    unjudged = sum(summary.count for kind, summary in report.kinds.items() if kind in INFORMATIONAL)
+    if report.findings:
+        footer = Text.assemble((f"{report.findings} finding(s)", "red"), f" in {report.traces_with_findings} trace(s).")
+    else:  # only informational kinds: nothing is wrong, something is not known
+        footer = Text.assemble(("No linkage problems found", "green"), ".")
+    if unjudged:
+        footer.append(
+            f" {unjudged} call(s) unjudged: no execution and no next request tells whether they were answered."
+        )
+    telemetry = [kind.value for kind in TELEMETRY_KINDS if kind in report.kinds]
+    if telemetry:  # only then: a note about kinds that are not there would only puzzle
+        footer.append(f" {' and '.join(telemetry)} concern{'s' * (len(telemetry) == 1)} the telemetry itself")
+        footer.append(" (no error category).")
+    console.print(footer)
+
+
+# --- files (the default engine) ---------------------------------------------------------------------

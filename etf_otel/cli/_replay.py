@@ -1,0 +1,354 @@
+"""``etf-otel replay FILE``: assemble one recorded response and report on it.
+
+The recording is read once (:mod:`etf_otel.recordings`; ``-`` is standard input), its
+wire protocol is taken from ``--protocol`` or detected from the first event by the
+registry (:mod:`etf_otel.protocols`), and the protocol's adapter assembles it by the
+identity rules. With ``--followup NEXT`` the next request's results are checked against
+the response's proposals (linkage). Exit codes: 0 nothing found, 1 a rejection or a
+linkage finding, 2 unusable input or usage (one line on stderr, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from etf_otel import protocols
+from etf_otel.cli._exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
+from etf_otel.cli._replay_report import (
+    build_report,
+    console_for,
+    displayable,
+    render_linkage,
+    render_report,
+    write_json,
+)
+from etf_otel.cli.html._page import HtmlWriteError, write_page
+from etf_otel.core._identity import CompatibilityRule, IdentityRules
+from etf_otel.core._linkage import DEFAULT_MAX_PENDING, Conversation, Finding
+from etf_otel.core._results import AssemblyResult
+from etf_otel.errors import RecordingError
+from etf_otel.protocols import WireProtocol
+from etf_otel.protocols._chat_completions import DONE
+from etf_otel.recordings import (
+    STDIN,
+    complete_body,
+    display_name,
+    later_responses,
+    parse_recording,
+    read_document,
+    read_input,
+)
+
+if TYPE_CHECKING:
+    from etf_otel.cli._replay_assemblers import AssemblerComparison
+
+__all__ = ["add_replay_arguments", "linkage", "run_replay"]
+
+EPILOG: Final = """\
+exit codes:
+  0  nothing found: no call rejected, the stream ended properly, and (with
+     --followup) each proposed call answered exactly once and nothing else
+  1  integrity problems found: a rejection, a truncated stream, a divergence
+     (--assembler) or a linkage finding (--followup)
+  2  unusable input or usage, with a one-line reason on stderr: unreadable or
+     empty input, not a recording of any supported protocol, a --followup that
+     is no next request of that protocol
+
+example:
+  etf-otel replay reply.sse --followup next-request.json
+  curl -sN ... | etf-otel replay - --json
+  etf-otel replay reply.jsonl --html reply.html
+
+More: docs/cli.md
+"""
+
+_FOLLOWUP_SHAPES: Final = {
+    "chat_completions": "the messages list, or the request object holding it",
+    "responses": "the input list, or the request object holding it",
+    "anthropic_messages": "the messages list, or the request object holding it",
+}
+ASSEMBLER_NAMES: Final = ("openai", "anthropic", "langchain", "reference")
+"""``--assembler`` names: ``replay_assemblers.ASSEMBLERS``, not imported here to keep the CLI's start fast."""
+
+
+def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
+    replay.description = "Assemble one recorded streamed response by the identity rules; report each call."
+    replay.epilog = EPILOG
+    replay.formatter_class = argparse.RawDescriptionHelpFormatter
+    replay.add_argument(
+        "file",
+        metavar="FILE",
+        help="recorded response: JSON lines (one event per line) or raw SSE text; - reads standard input",
+    )
+    replay.add_argument(
+        "--protocol",
+        choices=sorted(protocols.PROTOCOLS),
+        help="the recording's wire protocol (default: detected from its first event)",
+    )
+    replay.add_argument(
+        "--followup",
+        metavar="NEXT",
+        help="the next request (JSON), to check that its results answer exactly the proposed calls; - reads stdin",
+    )
+    replay.add_argument("--json", action="store_true", help="print one JSON document (docs/cli.md)")
+    replay.add_argument(
+        "--show-arguments", action="store_true", help="include the assembled arguments (raw model output)"
+    )
+    replay.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        choices=[rule.value for rule in CompatibilityRule],
+        metavar="RULE",
+        help="enable a compatibility rule: " + ", ".join(rule.value for rule in CompatibilityRule),
+    )
+    replay.add_argument(
+        "--assembler",
+        choices=ASSEMBLER_NAMES,
+        help="also run this assembler (one that reads the recording's protocol), wrapped, and show where it"
+        " diverges from the rules",
+    )
+    replay.add_argument(
+        "--html",
+        metavar="OUT",
+        help="also write a self-contained HTML page: a swimlane per call, each fragment a mark (docs/cli.md)",
+    )
+    replay.add_argument(
+        "--export",
+        metavar="PATH",
+        help="also write the telemetry the instrumentation would emit for this stream (OTLP JSON lines)",
+    )
+
+
+def _refuse(reason: str) -> int:
+    print(f"etf-otel replay: {' '.join(reason.splitlines())}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _load(source: str, name: str | None) -> tuple[WireProtocol, list[object]]:
+    """The recording's protocol and events; ``RecordingError`` when unusable.
+
+    Detection looks at the first event only (a recording starts with its protocol's start
+    event or chunk). A named protocol must recognize at least one event. A complete
+    (non-streamed) body and several responses in a row are refused (docs/cli.md, "One
+    streamed response per recording").
+    """
+    label = display_name(source)
+    data = read_input(source)
+    try:
+        events = list(parse_recording(data, label))
+    except RecordingError:
+        body = _whole_document_body(data)  # a pretty-printed body is no JSON lines
+        if body is None:
+            raise
+        raise RecordingError(_not_a_stream(label, body)) from None
+    body = complete_body(events[0]) if events else None
+    if body is not None:
+        raise RecordingError(_not_a_stream(label, body))
+    if name is None:
+        protocol = protocols.detect(events[0]) if events else None
+        if protocol is None:
+            supported = ", ".join(protocols.PROTOCOLS)
+            raise RecordingError(f"{label}: not a recording of any supported protocol ({supported})")
+    else:
+        protocol = protocols.get(name)
+        if not any(protocol.recognizes(event) for event in events):
+            raise RecordingError(
+                f"{label}: not a {protocol.name} recording: none of its events is one of that protocol's"
+            )
+    starts = later_responses(protocol.name, events)
+    if starts:
+        raise RecordingError(
+            f"{label}: {len(starts) + 1} responses in one recording (the second starts at event {starts[0] + 1});"
+            " replay reads one: split it"
+        )
+    return protocol, events
+
+
+def _whole_document_body(data: bytes) -> str | None:
+    """What ``data`` is when it is one JSON document that is a complete response body."""
+    try:
+        return complete_body(json.loads(data.decode("utf-8").lstrip("\ufeff")))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+
+
+def _not_a_stream(label: str, body: str) -> str:
+    return f"{label}: {body}, not a stream: replay reads a streamed response (stream: true), as JSON lines or SSE"
+
+
+def _result_ids(source: str, protocol: WireProtocol) -> list[str | None]:
+    """The call ids the next request answers; an id that is not a string answers nothing."""
+    label = display_name(source)
+    document = read_document(source)
+    try:
+        ids = protocol.result_ids(document)
+    except (RecursionError, ValueError, TypeError, AttributeError, KeyError):
+        ids = None
+    if ids is None:
+        shape = _FOLLOWUP_SHAPES.get(protocol.name, "the request as the protocol sends it")
+        raise RecordingError(f"{label}: not a {protocol.name} next request ({shape})")
+    return [call_id if isinstance(call_id, str) else None for call_id in ids]
+
+
+def _assemble(protocol: WireProtocol, events: Sequence[object], allow: Sequence[str]) -> AssemblyResult:
+    assembler = protocol.assembler(rules=IdentityRules.for_rules(allow))
+    for event in events:
+        if event == DONE:
+            assembler.feed_done()
+        else:
+            assembler.feed(event)
+    return assembler.finish()
+
+
+def linkage(result: AssemblyResult, result_ids: Sequence[str | None]) -> list[Finding]:
+    """Findings of the next request against ``result``: only a dispatchable response proposed anything."""
+    proposed = [call.id for call in result.proposals if call.id is not None]
+    conversation = Conversation(max_pending=max(DEFAULT_MAX_PENDING, len(proposed)))
+    conversation.proposed(proposed)
+    return conversation.next_request(result_ids)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    if args.file == STDIN and args.followup == STDIN:
+        return _refuse("FILE and --followup cannot both read standard input (-)")
+    try:
+        protocol, events = _load(args.file, args.protocol)
+        result_ids = _result_ids(args.followup, protocol) if args.followup is not None else None
+    except RecordingError as error:
+        return _refuse(str(error))
+    if args.assembler:
+        from etf_otel.cli._replay_assemblers import check_assembler
+
+        try:
+            check_assembler(args.assembler, protocol)
+        except (ImportError, ValueError) as error:  # not for this protocol, or its library is missing
+            return _refuse(str(error) or f"--assembler {args.assembler} needs {getattr(error, 'name', None)}")
+    result = _assemble(protocol, events, args.allow)
+    findings = linkage(result, result_ids) if result_ids is not None else None
+    if args.export:
+        try:
+            _export(events, protocol, args)
+        except OSError as error:
+            return _refuse(f"--export: cannot write {display_name(args.export)}: {error.strerror or error}")
+    if args.html is not None:
+        try:
+            _write_html(args, protocol, events)
+        except HtmlWriteError as error:
+            return _refuse(str(error))
+    if args.assembler:
+        return _compare(args, protocol, events, result, findings)
+    report = build_report(result, show_arguments=args.show_arguments, linkage=findings)
+    if args.json:
+        write_json(report.to_dict(show_arguments=args.show_arguments))
+    else:
+        render_report(report, console_for(), show_arguments=args.show_arguments)
+    return EXIT_FOUND if result.rejections or findings else EXIT_OK
+
+
+def _write_html(args: argparse.Namespace, protocol: WireProtocol, events: list[object]) -> None:
+    """``--html OUT``: the page of this replay (``etf_otel.cli.html._replay``)."""
+    from etf_otel.cli.html._replay import replay_timeline
+    from etf_otel.cli.html._replay_page import render_replay
+
+    timeline = replay_timeline(protocol, events, args.allow)
+    document = render_replay(timeline, source=display_name(args.file), show_arguments=args.show_arguments)
+    write_page(args.html, document)
+
+
+def _compare(
+    args: argparse.Namespace,
+    protocol: WireProtocol,
+    events: list[object],
+    result: AssemblyResult,
+    findings: list[Finding] | None,
+) -> int:
+    """``--assembler``: the replay report of ``result``, plus what the assembler made of the recording."""
+    from etf_otel.cli._replay_assemblers import render_comparison, run_assembler
+
+    try:
+        comparison = run_assembler(args.assembler, events, args.allow, protocol=protocol)
+    except ImportError as error:
+        return _refuse(str(error) or f"--assembler {args.assembler} needs {error.name or 'its library'}")
+    comparison = dataclasses.replace(comparison, rules=result)  # the very result replay reports
+    report = build_report(result, show_arguments=args.show_arguments, linkage=findings)
+    if args.json:
+        document = report.to_dict(show_arguments=args.show_arguments)
+        document["assembler"] = comparison.assembler_dict(show_arguments=args.show_arguments)
+        write_json(document)
+    else:
+        console = console_for()
+        render_comparison(_displayable_comparison(comparison), console, show_arguments=args.show_arguments)
+        if report.linkage is not None:
+            render_linkage(report.linkage, console, dispatchable=result.dispatchable)
+    found = result.rejections or comparison.divergences or findings
+    return EXIT_FOUND if found else EXIT_OK
+
+
+def _displayable_comparison(comparison: AssemblerComparison) -> AssemblerComparison:
+    """A copy of ``comparison`` whose strings are safe to print (see ``displayable``)."""
+
+    def shown(value: str | None) -> str | None:
+        return None if value is None else displayable(value)
+
+    def shown_part(value: object) -> object:
+        return displayable(value) if isinstance(value, str) else value
+
+    rules = comparison.rules
+    calls = tuple(
+        call._replace(id=shown(call.id), name=shown(call.name), arguments=displayable(call.arguments))
+        for call in rules.calls
+    )
+    theirs = None if comparison.calls is None else [tuple(map(shown_part, call)) for call in comparison.calls]
+    return dataclasses.replace(
+        comparison,
+        calls=theirs,  # type: ignore[arg-type]  # still (id, name, arguments) triples
+        rules=dataclasses.replace(rules, calls=calls),
+    )
+
+
+def _export(events: list[object], protocol: WireProtocol, args: argparse.Namespace) -> None:
+    """Run the recording through the real instrumentation; append its telemetry to ``args.export``.
+
+    The telemetry is collected in memory and written here, in one go: a path that cannot be
+    written (a directory, a full disk) is an ``OSError`` for the caller, never the SDK
+    exporters' logged tracebacks.
+    """
+    text = _telemetry(events, protocol, args.allow)
+    path = Path(args.export)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as out:  # the OTLP JSON file exporters append too
+        out.write(text)
+
+
+def _telemetry(events: list[object], protocol: WireProtocol, allow: Sequence[str]) -> str:
+    """What the instrumentation emits for ``events``, as OTLP JSON lines (spans, then metrics)."""
+    from opentelemetry.exporter.otlp.json.file import FileMetricExporter, FileSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from etf_otel.instrumentation import Instrumentation
+
+    buffer = io.StringIO()
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "etf-otel-replay"})
+    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    tracer_provider.add_span_processor(BatchSpanProcessor(FileSpanExporter(stream=buffer)))
+    reader = PeriodicExportingMetricReader(FileMetricExporter(stream=buffer), export_interval_millis=60_000)
+    meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+    instrumentation = Instrumentation(tracer_provider, meter_provider, allow=allow)
+    for _ in instrumentation.stream(iter(events), protocol=protocol):
+        pass
+    tracer_provider.shutdown()  # exports every span left
+    meter_provider.shutdown()  # collects and exports the metrics once
+    return buffer.getvalue()

@@ -1,0 +1,291 @@
+"""``etf-otel replay``: assemble one recorded response and report what the rules decided.
+
+The JSON document is the contract of docs/cli.md; its shape is written down once
+as pydantic models so that the CLI, tests and users read the same schema.
+
+Ids, names, arguments and finish reasons are model output and may hold anything JSON can
+carry: lone surrogates, NUL and other control characters, bidi overrides, rich markup. The
+JSON document keeps them exactly (lone surrogates as ``\\uXXXX`` escapes, so the output is
+valid UTF-8); the table shows them through :func:`displayable`, never as markup or raw
+terminal control, and whatever the output's encoding cannot hold is escaped, not an error.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import re
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+from pydantic import BaseModel, Field
+from rich.console import Console
+from rich.table import Table
+
+from etf_otel.core._linkage import Finding
+from etf_otel.core._results import AssemblyResult
+from etf_otel.core._vocabulary import bounded_finish_reason
+
+__all__ = ["ReplayReport", "build_report", "console_for", "displayable", "render_report", "write_json"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+class StreamSummary(BaseModel):
+    state: str
+    finish_reasons: list[str]
+
+
+class CallReport(BaseModel):
+    choice: int
+    index: int
+    id: str | None
+    name: str | None
+    verdict: str
+    categories: list[str]
+    fragments: int
+    arguments: str | None = None
+
+
+class RejectionReport(BaseModel):
+    choice: int | None
+    index: int | None
+    category: str
+
+
+class DiagnosticReport(BaseModel):
+    choice: int | None
+    index: int | None
+    fragment: int
+    id_kind: str
+    prior_id_present: bool
+    id_empty: bool
+    transition: str
+    category: str | None
+
+
+class LinkageReport(BaseModel):
+    id: str | None
+    """The call id, only when it is a preserved, proposed id (never an orphaned result's)."""
+    category: str
+
+
+class ReplayReport(BaseModel):
+    dispatchable: bool
+    stream: StreamSummary
+    calls: list[CallReport]
+    rejections: list[RejectionReport]
+    diagnostics: list[DiagnosticReport]
+    linkage: list[LinkageReport] | None = Field(default=None, exclude=True)
+    """Findings against the next request (``--followup``); in the document only with it, so the
+    document without ``--followup`` (also nested as ``rules`` by ``--assembler``) keeps its shape."""
+
+    def to_dict(self, *, show_arguments: bool) -> dict[str, Any]:
+        exclude = None if show_arguments else {"calls": {"__all__": {"arguments"}}}
+        document = self.model_dump(exclude=exclude)
+        if self.linkage is not None:
+            document["linkage"] = [finding.model_dump() for finding in self.linkage]
+        return document
+
+    def to_json(self, *, show_arguments: bool, ascii_only: bool = False) -> str:
+        return json_text(self.to_dict(show_arguments=show_arguments), ascii_only=ascii_only)
+
+
+def json_text(document: object, *, ascii_only: bool = False) -> str:
+    """``document`` as compact JSON that any UTF-8 (or, with ``ascii_only``, ASCII) output takes.
+
+    Lone surrogates cannot be encoded as UTF-8; they are written as ``\\uXXXX`` escapes,
+    which every JSON parser reads back as the same string.
+    """
+    text = json.dumps(document, ensure_ascii=ascii_only, separators=(",", ":"), default=str)
+    return text if ascii_only else _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def write_json(document: object, stream: IO[str] | None = None) -> None:
+    """One JSON document on one line; ASCII with escapes when ``stream`` is not UTF-8."""
+    stream = stream if stream is not None else sys.stdout
+    try:
+        utf8 = codecs.lookup(getattr(stream, "encoding", None) or "utf-8").name == "utf-8"
+    except LookupError:
+        utf8 = False
+    _write(stream, json_text(document, ascii_only=not utf8) + "\n")
+
+
+def _write(stream: IO[str], text: str) -> None:
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:  # the reader left (``| head``): the exit code still tells the verdict
+        _silence_stdout()
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def displayable(text: str) -> str:
+    """``text`` for a terminal: every non-printable character (control, format, surrogate,
+    separator other than space) as a visible escape, so ``call-a\\u200b`` never looks like
+    ``call-a`` and an ESC in an id never reaches the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+class _EncodableWriter:
+    """A text stream that escapes what its target's encoding cannot hold instead of raising."""
+
+    def __init__(self, target: IO[str]) -> None:
+        self._target = target
+        self.encoding = getattr(target, "encoding", None) or "utf-8"
+
+    def write(self, text: str) -> int:
+        try:
+            return self._target.write(text.encode(self.encoding, "backslashreplace").decode(self.encoding))
+        except LookupError:
+            return self._target.write(text.encode("ascii", "backslashreplace").decode("ascii"))
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def isatty(self) -> bool:
+        try:
+            return self._target.isatty()
+        except (AttributeError, OSError, ValueError):
+            return False
+
+    def fileno(self) -> int:
+        return self._target.fileno()
+
+
+class _ReplayConsole(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader left (``| head``): stop writing, keep going, so the exit code is the verdict."""
+        self.quiet = True
+        _silence_stdout()
+
+
+def console_for(stream: IO[str] | None = None) -> Console:
+    """A console that prints model output literally: no markup, no emoji codes, no highlighting."""
+    target = stream if stream is not None else sys.stdout
+    return _ReplayConsole(file=_EncodableWriter(target), markup=False, emoji=False, highlight=False)  # type: ignore[arg-type]
+
+
+def linkage_report(findings: Sequence[Finding]) -> list[LinkageReport]:
+    return [LinkageReport(id=finding.call_id, category=finding.category.value) for finding in findings]
+
+
+def build_report(
+    result: AssemblyResult, *, show_arguments: bool = False, linkage: Sequence[Finding] | None = None
+) -> ReplayReport:
+    """The docs/cli.md document for ``result``; arguments only when asked for."""
+    return ReplayReport(
+        dispatchable=result.dispatchable,
+        stream=StreamSummary(
+            state=result.state.value,
+            finish_reasons=[
+                reason if show_arguments else bounded_finish_reason(reason) for reason in result.finish_reasons
+            ],
+        ),
+        calls=[
+            CallReport(
+                choice=call.choice,
+                index=call.index,
+                id=call.id,
+                name=call.name,
+                verdict=call.verdict.value,
+                categories=[category.value for category in call.categories],
+                fragments=call.fragments,
+                arguments=call.arguments if show_arguments else None,
+            )
+            for call in result.calls
+        ],
+        rejections=[
+            RejectionReport(choice=rejection.choice, index=rejection.index, category=rejection.category.value)
+            for rejection in result.rejections
+        ],
+        diagnostics=[
+            DiagnosticReport(
+                choice=diagnostic.choice,
+                index=diagnostic.index,
+                fragment=diagnostic.fragment,
+                id_kind=diagnostic.id_kind.value,
+                prior_id_present=diagnostic.prior_id_present,
+                id_empty=diagnostic.id_empty,
+                transition=diagnostic.transition.value,
+                category=diagnostic.category.value if diagnostic.category else None,
+            )
+            for diagnostic in result.diagnostics
+        ],
+        linkage=linkage_report(linkage) if linkage is not None else None,
+    )
+
+
+def render_report(report: ReplayReport, console: Console, *, show_arguments: bool = False) -> None:
+    """Print the per-call table, the verdict and, with a next request, the linkage findings."""
+    table = Table(title="tool calls", title_justify="left")
+    # Fold, never an ellipsis: an id cut short could hide what tells two ids apart.
+    for column in ("choice", "index", "id", "name", "fragments", "verdict", "categories"):
+        table.add_column(column, overflow="fold")
+    if show_arguments:
+        table.add_column("arguments", overflow="fold")
+    for call in report.calls:
+        row = [
+            str(call.choice),
+            str(call.index),
+            displayable(call.id) if call.id is not None else "-",
+            displayable(call.name) if call.name is not None else "-",
+            str(call.fragments),
+            call.verdict,
+            "\n".join(call.categories) or "-",
+        ]
+        if show_arguments:
+            row.append(displayable(call.arguments or ""))
+        table.add_row(*row)
+    console.print(table)
+    unslotted = [r for r in report.rejections if r.index is None]
+    for rejection in unslotted:
+        where = f"choice {rejection.choice}" if rejection.choice is not None else "response"
+        console.print(f"{where}: {rejection.category}")
+    transitions: dict[str, int] = {}
+    for diagnostic in report.diagnostics:
+        transitions[diagnostic.transition] = transitions.get(diagnostic.transition, 0) + 1
+    summary = ", ".join(f"{name} {count}" for name, count in sorted(transitions.items())) or "none"
+    reasons = ", ".join(displayable(reason) for reason in report.stream.finish_reasons) or "-"
+    console.print(f"stream: {report.stream.state} (finish reasons: {reasons})")
+    console.print(f"id transitions: {summary}")
+    console.print("dispatchable: " + ("yes" if report.dispatchable else "no"))
+    if report.linkage is not None:
+        render_linkage(report.linkage, console, dispatchable=report.dispatchable)
+
+
+def render_linkage(findings: Sequence[LinkageReport], console: Console, *, dispatchable: bool) -> None:
+    """The linkage findings against the next request; an orphaned result shows no id."""
+    if not findings:
+        console.print("linkage: every proposed call answered exactly once, and nothing else answered")
+        return
+    table = Table(title="linkage (next request)", title_justify="left")
+    table.add_column("id", overflow="fold")
+    table.add_column("category")
+    for finding in findings:
+        table.add_row(displayable(finding.id) if finding.id is not None else "-", finding.category)
+    console.print(table)
+    if not dispatchable:
+        console.print("linkage: the response is not dispatchable, so it proposed nothing to answer")

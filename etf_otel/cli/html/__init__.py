@@ -1,0 +1,1 @@
+"""The ``--html`` views of ``replay`` and ``audit``: self-contained pages, nothing fetched."""

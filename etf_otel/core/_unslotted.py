@@ -1,0 +1,52 @@
+"""Decisions for fragments that reach no slot through their key.
+
+The identity table decides what an id does to a slot. A fragment without a usable key
+(Chat ``missing_index``), or whose key names no open slot (Responses and Anthropic
+``unknown_slot``), never reaches one, yet it still gets a decision so that its bounded
+diagnostics (id kind, empty flag) are recorded and counted like every other fragment. A
+compatibility rule that places or sets aside such a fragment gets its own transition.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from etf_otel.core._identity import IdDecision, IdState, Incoming
+from etf_otel.core._vocabulary import ErrorCategory, IdKind, Transition
+
+__all__ = ["COMPATIBILITY", "INFER_INDEX", "UNATTRIBUTABLE"]
+
+_COMPATIBILITY_TRANSITIONS: Final = frozenset({Transition.INFER_INDEX, Transition.BUFFER_EARLY, Transition.DROP_LATE})
+
+
+def _decision(transition: Transition, category: ErrorCategory | None, incoming: Incoming) -> IdDecision:
+    return IdDecision(
+        transition=transition,
+        category=category,
+        next_state=IdState.NONE,
+        adopts_id=False,
+        id_kind=IdKind.STRING if incoming in (Incoming.EMPTY, Incoming.NEW) else IdKind(incoming.value),
+        prior_id_present=False,
+        id_empty=incoming is Incoming.EMPTY,
+        compatibility=transition in _COMPATIBILITY_TRANSITIONS,
+    )
+
+
+_UNSLOTTED_CLASSES: Final = tuple(i for i in Incoming if i not in (Incoming.SAME, Incoming.DIFFERENT))
+
+UNATTRIBUTABLE: Final[dict[ErrorCategory, dict[Incoming, IdDecision]]] = {
+    category: {incoming: _decision(Transition.REJECT, category, incoming) for incoming in _UNSLOTTED_CLASSES}
+    for category in (ErrorCategory.MISSING_INDEX, ErrorCategory.UNKNOWN_SLOT)
+}
+"""The rejection of a fragment merged nowhere, by category and incoming id class."""
+
+INFER_INDEX: Final[dict[Incoming, IdDecision]] = {
+    incoming: _decision(Transition.INFER_INDEX, None, incoming) for incoming in _UNSLOTTED_CLASSES
+}
+"""A fragment without index that ``infer_missing_index`` placed."""
+
+COMPATIBILITY: Final[dict[Transition, IdDecision]] = {
+    transition: _decision(transition, None, Incoming.ABSENT)
+    for transition in (Transition.BUFFER_EARLY, Transition.DROP_LATE)
+}
+"""Argument fragments a protocol's compatibility rule admitted late or set aside (no id on them)."""

@@ -1,0 +1,156 @@
+"""The observer beside one streamed response (docs/telemetry.md).
+
+A :class:`ResponseObserver` runs the identity rules, through the adapter of the stream's
+wire protocol (Chat Completions unless told otherwise), over the same events the
+application consumes and reports the response once, labelled with that protocol's name
+(``etf.protocol``), when it ends: by exhaustion
+(:data:`EOF`), by an error (:data:`ERROR`), or by being closed or abandoned
+(:data:`CLOSED`). The stream and assembler wrappers drive it; it never raises into them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from opentelemetry import context as otel_context
+
+from etf_otel.core._identity import IdentityRules
+from etf_otel.core._linkage import Conversation, Finding
+from etf_otel.core._results import AssemblyResult
+from etf_otel.core._vocabulary import StreamState
+from etf_otel.instrumentation import _linkage as linkage
+from etf_otel.instrumentation import _open_calls as open_calls
+from etf_otel.instrumentation._safety import internal_errors_swallowed
+from etf_otel.instrumentation._telemetry import Telemetry
+from etf_otel.protocols import CHAT_COMPLETIONS, StreamAssembler, WireProtocol
+from etf_otel.protocols import get as get_protocol
+
+__all__ = ["CLOSED", "EOF", "ERROR", "ResponseObserver", "observe_failed"]
+
+EOF: Final = "eof"
+"""The stream was exhausted."""
+ERROR: Final = "error"
+"""The stream (or the wrapped assembler) raised."""
+CLOSED: Final = "closed"
+"""The stream was closed, left early or garbage collected before its end."""
+
+
+class ResponseObserver:
+    """Runs the identity rules beside one streamed response and reports it once at the end.
+
+    ``telemetry`` is the :class:`~etf_otel.instrumentation._telemetry.Telemetry` of one
+    setup (``Instrumentation.observer()`` passes its own). With a ``conversation`` it first
+    settles the previous response of that conversation (``tool_message_ids`` are the ids
+    the new request answers with, when known): the findings are counted at once and
+    recorded as events on this response's span, and the proposals found answered as its
+    ``etf.linkage.answered_ids`` (the settlement evidence the audit reads).
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_answered",
+        "_assembler",
+        "_at_eof",
+        "_base",
+        "_conversation",
+        "_done",
+        "_findings",
+        "_lock",
+        "_parent",
+        "_protocol",
+        "_started_ns",
+        "telemetry",
+    )
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        rules: IdentityRules,
+        conversation: Conversation | None = None,
+        *,
+        provider_name: str | None = None,
+        tool_message_ids: Sequence[str | None] | None = None,
+        protocol: WireProtocol | str = CHAT_COMPLETIONS,
+    ) -> None:
+        self.telemetry = telemetry
+        wire = get_protocol(protocol)
+        self._assembler = wire.assembler(rules=rules, clock=time.time_ns)
+        name = wire.name
+        self._protocol = name if isinstance(name, str) and name else None  # etf.protocol
+        self._conversation = conversation
+        self._base = telemetry.base_attributes(provider_name)
+        self._parent = otel_context.get_current()
+        self._started_ns = time.time_ns()
+        self._lock = threading.Lock()
+        self._done = False
+        self._findings: list[Finding] = []
+        self._answered: tuple[str, ...] = ()
+        self._at_eof: Callable[[], None] | None = None
+        if conversation is not None:
+            with internal_errors_swallowed("settling the previous response"):
+                self._findings, self._answered = linkage.settle(conversation, tool_message_ids)
+                telemetry.count_findings(self._findings, self._base)
+
+    @property
+    def finished(self) -> bool:
+        return self._done
+
+    @property
+    def assembler(self) -> StreamAssembler:
+        """The wire protocol's adapter assembling this response by the identity rules."""
+        return self._assembler
+
+    def call_at_eof(self, check: Callable[[], None]) -> None:
+        """Run ``check`` when the stream is exhausted, before the response is finalized.
+
+        What an integration learns only once the events ran out (the Chat Completions ``[DONE]``
+        the SDK swallows) is fed then, at no cost per event.
+        """
+        self._at_eof = check
+
+    def observe(self, chunk: object) -> None:
+        try:
+            self._assembler.feed(chunk)
+        except Exception:  # pragma: no cover - the assembler never raises on JSON-shaped input
+            observe_failed()
+
+    def finish(self, how: str = EOF) -> AssemblyResult | None:
+        """Finalize once; later calls (a finalizer after ``close()``) do nothing."""
+        with self._lock:
+            if self._done:
+                return None
+            self._done = True
+        if how == EOF and self._at_eof is not None:
+            with internal_errors_swallowed("reading the end of a stream"):
+                self._at_eof()
+        with internal_errors_swallowed("finalizing a response"):
+            result = self._assembler.finish()
+            if how == ERROR:
+                state = StreamState.FAILED
+            elif how == CLOSED and result.state is not StreamState.COMPLETED:
+                state = StreamState.ABANDONED
+            else:
+                state = result.state
+            self.telemetry.record_response(
+                result,
+                state,
+                self._parent,
+                self._started_ns,
+                self._conversation,
+                self._base,
+                self._findings,
+                self._protocol,
+                self._answered,
+            )
+            open_calls.note(self.telemetry, result.calls)  # what an MCP client matches call_tool to (docs/mcp.md)
+            return result
+        return None
+
+
+def observe_failed() -> None:  # pragma: no cover - see ResponseObserver.observe
+    """Log (or, in strict mode, re-raise) the exception being handled while observing a chunk."""
+    with internal_errors_swallowed("observing a chunk"):
+        raise

@@ -1,0 +1,107 @@
+"""The bounded state every wrapper of one setup shares: proposals by call id, tool name labels.
+
+Both are bounded so that a long-running process keeps constant memory and metric
+cardinality: the registry forgets its oldest ids first, the cap turns names beyond its
+limit into ``_OTHER``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Final, NamedTuple
+
+from opentelemetry.trace import SpanContext
+
+from etf_otel import attributes as A
+from etf_otel.core._vocabulary import ErrorCategory, Verdict
+
+__all__ = ["ProposalRecord", "ProposalRegistry", "ToolNameCap"]
+
+
+class ProposalRecord(NamedTuple):
+    """What this process knows about one preserved call id, for links and guard mode.
+
+    A named tuple: one is made per finalized call, and a tuple is built several times
+    faster than a frozen dataclass.
+    """
+
+    span_context: SpanContext | None
+    dispatchable: bool
+    verdict: Verdict
+    first_category: ErrorCategory | None
+    """The call's own first category, or else the one that blocked its response."""
+    name: str | None
+    arguments_hash: int
+    """``hash`` of the arguments text as assembled."""
+    value_hash: int | None = None
+    """``hash`` of the arguments' canonical JSON, kept only by setups that guard: a host may be
+    handed the arguments as a parsed value (Anthropic's ``tool_use`` ``input``) or re-serialized."""
+
+
+_CANONICAL_JSON: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_value_hash(value: object) -> int | None:
+    """``hash`` of ``value`` as canonical JSON (sorted keys, no spaces), ``None`` if it is not JSON."""
+    try:
+        return hash(_CANONICAL_JSON.encode(value))
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def arguments_value_hash(arguments: str) -> int | None:
+    """:func:`canonical_value_hash` of the JSON text ``arguments``, ``None`` if it does not parse."""
+    try:
+        return canonical_value_hash(json.loads(arguments))
+    except (ValueError, RecursionError):
+        return None
+
+
+class ProposalRegistry:
+    """Bounded map from preserved call id to its record (oldest forgotten first).
+
+    A plain dict keeps insertion order; a re-proposed id is moved to the end by removing it first.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._records: dict[str, ProposalRecord] = {}
+        self._lock = threading.Lock()
+
+    def add(self, call_id: str, record: ProposalRecord) -> None:
+        records = self._records
+        with self._lock:
+            records.pop(call_id, None)
+            records[call_id] = record
+            if len(records) > self._capacity:
+                del records[next(iter(records))]
+
+    def get(self, call_id: str) -> ProposalRecord | None:
+        with self._lock:  # ``add`` removes a re-proposed id before inserting it again
+            return self._records.get(call_id)
+
+    def clear(self) -> None:
+        """Forget every record (guard mode then refuses every earlier call as orphaned)."""
+        with self._lock:
+            self._records.clear()
+
+
+class ToolNameCap:
+    """Bounds the distinct ``gen_ai.tool.name`` values on metrics; the rest become ``_OTHER``."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str | None) -> str:
+        if not name:
+            return A.TOOL_NAME_OTHER
+        if name in self._seen:
+            return name
+        with self._lock:
+            if len(self._seen) < self._limit:
+                self._seen.add(name)
+                return name
+        return A.TOOL_NAME_OTHER

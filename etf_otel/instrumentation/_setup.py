@@ -1,0 +1,253 @@
+"""One setup of etf-otel: providers, configuration and the state its wrappers share.
+
+Every wrapper made by one :class:`Instrumentation` records into the same
+:class:`~etf_otel.instrumentation._telemetry.Telemetry`, so the ``execute_tool`` span of a
+call links to the ``assemble_tool_call`` span that proposed it, and guard mode knows the
+proposals. Each wrapper is a proxy by composition: it returns, raises and forwards exactly
+what the wrapped object does; every telemetry step runs inside
+:func:`~etf_otel.instrumentation._safety.internal_errors_swallowed`, so only the host's own
+exceptions (and, in opt-in guard mode, :class:`~etf_otel.errors.GuardRefusedError`) ever
+reach the application.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, overload
+
+from opentelemetry import metrics, trace
+
+from etf_otel.core._identity import CompatibilityRule, IdentityRules
+from etf_otel.core._linkage import Conversation
+from etf_otel.instrumentation import _linkage as linkage
+from etf_otel.instrumentation._assemblers import (
+    DEFAULT_ADAPTER,
+    AssemblerAdapter,
+    CallsReader,
+    ChunkAssembler,
+    ObservedAssembler,
+    adapter_from,
+)
+from etf_otel.instrumentation._config import environment_settings
+from etf_otel.instrumentation._host import ObservedHost, ToolFunction, ToolHost
+from etf_otel.instrumentation._observer import ResponseObserver
+from etf_otel.instrumentation._safety import internal_errors_swallowed
+from etf_otel.instrumentation._streams import ObservedAsyncStream, ObservedStream
+from etf_otel.instrumentation._switches import _disabled, _suppressed
+from etf_otel.instrumentation._telemetry import Telemetry
+from etf_otel.protocols import CHAT_COMPLETIONS, WireProtocol
+
+__all__ = ["Instrumentation"]
+
+
+class Instrumentation:
+    """One setup of etf-otel: providers, configuration and the state its wrappers share.
+
+    Reuse one instance for the streams and hosts of an application, so that an
+    ``execute_tool`` span can be linked to the ``assemble_tool_call`` span of its id.
+    ``guard`` is the default of :meth:`host`; it changes nothing else.
+
+    A keyword left ``None`` takes its environment variable, read once here
+    (:mod:`etf_otel.instrumentation._config`): ``OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME``,
+    ``OTEL_INSTRUMENTATION_ETF_ALLOW``, ``OTEL_INSTRUMENTATION_ETF_GUARD``, and
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` for ``capture_content``. A given
+    keyword wins (``allow=()`` means no rule, ``provider_name=""`` no provider).
+    """
+
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        *,
+        provider_name: str | None = None,
+        allow: Iterable[CompatibilityRule | str] | None = None,
+        guard: bool | None = None,
+        capture_content: bool | None = None,
+    ) -> None:
+        environment = environment_settings()
+        if provider_name is None:
+            provider_name = environment.provider_name
+        if allow is None:
+            allow = environment.allow or ()
+        if guard is None:
+            guard = bool(environment.guard)
+        self.rules = IdentityRules.for_rules(allow)
+        self.guard = guard
+        self.provider_name = provider_name or None
+        """The ``gen_ai.provider.name`` of this setup (keyword or environment), ``None`` when none."""
+        self.telemetry = Telemetry(
+            tracer_provider, meter_provider, provider_name=self.provider_name, capture_content=capture_content
+        )
+        self.telemetry.guarding = guard
+
+    def observer(
+        self,
+        conversation: Conversation | None = None,
+        *,
+        provider_name: str | None = None,
+        tool_message_ids: Sequence[str | None] | None = None,
+        protocol: WireProtocol | str = CHAT_COMPLETIONS,
+    ) -> ResponseObserver:
+        """An observer for one response of ``protocol`` (a name of ``etf_otel.protocols.PROTOCOLS``)."""
+        return ResponseObserver(
+            self.telemetry,
+            self.rules,
+            conversation,
+            provider_name=provider_name,
+            tool_message_ids=tool_message_ids,
+            protocol=protocol,
+        )
+
+    def stream(
+        self,
+        stream: Any,
+        *,
+        conversation: Conversation | None = None,
+        provider_name: str | None = None,
+        tool_message_ids: Sequence[str | None] | None = None,
+        protocol: WireProtocol | str = CHAT_COMPLETIONS,
+    ) -> Any:
+        """Wrap a sync or async iterable of a ``protocol``'s events; returns it unchanged when disabled.
+
+        ``tool_message_ids`` are the ``tool_call_id`` values of the tool messages the request
+        that produced this stream carried; with a ``conversation`` they settle the previous
+        response (``orphaned_result``, ``duplicate_result``, ``unanswered_call``).
+        """
+        if _disabled() or _suppressed():
+            return stream
+        try:
+            observer = self.observer(
+                conversation, provider_name=provider_name, tool_message_ids=tool_message_ids, protocol=protocol
+            )
+            if hasattr(stream, "__aiter__"):
+                return ObservedAsyncStream(stream, observer)
+            return ObservedStream(stream, observer)
+        except Exception:
+            with internal_errors_swallowed("wrapping a stream"):
+                raise
+        return stream  # pragma: no cover - reached only when the wrapping itself failed
+
+    # An assembler of the default shape; only what is read from its result may change.
+    @overload
+    def assembler(
+        self,
+        assembler: ChunkAssembler,
+        *,
+        conversation: Conversation | None = None,
+        done: str | None = ...,
+        calls: CallsReader = ...,
+        protocol: WireProtocol | str = ...,
+    ) -> Any: ...
+
+    # Any assembler, driven as an adapter says.
+    @overload
+    def assembler(
+        self,
+        assembler: object,
+        *,
+        conversation: Conversation | None = None,
+        adapter: AssemblerAdapter,
+        protocol: WireProtocol | str = ...,
+    ) -> Any: ...
+
+    # Any assembler, its methods named by the adapter's fields as separate keywords (the
+    # spelling from before adapters existed): one overload each for ``feed`` and ``finish``.
+    @overload
+    def assembler(
+        self,
+        assembler: object,
+        *,
+        conversation: Conversation | None = None,
+        feed: Sequence[str],
+        done: str | None = ...,
+        finish: str = ...,
+        calls: CallsReader = ...,
+        protocol: WireProtocol | str = ...,
+    ) -> Any: ...
+
+    @overload
+    def assembler(
+        self,
+        assembler: object,
+        *,
+        conversation: Conversation | None = None,
+        finish: str,
+        done: str | None = ...,
+        calls: CallsReader = ...,
+        protocol: WireProtocol | str = ...,
+    ) -> Any: ...
+
+    def assembler(
+        self,
+        assembler: object,
+        *,
+        conversation: Conversation | None = None,
+        adapter: AssemblerAdapter | None = None,
+        feed: Sequence[str] = DEFAULT_ADAPTER.feed,
+        done: str | None = DEFAULT_ADAPTER.done,
+        finish: str = DEFAULT_ADAPTER.finish,
+        calls: CallsReader = DEFAULT_ADAPTER.calls,
+        protocol: WireProtocol | str = CHAT_COMPLETIONS,
+    ) -> Any:
+        """Wrap an assembler for one response; ``adapter`` names its methods (see :class:`AssemblerAdapter`).
+
+        ``protocol`` is the wire protocol of the events it is fed: the identity rules run
+        beside it through that protocol's adapter. Returns it unchanged when disabled.
+        """
+        adapter = adapter_from(adapter, feed=feed, done=done, finish=finish, calls=calls)
+        if _disabled():
+            return assembler
+        return ObservedAssembler(assembler, self.observer(conversation, protocol=protocol), adapter=adapter)
+
+    @overload
+    def host(
+        self,
+        host: ToolHost | ToolFunction,
+        *,
+        conversation: Conversation | None = None,
+        guard: bool | None = None,
+        record_unverified_ids: bool = False,
+    ) -> Any: ...
+
+    @overload
+    def host(
+        self,
+        host: object,
+        *,
+        method: str,
+        conversation: Conversation | None = None,
+        guard: bool | None = None,
+        record_unverified_ids: bool = False,
+    ) -> Any: ...
+
+    def host(
+        self,
+        host: object,
+        *,
+        method: str = "execute",
+        conversation: Conversation | None = None,
+        guard: bool | None = None,
+        record_unverified_ids: bool = False,
+    ) -> Any:
+        """Wrap a tool host: an object with ``method`` (``execute``), or a callable taking the call.
+
+        ``guard`` ``None`` takes this setup's default. Returns the host unchanged when disabled.
+        """
+        if _disabled():
+            return host
+        guard = self.guard if guard is None else guard
+        if guard:  # from now on proposals keep the hash a guard compares parsed arguments with
+            self.telemetry.guarding = True
+        return ObservedHost(
+            host,
+            self.telemetry,
+            method=method,
+            conversation=conversation,
+            guard=guard,
+            record_unverified_ids=record_unverified_ids,
+        )
+
+    def end_conversation(self, conversation: Conversation) -> None:
+        """The turn is over: record every proposal that never got a result."""
+        with internal_errors_swallowed("ending a conversation"):
+            self.telemetry.record_findings(linkage.end(conversation))

@@ -1,0 +1,120 @@
+"""The attributes of etf-otel's spans, built from assembly results (docs/telemetry.md).
+
+Kept apart from :mod:`~etf_otel.instrumentation._telemetry`, which starts and ends the spans:
+these functions only map results onto the bounded attribute values the contract names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from opentelemetry.util.types import AttributeValue
+
+from etf_otel import attributes as A
+from etf_otel.core._linkage import Finding
+from etf_otel.core._results import AssemblyResult, Rejection
+from etf_otel.core._vocabulary import VALUE_OF, ErrorCategory, StreamState, Transition, bounded_finish_reason
+from etf_otel.instrumentation._safety import internal_errors_swallowed
+
+__all__ = [
+    "COMPAT_SPAN_COUNTERS",
+    "INCOMPLETE",
+    "answered_attributes",
+    "count_compatibility",
+    "finding_attributes",
+    "response_attributes",
+    "response_error",
+]
+
+COMPAT_SPAN_COUNTERS: Final[dict[Transition, str]] = {
+    Transition.KEEP_NULL: A.ETF_ID_KEPT_NULL,
+    Transition.KEEP_EMPTY: A.ETF_ID_KEPT_EMPTY,
+    Transition.INFER_INDEX: A.ETF_ID_INFERRED_INDEX,
+    Transition.BUFFER_EARLY: A.ETF_ID_BUFFERED_EARLY,
+    Transition.DROP_LATE: A.ETF_ID_DROPPED_LATE,
+}
+"""The call-span attribute counting each compatibility transition (docs/telemetry.md).
+
+A transition missing here is left off the span (it is still counted on
+``etf.tool_call.id_transitions``): a transition the telemetry has no name for never fails a span."""
+
+_TRUNCATED: Final = ErrorCategory.TRUNCATED_STREAM.value
+INCOMPLETE: Final = ErrorCategory.INCOMPLETE_RESPONSE.value
+
+
+def response_error(state: StreamState, rejections: Sequence[Rejection]) -> str | None:
+    """The response span's ``error.type``, if any (docs/telemetry.md): ``truncated_stream`` unless
+    ``completed``, else ``incomplete_response``, else the first rejection that belongs to no call
+    (``missing_index``, ``unknown_slot``, ``snapshot_mismatch`` of the final list). A call's own
+    categories stay on its span."""
+    if state is not StreamState.COMPLETED:
+        return _TRUNCATED
+    if not rejections:
+        return None
+    unattached: ErrorCategory | None = None
+    for rejection in rejections:
+        if rejection.category is ErrorCategory.INCOMPLETE_RESPONSE:
+            return INCOMPLETE
+        if unattached is None and rejection.index is None:
+            unattached = rejection.category
+    return None if unattached is None else unattached.value
+
+
+def response_attributes(
+    result: AssemblyResult,
+    state: StreamState,
+    base: dict[str, AttributeValue],
+    protocol: str | None,
+    error_type: str | None,
+) -> dict[str, AttributeValue]:
+    """The start attributes of an ``assemble_response`` span."""
+    attributes: dict[str, AttributeValue] = {
+        A.ETF_STREAM_STATE: VALUE_OF[state],
+        A.GEN_AI_RESPONSE_FINISH_REASONS: [bounded_finish_reason(reason) for reason in result.finish_reasons],
+        A.ETF_STREAM_SLOTS: len(result.calls),
+        A.ETF_STREAM_FRAGMENTS: result.fragments,
+        A.ETF_STREAM_DISPATCHABLE: result.dispatchable,
+        **base,
+    }
+    if protocol is not None:
+        attributes[A.ETF_PROTOCOL] = protocol
+    if error_type is not None:
+        attributes[A.ERROR_TYPE] = error_type
+    return attributes
+
+
+def count_compatibility(transitions: Iterable[tuple[Transition, int]], attributes: dict[str, AttributeValue]) -> None:
+    """A call's compatibility transition counts as span attributes (``etf.id.kept_null``, ...).
+
+    A transition without a span name is skipped, anything unexpected is logged and dropped:
+    the span is recorded anyway."""
+    with internal_errors_swallowed("counting compatibility transitions"):
+        for transition, count in transitions:
+            counter = COMPAT_SPAN_COUNTERS.get(transition)
+            if counter is not None and type(count) is int:
+                attributes[counter] = count
+
+
+def finding_attributes(finding: Finding) -> dict[str, AttributeValue]:
+    attributes: dict[str, AttributeValue] = {A.ETF_ERROR_CATEGORY: finding.category.value}
+    if finding.call_id is not None:  # only ever a preserved, proposed id
+        attributes[A.GEN_AI_TOOL_CALL_ID] = finding.call_id
+    return attributes
+
+
+def answered_attributes(answered: Sequence[str], limit: int) -> dict[str, AttributeValue]:
+    """The settlement evidence of a new request, for its ``assemble_response`` span (docs/telemetry.md).
+
+    ``answered`` are the previous response's proposals the request answered (preserved, proposed
+    ids only: :meth:`~etf_otel.core._linkage.Conversation.settle`); at most ``limit`` are kept,
+    the rest counted. Nothing when the request answered nothing."""
+    if not answered:
+        return {}
+    attributes: dict[str, AttributeValue] = {}
+    kept = list(answered[: max(limit, 0)])
+    if kept:
+        attributes[A.ETF_LINKAGE_ANSWERED_IDS] = kept
+    if len(answered) > len(kept):
+        attributes[A.ETF_LINKAGE_ANSWERED_IDS_DROPPED] = len(answered) - len(kept)
+    return attributes

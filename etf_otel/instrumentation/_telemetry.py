@@ -1,0 +1,340 @@
+"""Turning assembly results and executions into spans, events and metrics (docs/telemetry.md).
+
+Spans and metric updates happen once per call and once per response, never per
+fragment: the observer records plain diagnostics while the stream flows, and this module
+emits everything when the response is finalized, with each ``assemble_tool_call`` span
+back-dated to its slot's first fragment. Only the OpenTelemetry API is used; providers
+are passed in or taken from the global defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from opentelemetry import metrics, trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
+
+from etf_otel import attributes as A
+from etf_otel._version import __version__
+from etf_otel.core._linkage import Conversation, Finding
+from etf_otel.core._results import AssemblyResult, ToolCall
+from etf_otel.core._vocabulary import VALUE_OF, ErrorCategory, StreamState, Verdict
+from etf_otel.instrumentation import _counters
+from etf_otel.instrumentation import _linkage as linkage
+from etf_otel.instrumentation._counters import totals_for
+from etf_otel.instrumentation._registry import ProposalRecord, ProposalRegistry, ToolNameCap, arguments_value_hash
+from etf_otel.instrumentation._safety import internal_errors_swallowed
+from etf_otel.instrumentation._span_attributes import (
+    INCOMPLETE,
+    answered_attributes,
+    count_compatibility,
+    finding_attributes,
+    response_attributes,
+    response_error,
+)
+
+__all__ = ["ProposalRecord", "Telemetry", "capture_content_enabled"]
+
+DEFAULT_MAX_TOOL_NAMES = 64
+DEFAULT_MAX_REJECTED_EVENTS = 16
+DEFAULT_MAX_CONTENT_CHARS = 4096
+DEFAULT_MAX_PROPOSALS = 4096
+DEFAULT_MAX_ANSWERED_IDS = 64
+"""Ids kept in ``etf.linkage.answered_ids`` per response span (the rest are counted)."""
+
+
+def capture_content_enabled() -> bool:
+    """Whether ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` opts in to content."""
+    value = os.environ.get(A.ENV_CAPTURE_CONTENT, "").strip().lower()
+    return value in ("true", "1", "yes", "span_only", "span_and_event")
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…[truncated]"
+
+
+_PROPOSED: Final = Verdict.PROPOSED  # a module global: reading it off the enum class is slower
+
+_RECORDING_A_CALL: Final = internal_errors_swallowed("recording a tool call")
+"""Stateless, so one instance serves every call."""
+
+
+class Telemetry:
+    """Tracer, instruments and the bounded state shared by every wrapper of one setup."""
+
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        *,
+        provider_name: str | None = None,
+        capture_content: bool | None = None,
+        max_tool_names: int = DEFAULT_MAX_TOOL_NAMES,
+        max_rejected_events: int = DEFAULT_MAX_REJECTED_EVENTS,
+        max_content_chars: int = DEFAULT_MAX_CONTENT_CHARS,
+        max_proposals: int = DEFAULT_MAX_PROPOSALS,
+        max_answered_ids: int = DEFAULT_MAX_ANSWERED_IDS,
+    ) -> None:
+        self.tracer = trace.get_tracer(
+            A.INSTRUMENTATION_NAME, __version__, tracer_provider, schema_url="https://opentelemetry.io/schemas/1.37.0"
+        )
+        meter = metrics.get_meter(A.INSTRUMENTATION_NAME, __version__, meter_provider)
+        self.provider_name = provider_name
+        self.capture_content = capture_content_enabled() if capture_content is None else capture_content
+        self.max_rejected_events = max_rejected_events
+        self.max_content_chars = max_content_chars
+        self.max_answered_ids = max_answered_ids
+        self.tool_name_label = ToolNameCap(max_tool_names)
+        self.proposals = ProposalRegistry(max_proposals)
+        self.guarding = False
+        """Whether a guarded host uses this setup: only then is each proposal's canonical value hashed."""
+        self._base: dict[str, AttributeValue] = {A.GEN_AI_PROVIDER_NAME: provider_name} if provider_name else {}
+
+        self.counters = totals_for(meter_provider)
+        self.execute_duration = meter.create_histogram(
+            A.METRIC_EXECUTE_TOOL_DURATION,
+            unit="s",
+            description="Duration of tool executions.",
+            explicit_bucket_boundaries_advisory=list(A.EXECUTE_TOOL_DURATION_BUCKETS),
+        )
+
+    # --- responses -------------------------------------------------------------------------
+
+    def base_attributes(self, provider_name: str | None = None) -> dict[str, AttributeValue]:
+        """Attributes every span and metric of one response carries (the provider, if known)."""
+        if provider_name:
+            return {A.GEN_AI_PROVIDER_NAME: provider_name}
+        return self._base
+
+    def record_response(
+        self,
+        result: AssemblyResult,
+        state: StreamState,
+        parent: Context | None,
+        started_ns: int,
+        conversation: Conversation | None = None,
+        base: dict[str, AttributeValue] | None = None,
+        findings: Sequence[Finding] = (),
+        protocol: str | None = None,
+        answered: Sequence[str] = (),
+    ) -> None:
+        """Emit the spans and metrics of one finalized response. ``findings`` (counted already) and ``answered``
+        settled the previous response: events and ``etf.linkage.answered_ids`` on this one's span now.
+
+        ``protocol`` (``etf.protocol``) goes to the response span and ``etf.streams`` only."""
+        ended_ns = time.time_ns()
+        if base is None:
+            base = self._base
+        error_type = response_error(state, result.rejections)
+        with internal_errors_swallowed("counting a response"):
+            self.counters.add_response(
+                result,
+                state,
+                base.get(A.GEN_AI_PROVIDER_NAME),
+                protocol,
+                self.tool_name_label,
+                error_type == INCOMPLETE,
+            )
+        attributes = response_attributes(result, state, base, protocol, error_type)
+        attributes.update(answered_attributes(answered, self.max_answered_ids))
+        stream_span = self.tracer.start_span(
+            A.SPAN_ASSEMBLE_RESPONSE,
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            start_time=started_ns,
+        )
+        try:
+            with internal_errors_swallowed("describing a response"):
+                if error_type is not None:
+                    stream_span.set_status(Status(StatusCode.ERROR))
+                if findings and stream_span.is_recording():
+                    for finding in findings:
+                        stream_span.add_event(A.EVENT_INTEGRITY_VIOLATION, finding_attributes(finding))
+            # The calls are children of the response span, itself a child of the current span:
+            # one trace holds the response, its calls and (through links) their executions.
+            response_context = trace.set_span_in_context(stream_span, parent)
+            blocked_by = result.rejections[0].category if result.rejections else None
+            guard = _RECORDING_A_CALL
+            for call in result.calls:
+                with guard:
+                    self._record_call(
+                        call, result.dispatchable, blocked_by, response_context, started_ns, ended_ns, base
+                    )
+        finally:
+            stream_span.end(end_time=ended_ns)
+            if conversation is not None and result.dispatchable:
+                linkage.proposed(conversation, [call.id for call in result.calls if call.id is not None])
+
+    # long: runs once per finalized call; one frame, start attributes in one pass (issue 7's budget)
+    def _record_call(
+        self,
+        call: ToolCall,
+        dispatchable: bool,
+        blocked_by: ErrorCategory | None,
+        parent: Context | None,
+        started_ns: int,
+        ended_ns: int,
+        base: dict[str, AttributeValue],
+    ) -> None:
+        """One ``assemble_tool_call`` span, and the call's proposal record.
+
+        Everything known before the span starts is passed as start attributes (one
+        validation pass in the SDK, and samplers see it); only a rejected call (status,
+        events) or content capture touches the span afterwards.
+        """
+        span: Span | None = None
+        name = call.name
+        try:
+            attributes: dict[str, AttributeValue] = {
+                A.ETF_CHOICE_INDEX: call.choice,
+                A.ETF_TOOL_CALL_INDEX: call.index,
+                A.ETF_TOOL_CALL_FRAGMENTS: call.fragments,
+                A.ETF_TOOL_CALL_VERDICT: VALUE_OF[call.verdict],
+            }
+            if base:
+                attributes.update(base)
+            if name is not None:
+                attributes[A.GEN_AI_TOOL_NAME] = name
+            if call.id is not None:
+                attributes[A.GEN_AI_TOOL_CALL_ID] = call.id
+            if call.transitions:
+                count_compatibility(call.transitions, attributes)
+            if call.categories:
+                attributes[A.ETF_TOOL_CALL_CATEGORIES] = [category.value for category in call.categories]
+                attributes[A.ERROR_TYPE] = call.categories[0].value
+            span = self.tracer.start_span(
+                f"{A.SPAN_ASSEMBLE_TOOL_CALL} {name}" if name else A.SPAN_ASSEMBLE_TOOL_CALL,
+                context=parent,
+                kind=SpanKind.INTERNAL,
+                attributes=attributes,
+                start_time=call.opened_ns if call.opened_ns is not None else started_ns,
+            )
+            if call.categories or self.capture_content:
+                with internal_errors_swallowed("describing a tool call"):
+                    self._describe_call(span, call)
+        finally:
+            try:
+                if span is not None:
+                    span.end(end_time=call.closed_ns if call.closed_ns is not None else ended_ns)
+            finally:
+                # Guard mode and links depend on this record: it is kept even when the span failed.
+                if call.id is not None:
+                    self.proposals.add(
+                        call.id,
+                        ProposalRecord(
+                            span.get_span_context() if span is not None else None,
+                            dispatchable and call.verdict is _PROPOSED,
+                            call.verdict,
+                            call.categories[0] if call.categories else blocked_by,
+                            name,
+                            hash(call.arguments),
+                            arguments_value_hash(call.arguments) if self.guarding else None,
+                        ),
+                    )
+
+    def _describe_call(self, span: Span, call: ToolCall) -> None:
+        """A rejected call's status and events, and (opted in) its arguments."""
+        if span.is_recording():
+            if call.categories:
+                span.set_status(Status(StatusCode.ERROR))
+            shown = call.rejected_fragments[: self.max_rejected_events]
+            for rejected in shown:
+                span.add_event(
+                    A.EVENT_IDENTITY_REJECTED,
+                    {
+                        A.ETF_ERROR_CATEGORY: rejected.category.value,
+                        A.ETF_ID_KIND: rejected.id_kind.value,
+                        A.ETF_ID_PRIOR_PRESENT: rejected.prior_id_present,
+                        A.ETF_ID_EMPTY: rejected.id_empty,
+                        A.ETF_ID_TRANSITION: rejected.transition.value,
+                        A.ETF_TOOL_CALL_INDEX: call.index,
+                        A.ETF_CHOICE_INDEX: call.choice,
+                    },
+                    timestamp=rejected.time_ns,
+                )
+            dropped = call.rejected_count - len(shown)
+            if dropped:
+                span.set_attribute(A.ETF_IDENTITY_REJECTED_DROPPED, dropped)
+            if self.capture_content:
+                span.set_attribute(A.GEN_AI_TOOL_CALL_ARGUMENTS, _truncate(call.arguments, self.max_content_chars))
+
+    # --- linkage ---------------------------------------------------------------------------
+
+    def count_findings(self, findings: Iterable[Finding], base: dict[str, AttributeValue] | None = None) -> None:
+        """Count linkage findings on ``etf.integrity.violations``."""
+        provider = (self._base if base is None else base).get(A.GEN_AI_PROVIDER_NAME)
+        for finding in findings:
+            self.counters.add(_counters.INTEGRITY_VIOLATIONS, (finding.category.value, provider))
+
+    def record_findings(self, findings: Sequence[Finding], span: Span | None = None) -> None:
+        """Count linkage findings and add one ``etf.integrity.violation`` event each to ``span``."""
+        self.count_findings(findings)
+        target = span if span is not None else trace.get_current_span()
+        if target.is_recording():
+            for finding in findings:
+                target.add_event(A.EVENT_INTEGRITY_VIOLATION, finding_attributes(finding))
+
+    def record_divergence(self, kinds: Sequence[str], span: Span | None = None) -> None:
+        """Count a wrapped assembler's divergences from the rules (``divergent_assembly``)."""
+        target = span if span is not None else trace.get_current_span()
+        for kind in kinds:
+            self.counters.add(
+                _counters.INTEGRITY_VIOLATIONS,
+                (ErrorCategory.DIVERGENT_ASSEMBLY.value, self._base.get(A.GEN_AI_PROVIDER_NAME)),
+            )
+            if target.is_recording():
+                target.add_event(
+                    A.EVENT_INTEGRITY_VIOLATION,
+                    {A.ETF_ERROR_CATEGORY: ErrorCategory.DIVERGENT_ASSEMBLY.value, A.ETF_DIVERGENCE_KIND: kind},
+                )
+
+    # --- executions ------------------------------------------------------------------------
+
+    def start_execution(
+        self, call_id: str | None, name: str | None, record: ProposalRecord | None, record_unverified_id: bool
+    ) -> Span:
+        attributes: dict[str, AttributeValue] = {
+            A.GEN_AI_OPERATION_NAME: A.OPERATION_EXECUTE_TOOL,
+            A.GEN_AI_TOOL_TYPE: A.TOOL_TYPE_FUNCTION,
+            **self._base,
+        }
+        if name:
+            attributes[A.GEN_AI_TOOL_NAME] = name
+        if call_id and (record is not None or record_unverified_id):
+            attributes[A.GEN_AI_TOOL_CALL_ID] = call_id
+        links = [Link(record.span_context)] if record is not None and record.span_context is not None else None
+        return self.tracer.start_span(
+            f"{A.SPAN_EXECUTE_TOOL} {name}" if name else A.SPAN_EXECUTE_TOOL,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            links=links,
+        )
+
+    def end_execution(
+        self,
+        span: Span,
+        name: str | None,
+        started: float,
+        error: BaseException | None,
+        result: object = None,
+        error_type: str | None = None,
+    ) -> None:
+        try:
+            duration = time.perf_counter() - started
+            metric_attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_NAME: self.tool_name_label(name)}
+            if error is not None or error_type is not None:
+                kind = error_type or type(error).__qualname__
+                metric_attributes[A.ERROR_TYPE] = kind
+                span.set_attribute(A.ERROR_TYPE, kind)
+                span.set_status(Status(StatusCode.ERROR))
+            elif self.capture_content and span.is_recording() and result is not None:
+                span.set_attribute(A.GEN_AI_TOOL_CALL_RESULT, _truncate(str(result), self.max_content_chars))
+            self.execute_duration.record(duration, metric_attributes)
+        finally:
+            span.end()

@@ -1,0 +1,328 @@
+"""The Responses API part of the ``openai`` instrumentor (docs/protocols.md).
+
+:class:`~etf_otel.integrations.openai._instrumentor.OpenAIInstrumentor` wraps, for the sync and async
+clients:
+
+* ``responses.create``: a ``stream=True`` call that returns the SDK's ``Stream`` /
+  ``AsyncStream`` gets the same transparent proxy as Chat Completions, observed with the
+  ``"responses"`` protocol. ``responses.stream(input=..., model=...)`` builds its
+  ``ResponseStreamManager`` around ``create(stream=True)`` and is covered through it: the
+  helper's raw stream is the proxy, its own events and types are untouched, and nothing
+  else is wrapped, so each response is observed once.
+* ``responses.retrieve``: ``responses.stream(response_id=...)`` replays a stored
+  response through ``retrieve(stream=True)`` (from its first event; ``starting_after``
+  is applied by the helper on the client side). Such a stream is observed too. A direct
+  ``retrieve(stream=True, starting_after=n)`` starts mid-response and is left alone: its
+  first events are missing, so the rules could only call it broken.
+
+Linkage across turns. The results of a response are the
+``function_call_output`` items of the next request, matched by ``call_id`` (an ``fc_``
+item id there is an ``orphaned_result``). The next request is recognised in one of two ways:
+
+* it names ``previous_response_id``: the response with that id, taken from the
+  ``response.created`` event as it passed through the stream, and every
+  ``function_call_output`` of the new input answers it;
+* otherwise by prefix, like the Chat Completions fingerprints: the new ``input`` repeats
+  an earlier request's input items, then that response's output items (``function_call``,
+  ``reasoning``, assistant messages, ...), then the outputs. Each run of output items is
+  tried, the latest first, as the end of an earlier request's input (a SHA-256 of the
+  items; no content is kept); the ``function_call_output`` items after it answer.
+
+Only the latest response of a conversation can be settled: a request that continues an
+older one (a retry, a branch) is not checked, rather than compared with proposals that
+were never its own. Both indexes keep at most ``max_conversations`` entries (least
+recently used first out).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from etf_otel.core._linkage import Conversation
+from etf_otel.instrumentation._safety import internal_errors_swallowed
+from etf_otel.instrumentation._setup import Instrumentation
+from etf_otel.integrations._common import (
+    LruIndex,
+    Method,
+    digests,
+    fingerprint,
+    remove_own_wrapper,
+    string_or_none,
+    unwrap_methods,
+    wrap_methods,
+)
+from etf_otel.protocols._base import field
+
+__all__ = [
+    "PROTOCOL",
+    "ResponsesWrappers",
+    "is_sdk_stream",
+    "output_run_starts",
+    "remove_own_wrapper",
+    "result_call_ids",
+]
+
+PROTOCOL: Final = "responses"
+"""The wire protocol name the streams are observed with (``etf.protocol``)."""
+
+_MODULE: Final = "openai.resources.responses.responses"
+_CREATED: Final = "response.created"
+
+# Items that a response outputs and the next request repeats; everything else in an input
+# (user, system and developer messages, ``*_call_output`` items, references) is not.
+_OUTPUT_TYPES: Final = frozenset({"reasoning", "mcp_list_tools", "mcp_approval_request", "compaction"})
+
+
+def is_sdk_stream(result: object) -> bool:
+    """Whether ``result`` is the SDK's ``Stream`` / ``AsyncStream`` (not a raw or parsed response wrapper).
+
+    ``with_raw_response.create(stream=True)`` goes through the wrapped ``create`` too but
+    returns the HTTP response, which the application parses itself: it is left alone. Shared
+    with the Chat Completions wrappers (:mod:`etf_otel.integrations.openai._instrumentor`).
+    """
+    from openai import AsyncStream, Stream
+
+    return isinstance(result, (Stream, AsyncStream))
+
+
+# --- input items ------------------------------------------------------------------------------------------
+
+
+def _is_output_item(item: object) -> bool:
+    kind = field(item, "type")
+    if field(item, "role") == "assistant":
+        return True
+    return isinstance(kind, str) and (kind in _OUTPUT_TYPES or kind.endswith("_call"))
+
+
+def input_items(value: object) -> list[Any]:
+    """The ``input`` of a request as a list of items: a string is one user message."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return []  # omitted (``omit``), an iterator (reading it would consume it), or another shape
+
+
+def output_run_starts(items: Sequence[Any]) -> list[int]:
+    """Positions where a run of output items begins (never 0: an empty prefix links nothing)."""
+    starts: list[int] = []
+    previous = True
+    for position, item in enumerate(items):
+        output = _is_output_item(item)
+        if output and not previous:
+            starts.append(position)
+        previous = output
+    return starts
+
+
+def result_call_ids(items: Sequence[Any]) -> list[str | None]:
+    """The ``call_id`` of every ``function_call_output`` item, in order (``None`` when not a string)."""
+    return [string_or_none(field(item, "call_id")) for item in items if field(item, "type") == "function_call_output"]
+
+
+class _Thread:
+    """One conversation and what its latest request and response were (the only ones it can settle)."""
+
+    __slots__ = ("conversation", "request_key", "response_id")
+
+    def __init__(self) -> None:
+        self.conversation = Conversation()
+        self.request_key: bytes | None = None
+        self.response_id: str | None = None
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """What one request decided before it was sent."""
+
+    thread: _Thread | None  # the conversation it continues, None for a new one
+    result_ids: list[str | None] | None
+    request_key: bytes | None
+    provider_name: str | None
+
+
+class ResponsesWrappers:
+    """The wrappers of ``Responses`` / ``AsyncResponses`` and the conversations they link."""
+
+    def __init__(
+        self,
+        instrumentation: Instrumentation,
+        provider_for: Callable[[Any], str | None],
+        max_conversations: int,
+    ) -> None:
+        self._instrumentation: Instrumentation | None = instrumentation
+        self._provider_for = provider_for
+        self._by_input: LruIndex[bytes, _Thread] = LruIndex(max_conversations)
+        self._by_response: LruIndex[str, _Thread] = LruIndex(max_conversations)
+        self._wrapped = False
+
+    # --- patching ---------------------------------------------------------------------------
+
+    def wrap(self) -> None:
+        """Wrap the Responses resources; an ``openai`` without the Responses API is left as it is."""
+        try:
+            import openai.resources.responses.responses  # noqa: F401 - only checks that it exists
+        except ImportError:
+            return
+        wrap_methods(_MODULE, self._methods())
+        self._wrapped = True
+
+    def unwrap(self) -> None:
+        self._instrumentation = None
+        if not self._wrapped:
+            return
+        import openai.resources.responses.responses as responses
+
+        unwrap_methods(responses, self._methods())
+        self._wrapped = False
+
+    def _methods(self) -> list[Method]:
+        return [
+            ("Responses", "create", self._create),
+            ("AsyncResponses", "create", self._async_create),
+            ("Responses", "retrieve", self._retrieve),
+            ("AsyncResponses", "retrieve", self._async_retrieve),
+        ]
+
+    # --- the wrappers -----------------------------------------------------------------------
+
+    def _create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        prepared = self._prepare(instance, kwargs)
+        result = wrapped(*args, **kwargs)
+        return result if prepared is None else self._observe(result, prepared)
+
+    async def _async_create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        prepared = self._prepare(instance, kwargs)
+        result = await wrapped(*args, **kwargs)
+        return result if prepared is None else self._observe(result, prepared)
+
+    def _retrieve(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        prepared = self._prepare_replay(instance, kwargs)
+        result = wrapped(*args, **kwargs)
+        return result if prepared is None else self._observe(result, prepared)
+
+    async def _async_retrieve(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        prepared = self._prepare_replay(instance, kwargs)
+        result = await wrapped(*args, **kwargs)
+        return result if prepared is None else self._observe(result, prepared)
+
+    # --- linkage ----------------------------------------------------------------------------
+
+    def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> _Prepared | None:
+        """Which conversation a ``create`` request continues and the results it carries, before it is sent."""
+        with internal_errors_swallowed("preparing an openai Responses request"):
+            if self._instrumentation is None or not kwargs.get("stream"):
+                return None
+            provider = self._provider_for(instance)
+            items = input_items(kwargs.get("input"))
+            item_digests = digests(items)
+            thread: _Thread | None = None
+            result_ids: list[str | None] | None = None
+            previous = kwargs.get("previous_response_id")
+            if isinstance(previous, str) and previous:
+                candidate = self._by_response.get(previous)
+                if candidate is not None and candidate.response_id == previous:
+                    thread, result_ids = candidate, result_call_ids(items)
+            else:
+                for start in reversed(output_run_starts(items)):
+                    prefix = fingerprint(item_digests[:start])
+                    candidate = self._by_input.get(prefix)
+                    if candidate is not None:
+                        if candidate.request_key == prefix:
+                            thread, result_ids = candidate, result_call_ids(items[start:])
+                        break
+            return _Prepared(thread, result_ids, fingerprint(item_digests) if items else None, provider)
+        return None
+
+    def _prepare_replay(self, instance: Any, kwargs: dict[str, Any]) -> _Prepared | None:
+        """A stored response streamed again from its first event: a new conversation, no results."""
+        with internal_errors_swallowed("preparing an openai Responses replay"):
+            if self._instrumentation is None or kwargs.get("stream") is not True:
+                return None
+            if isinstance(kwargs.get("starting_after"), int):
+                return None  # starts mid-response
+            return _Prepared(None, None, None, self._provider_for(instance))
+        return None
+
+    def _observe(self, result: Any, prepared: _Prepared) -> Any:
+        """The proxy the application gets for an SDK stream of Responses events; anything else unchanged."""
+        observed = result
+        with internal_errors_swallowed("observing an openai Responses stream"):
+            instrumentation = self._instrumentation
+            if instrumentation is None or not is_sdk_stream(result):
+                return result
+            thread = prepared.thread
+            if thread is None:
+                thread = _Thread()
+            observed = instrumentation.stream(
+                result,
+                conversation=thread.conversation,
+                provider_name=prepared.provider_name,
+                tool_message_ids=prepared.result_ids,  # None for a new conversation
+                protocol=PROTOCOL,
+            )
+            if observed is result:
+                return result  # not observed (disabled, suppressed): nothing to link either
+            # The request reached the model: it is now the conversation's latest.
+            thread.request_key = prepared.request_key
+            thread.response_id = None
+            if prepared.request_key is not None:
+                self._by_input.put(prepared.request_key, thread)
+            _watch_response_id(result, self._started(thread))
+        return observed
+
+    def _started(self, thread: _Thread) -> Callable[[str], None]:
+        def started(response_id: str) -> None:
+            thread.response_id = response_id
+            self._by_response.put(response_id, thread)
+
+        return started
+
+
+def _announce(event: object, started: Callable[[str], None]) -> bool:
+    """Tell ``started`` the response id of a ``response.created`` event; whether it was one."""
+    with internal_errors_swallowed("reading a response id"):
+        if getattr(event, "type", None) == _CREATED:
+            response_id = field(field(event, "response"), "id")
+            if isinstance(response_id, str) and response_id:
+                started(response_id)
+                return True
+    return False
+
+
+def _watch_response_id(stream: Any, started: Callable[[str], None]) -> None:
+    """Call ``started`` with the response id when the SDK ``stream`` yields ``response.created``.
+
+    Wraps that one instance's iterator (``_iterator``, made when the stream was built and
+    not started yet): the SDK's own event objects pass through unchanged, as do its
+    exceptions. The sync side hands the rest of the stream to ``itertools.chain`` once the
+    id is known (no Python frame per later event); the async side passes every event
+    through one async generator.
+    """
+    iterator = getattr(stream, "_iterator", None)
+    if iterator is None:
+        return
+    if hasattr(iterator, "__anext__"):
+
+        async def watching_async() -> AsyncIterator[Any]:
+            waiting = True
+            async for event in iterator:
+                if waiting and _announce(event, started):
+                    waiting = False
+                yield event
+
+        stream._iterator = watching_async()
+    else:
+
+        def until_announced() -> Iterator[Any]:
+            for event in iterator:
+                announced = _announce(event, started)
+                yield event
+                if announced:
+                    return
+
+        stream._iterator = itertools.chain(until_announced(), iterator)

@@ -1,0 +1,318 @@
+"""Reading recorded streamed responses (JSON lines or raw SSE) and next requests, from files or stdin.
+
+The input is read once into memory, never seeked, so that pipes, ``/dev/stdin`` and ``-``
+(standard input) work like files; at most :data:`MAX_INPUT_BYTES` are read. Two recording
+formats are accepted, told apart by the first non-blank line:
+
+* JSON lines: one event object per line; a line ``"[DONE]"`` or ``[DONE]`` is the sentinel;
+* SSE text: ``data: {...}`` events (parsed by ``sseclient-py``), ``data: [DONE]``. An
+  ``event:`` name is checked against the ``type`` of its data (the Responses and Anthropic
+  APIs send both): a recording whose two disagree is refused, since clients differ in
+  which one they act on. The data is the event; the name never replaces it.
+
+Either may be gzip-compressed (recognized by its magic bytes, not its name, as ``audit``
+does); the decompressed text is bounded by :data:`MAX_INPUT_BYTES` too.
+
+A recording is **one streamed response**. Two shapes that are not are refused rather than
+judged: a complete (non-streamed) response body (:func:`complete_body`), and several
+responses one after the other (:func:`later_responses`, ``cat a.sse b.sse``), which no
+client would ever merge into one.
+
+Input that cannot be read (missing, a directory, too large, not UTF-8, not JSON, an event
+that is not an object, a broken gzip) raises :class:`RecordingError` with a one-line reason;
+the CLI turns that into exit code 2. Odd *field* types inside an event are not input errors:
+they are the assembler's business and become diagnostics.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Final
+
+import sseclient
+
+from etf_otel.errors import RecordingError
+from etf_otel.protocols._chat_completions import DONE
+
+__all__ = [
+    "MAX_INPUT_BYTES",
+    "STDIN",
+    "RecordingError",
+    "complete_body",
+    "display_name",
+    "later_responses",
+    "read_chunks",
+    "read_document",
+    "read_input",
+]
+
+MAX_INPUT_BYTES: Final = 256 * 1024 * 1024
+"""The most a recording or a next request may hold (256 MiB); larger input is refused."""
+STDIN: Final = "-"
+"""The source name that reads standard input."""
+
+_GZIP_MAGIC: Final = b"\x1f\x8b"
+_SSE_FIELDS = ("data:", "event:", "id:", "retry:", ":")
+_SSE_DEFAULT_EVENT = "message"
+_JSON_TYPE_NAMES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
+def display_name(source: str | Path) -> str:
+    """How ``source`` is named in messages: ``<stdin>`` for ``-``, else the path, made printable."""
+    if str(source) == STDIN:
+        return "<stdin>"
+    text = str(source)
+    return text if text.isprintable() else text.encode("unicode_escape", "backslashreplace").decode("ascii")
+
+
+def read_input(source: str | Path) -> bytes:
+    """All of ``source`` (a path, or ``-`` for standard input), read once and never seeked."""
+    name = display_name(source)
+    if str(source) == STDIN:
+        stdin = sys.stdin
+        buffer: IO[bytes] | None = getattr(stdin, "buffer", None)
+        if stdin is None or buffer is None:
+            raise RecordingError(f"{name}: standard input is closed")
+        if _isatty(stdin):
+            raise RecordingError(f"{name}: standard input is a terminal; pipe or redirect the input into it")
+        return _read_bounded(buffer, name)
+    try:
+        handle = open(source, "rb")
+    except OSError as error:
+        raise RecordingError(f"cannot read {name}: {error.strerror or error}") from None
+    with handle:
+        return _read_bounded(handle, name)
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _read_bounded(handle: IO[bytes], name: str) -> bytes:
+    try:
+        data = handle.read(MAX_INPUT_BYTES + 1)
+    except (OSError, ValueError) as error:
+        raise RecordingError(f"cannot read {name}: {getattr(error, 'strerror', None) or error}") from None
+    if not isinstance(data, bytes):
+        raise RecordingError(f"cannot read {name}: not a byte stream")
+    if len(data) > MAX_INPUT_BYTES:
+        raise RecordingError(f"{name}: larger than {MAX_INPUT_BYTES // 2**20} MiB")
+    return _gunzip(data, name) if data.startswith(_GZIP_MAGIC) else data
+
+
+def _gunzip(data: bytes, name: str) -> bytes:
+    """``data`` decompressed (every member of it), at most :data:`MAX_INPUT_BYTES`."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as compressed:
+            text = compressed.read(MAX_INPUT_BYTES + 1)
+    except (OSError, EOFError, zlib.error):  # BadGzipFile is an OSError; a truncated member is EOFError
+        raise RecordingError(f"{name}: broken gzip (truncated or corrupt)") from None
+    if len(text) > MAX_INPUT_BYTES:
+        raise RecordingError(f"{name}: larger than {MAX_INPUT_BYTES // 2**20} MiB once decompressed")
+    return text
+
+
+def read_chunks(source: str | Path) -> Iterator[object]:
+    """Yield the events of a recording in order (``"[DONE]"`` for the sentinel).
+
+    ``source`` is a path or ``-``; the input is read when iteration starts.
+    """
+    name = display_name(source)
+    yield from parse_recording(read_input(source), name)
+
+
+def parse_recording(data: bytes, name: str) -> Iterator[object]:
+    """The events of a recording held in ``data``; ``name`` is used in error messages."""
+    first = _first_line(data, name)
+    if first is None:
+        return
+    if first.startswith(_SSE_FIELDS):
+        yield from _read_sse(data, name)
+    else:
+        yield from _read_json_lines(data, name)
+
+
+def read_document(source: str | Path) -> object:
+    """One JSON document (a next request), from a path or ``-``."""
+    name = display_name(source)
+    text = _decode(read_input(source), name).lstrip("\ufeff")
+    if not text.strip():
+        raise RecordingError(f"{name}: empty, not JSON")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise RecordingError(f"{name}: not JSON") from None
+
+
+def _first_line(data: bytes, name: str) -> str | None:
+    for number, raw in enumerate(io.BytesIO(data), start=1):
+        line = _decode(raw, name, f":{number}").lstrip("\ufeff").strip()
+        if line:
+            return line
+    return None
+
+
+def _decode(raw: bytes, name: str, where: str = "") -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RecordingError(f"{name}{where}: not UTF-8 text") from None
+
+
+def _event(text: str, name: str, where: str) -> object:
+    if text == DONE or text == '"[DONE]"':
+        return DONE
+    try:
+        event = json.loads(text)
+    except (ValueError, RecursionError):
+        raise RecordingError(f"{name}{where}: not JSON") from None
+    if not isinstance(event, dict):
+        raise RecordingError(
+            f"{name}{where}: event is a JSON {_JSON_TYPE_NAMES.get(type(event), 'value')}, not an object"
+        )
+    return event
+
+
+def _read_json_lines(data: bytes, name: str) -> Iterator[object]:
+    for number, raw in enumerate(io.BytesIO(data), start=1):
+        where = f":{number}"
+        line = _decode(raw, name, where).lstrip("\ufeff").strip()
+        if line:
+            yield _event(line, name, where)
+
+
+def _read_sse(data: bytes, name: str) -> Iterator[object]:
+    number = 0
+    try:
+        for sse in sseclient.SSEClient(io.BytesIO(data)).events():
+            number += 1
+            payload = sse.data.strip()
+            if not payload:
+                continue
+            where = f": SSE event {number}"
+            event = _event(payload, name, where)
+            if sse.event != _SSE_DEFAULT_EVENT and isinstance(event, dict):
+                kind = event.get("type")
+                if isinstance(kind, str) and kind != sse.event:
+                    raise RecordingError(f"{name}{where}: its event: name differs from the type of its data")
+            yield event
+    except UnicodeDecodeError:
+        raise RecordingError(f"{name}: SSE event {number + 1}: not UTF-8 text") from None
+
+
+# --- one streamed response ------------------------------------------------------------------------
+
+_RESPONSES_ENDS: Final = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
+
+
+def complete_body(event: object) -> str | None:
+    """What ``event`` is when it is a complete, non-streamed response body, else ``None``.
+
+    Chat Completions: ``object: "chat.completion"``, or ``choices`` that all hold a ``message``
+    and no ``delta``; Responses: ``object: "response"`` without a ``type`` (every stream event
+    has one); Anthropic Messages: ``type: "message"`` (stream events are ``message_start``, ...).
+    """
+    if not isinstance(event, dict):
+        return None
+    kind, choices = event.get("type"), event.get("choices")
+    if event.get("object") == "chat.completion" or (
+        kind is None
+        and isinstance(choices, list)
+        and choices
+        and all(isinstance(choice, dict) and "message" in choice and "delta" not in choice for choice in choices)
+    ):
+        return "a complete chat.completion body"
+    if event.get("object") == "response" and kind is None:
+        return "a complete Responses body (object: response)"
+    if kind == "message":
+        return "a complete Messages body (type: message)"
+    return None
+
+
+def later_responses(protocol: str, events: Sequence[object]) -> list[int]:
+    """Where each response after the first starts (positions in ``events``); ``[]`` for one response.
+
+    A response ended by its terminal event and followed by another response's events:
+
+    * ``chat_completions``: a chunk after a ``[DONE]`` that followed chunks; without ``[DONE]``,
+      a chunk with another (non-empty) ``id`` than the response's, once every choice seen has a
+      finish reason, that carries one of those finished choices again;
+    * ``responses``: a ``response.created`` after ``response.completed``, ``.incomplete``,
+      ``.failed`` or ``error``;
+    * ``anthropic_messages``: a ``message_start`` after ``message_stop``, ``error`` or a
+      ``message_delta`` with a ``stop_reason``.
+
+    A second start *before* the first response ended is not counted here: that is a splice
+    inside one stream, which the protocol's adapter judges (a truncated response). Other
+    protocols are not checked (``[]``).
+    """
+    if protocol == "chat_completions":
+        return _chat_starts(events)
+    if protocol == "responses":
+        return _typed_starts(events, "response.created", lambda event: event.get("type") in _RESPONSES_ENDS)
+    if protocol == "anthropic_messages":
+        return _typed_starts(events, "message_start", _anthropic_end)
+    return []
+
+
+def _anthropic_end(event: dict[str, object]) -> bool:
+    kind = event.get("type")
+    if kind in ("message_stop", "error"):
+        return True
+    delta = event.get("delta")
+    return kind == "message_delta" and isinstance(delta, dict) and delta.get("stop_reason") is not None
+
+
+def _typed_starts(events: Sequence[object], start: str, ends: Callable[[dict[str, object]], bool]) -> list[int]:
+    starts: list[int] = []
+    ended = False
+    for position, event in enumerate(events):
+        if not isinstance(event, dict):
+            continue
+        if ended and event.get("type") == start:
+            starts.append(position)
+            ended = False
+        elif ends(event):
+            ended = True
+    return starts
+
+
+def _chat_starts(events: Sequence[object]) -> list[int]:
+    starts: list[int] = []
+    done, started, response_id = False, False, ""  # started: a chunk of the current response came
+    seen: set[object] = set()
+    finished: set[object] = set()
+    for position, event in enumerate(events):
+        if event == DONE:
+            done = started  # a [DONE] before any chunk ends no response
+            continue
+        if not isinstance(event, dict) or "choices" not in event:
+            continue
+        started = True
+        raw_id = event.get("id")
+        chunk_id = raw_id if isinstance(raw_id, str) else ""
+        raw = event["choices"]
+        choices = [choice for choice in raw if isinstance(choice, dict)] if isinstance(raw, list) else []
+        indexes = [_choice_index(choice, at) for at, choice in enumerate(choices)]
+        another = bool(response_id and chunk_id and chunk_id != response_id)
+        if done or (another and seen and seen <= finished and finished.intersection(indexes)):
+            starts.append(position)
+            done, response_id, seen, finished = False, "", set(), set()
+        response_id = response_id or chunk_id
+        seen.update(indexes)
+        finished.update(index for index, choice in zip(indexes, choices, strict=True) if choice.get("finish_reason"))
+    return starts
+
+
+def _choice_index(choice: dict[str, object], position: int) -> object:
+    index = choice.get("index")
+    return index if type(index) is int else position

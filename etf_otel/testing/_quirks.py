@@ -1,0 +1,413 @@
+# long: data only, the named quirk streams of three wire protocols side by side
+"""The named streams of the quirks tables, one mapping per wire protocol.
+
+Each stream is what a real provider, gateway or bridge has been seen to send (or a clean
+control); ``scripts/quirks_table.py`` runs every one through the identity rules and
+through the SDK assemblers people use, and ``docs/quirks.md`` is the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final
+
+from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
+from etf_otel.protocols._chat_completions import DONE
+
+__all__ = ["ANTHROPIC_QUIRK_STREAMS", "QUIRK_STREAMS", "QUIRK_TABLES", "RESPONSES_QUIRK_STREAMS"]
+
+
+def _chunk(*fragments: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-quirk",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "quirk",
+        "choices": [
+            {"index": 0, "delta": {"tool_calls": list(fragments)} if fragments else {}, "finish_reason": finish_reason}
+        ],
+    }
+
+
+_ABSENT: Any = object()
+
+
+def _fragment(
+    index: Any, id: Any = _ABSENT, name: Any = _ABSENT, arguments: Any = _ABSENT, **extra: Any
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"index": index} if index is not _ABSENT else {}
+    if id is not _ABSENT:
+        out["id"] = id
+    function = {key: value for key, value in (("name", name), ("arguments", arguments)) if value is not _ABSENT}
+    if function:
+        out["function"] = function
+    out.update(extra)
+    return out
+
+
+def _finished(*chunks: dict[str, Any]) -> list[object]:
+    return [*chunks, _chunk(finish_reason="tool_calls"), DONE]
+
+
+QUIRK_STREAMS: dict[str, list[object]] = {
+    "clean multi-call stream": _finished(
+        _chunk(_fragment(0, "call_1", "get_a", '{"a":'), _fragment(1, "call_2", "get_b", '{"b":')),
+        _chunk(_fragment(0, arguments="1}"), _fragment(1, arguments="2}")),
+    ),
+    "null continuations": _finished(
+        _chunk(_fragment(0, "call_1", "get_a", '{"a":')), _chunk(_fragment(0, None, arguments="1}"))
+    ),
+    "repeated ids": _finished(
+        _chunk(_fragment(0, "call_1", "get_a", '{"a":')), _chunk(_fragment(0, "call_1", arguments="1}"))
+    ),
+    "repeated names": _finished(
+        _chunk(_fragment(0, "call_1", "get_a", '{"a":')), _chunk(_fragment(0, name="get_a", arguments="1}"))
+    ),
+    "conflicting ids": _finished(
+        _chunk(_fragment(0, "call_1", "get_a", '{"a":')), _chunk(_fragment(0, "call_2", arguments="1}"))
+    ),
+    "all calls on index 0": _finished(
+        _chunk(_fragment(0, "call_1", "get_a", '{"a":1}')), _chunk(_fragment(0, "call_2", "get_b", '{"b":2}'))
+    ),
+    "first index 1": _finished(_chunk(_fragment(1, "call_1", "get_a", '{"a":')), _chunk(_fragment(1, arguments="1}"))),
+    "type: null": _finished(
+        _chunk(_fragment(0, "call_1", "get_a", '{"a":', type="function")),
+        _chunk(_fragment(0, arguments="1}", type=None)),
+    ),
+    "cut mid-arguments": [
+        _chunk(_fragment(0, "call_1", "get_a", '{"a":')),
+        _chunk(_fragment(0, arguments='"x')),
+    ],
+    'empty-string continuations (id: "")': _finished(
+        _chunk(_fragment(0, "call_1", "get_a", '{"a":')), _chunk(_fragment(0, "", arguments="1}"))
+    ),
+    "no id at all": _finished(_chunk(_fragment(0, name="get_a", arguments='{"a":1}'))),
+    "initial null id": _finished(
+        _chunk(_fragment(0, None, "get_a", '{"a":')), _chunk(_fragment(0, "call_1", arguments="1}"))
+    ),
+    "missing index": _finished(_chunk(_fragment(_ABSENT, "call_1", "get_a", '{"a":1}'))),
+    "arguments not a string": _finished(
+        _chunk(_fragment(0, "call_1", "get_a", '{"a":')), _chunk(_fragment(0, arguments=1))
+    ),
+    'finish_reason "length"': [
+        _chunk(_fragment(0, "call_1", "get_a", '{"a":1}')),
+        _chunk(finish_reason="length"),
+        DONE,
+    ],
+}
+"""Named recorded responses, one per quirk (the rows of the quirks table)."""
+
+
+# --- OpenAI Responses quirk streams ------------------------------------------------------------
+
+
+def _response(status: str, output: Any = (), **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "resp_quirk",
+        "object": "response",
+        "created_at": 1,
+        "model": "quirk",
+        "status": status,
+        "output": list(output) if isinstance(output, (list, tuple)) else output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        **extra,
+    }
+
+
+def _r_item(
+    call_id: Any = "call_1", name: str = "get_a", arguments: str = "", item_id: str = "fc_1", status: str = "completed"
+) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+def _r_added(index: int, **item: Any) -> dict[str, Any]:
+    return {"type": "response.output_item.added", "output_index": index, "item": _r_item(status="in_progress", **item)}
+
+
+def _r_delta(index: int, text: str, item_id: str = "fc_1") -> dict[str, Any]:
+    return {"type": "response.function_call_arguments.delta", "output_index": index, "item_id": item_id, "delta": text}
+
+
+def _r_arguments_done(index: int, arguments: str, item_id: str = "fc_1") -> dict[str, Any]:
+    return {
+        "type": "response.function_call_arguments.done",
+        "output_index": index,
+        "item_id": item_id,
+        "arguments": arguments,
+    }
+
+
+def _r_item_done(index: int, **item: Any) -> dict[str, Any]:
+    return {"type": "response.output_item.done", "output_index": index, "item": _r_item(**item)}
+
+
+def _r_call(
+    index: int, call_id: str, name: str, pieces: Sequence[str], item_id: str, *, added_call_id: Any = _ABSENT
+) -> list[dict[str, Any]]:
+    """One call as the official API streams it: added (``""`` arguments), deltas, both done events."""
+    whole = "".join(pieces)
+    first_id = call_id if added_call_id is _ABSENT else added_call_id
+    return [
+        _r_added(index, call_id=first_id, name=name, item_id=item_id),
+        *(_r_delta(index, piece, item_id) for piece in pieces),
+        _r_arguments_done(index, whole, item_id),
+        _r_item_done(index, call_id=call_id, name=name, arguments=whole, item_id=item_id),
+    ]
+
+
+def _responses(*events: dict[str, Any] | list[dict[str, Any]], end: dict[str, Any] | None) -> list[object]:
+    """``response.created``, the events, then ``end`` (none: the stream is cut); sequence numbers in order."""
+    flat: list[dict[str, Any]] = [{"type": "response.created", "response": _response("in_progress")}]
+    for event in events:
+        flat.extend(event if isinstance(event, list) else [event])
+    if end is not None:
+        flat.append(end)
+    return [{**event, "sequence_number": number} for number, event in enumerate(flat)]
+
+
+def _r_completed(*items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "response.completed", "response": _response("completed", items)}
+
+
+_CALL_A: Final = _r_item("call_1", "get_a", '{"a":1}', "fc_1")
+_CALL_B: Final = _r_item("call_2", "get_b", '{"b":2}', "fc_2")
+
+RESPONSES_QUIRK_STREAMS: dict[str, list[object]] = {
+    "clean multi-call stream": _responses(
+        _r_call(0, "call_1", "get_a", ['{"a":', "1}"], "fc_1"),
+        _r_call(1, "call_2", "get_b", ['{"b":', "2}"], "fc_2"),
+        end=_r_completed(_CALL_A, _CALL_B),
+    ),
+    "interleaved calls": _responses(
+        _r_added(0, call_id="call_1", name="get_a", item_id="fc_1"),
+        _r_added(1, call_id="call_2", name="get_b", item_id="fc_2"),
+        _r_delta(0, '{"a":'),
+        _r_delta(1, '{"b":', "fc_2"),
+        _r_delta(0, "1}"),
+        _r_delta(1, "2}", "fc_2"),
+        _r_item_done(0, call_id="call_1", name="get_a", arguments='{"a":1}'),
+        _r_item_done(1, call_id="call_2", name="get_b", arguments='{"b":2}', item_id="fc_2"),
+        end=_r_completed(_CALL_A, _CALL_B),
+    ),
+    "done events only (no deltas)": _responses(
+        _r_call(0, "call_1", "get_a", [], "fc_1")[:1],
+        _r_arguments_done(0, '{"a":1}'),
+        _r_item_done(0, call_id="call_1", name="get_a", arguments='{"a":1}'),
+        end=_r_completed(_CALL_A),
+    ),
+    "call_id changed in response.completed": _responses(
+        _r_call(0, "call_1", "get_a", ['{"a":1}'], "fc_1"),
+        end=_r_completed(_r_item("call_9", "get_a", '{"a":1}', "fc_1")),
+    ),
+    "call_id changed in output_item.done": _responses(
+        _r_call(0, "call_9", "get_a", ['{"a":1}'], "fc_1", added_call_id="call_1"),
+        end=_r_completed(_r_item("call_9", "get_a", '{"a":1}', "fc_1")),
+    ),
+    'empty call_id ("") on output_item.added': _responses(
+        _r_call(0, "call_1", "get_a", ['{"a":1}'], "fc_1", added_call_id=""),
+        end=_r_completed(_CALL_A),
+    ),
+    "item id rotated (call_id kept)": _responses(
+        _r_added(0, call_id="call_1", name="get_a", item_id="fc_1"),
+        _r_delta(0, '{"a":1}', "fc_2"),
+        _r_item_done(0, call_id="call_1", name="get_a", arguments='{"a":1}', item_id="fc_3"),
+        end=_r_completed(_r_item("call_1", "get_a", '{"a":1}', "fc_3")),
+    ),
+    "contradicting done events": _responses(
+        _r_added(0, call_id="call_1", name="get_a", item_id="fc_1"),
+        _r_delta(0, '{"a":1}'),
+        _r_arguments_done(0, '{"a":2}'),
+        _r_item_done(0, call_id="call_1", name="get_a", arguments='{"a":3}'),
+        end=_r_completed(_r_item("call_1", "get_a", '{"a":4}', "fc_1")),
+    ),
+    "delta before output_item.added": _responses(
+        _r_delta(0, '{"a":'),
+        _r_added(0, call_id="call_1", name="get_a", item_id="fc_1"),
+        _r_delta(0, "1}"),
+        _r_arguments_done(0, '{"a":1}'),
+        _r_item_done(0, call_id="call_1", name="get_a", arguments='{"a":1}'),
+        end=_r_completed(_CALL_A),
+    ),
+    "delta for an unknown output_index": _responses(
+        _r_added(0, call_id="call_1", name="get_a", item_id="fc_1"),
+        _r_delta(0, '{"a":'),
+        _r_delta(1, "1}"),
+        end=_r_completed(_CALL_A),
+    ),
+    "stray delta after arguments.done": _responses(
+        _r_added(0, call_id="call_1", name="get_a", item_id="fc_1"),
+        _r_delta(0, '{"a":1}'),
+        _r_arguments_done(0, '{"a":1}'),
+        _r_delta(0, "}"),
+        _r_item_done(0, call_id="call_1", name="get_a", arguments='{"a":1}'),
+        end=_r_completed(_CALL_A),
+    ),
+    "output_index reused by a second call": _responses(
+        _r_added(0, call_id="call_1", name="get_a", item_id="fc_1"),
+        _r_delta(0, '{"a":1}'),
+        _r_added(0, call_id="call_2", name="get_b", item_id="fc_2"),
+        _r_delta(0, '{"b":2}', "fc_2"),
+        end=_r_completed(_CALL_A, _CALL_B),
+    ),
+    "response.completed with empty output": _responses(
+        _r_call(0, "call_1", "get_a", ['{"a":1}'], "fc_1"), end=_r_completed()
+    ),
+    "no output_item.done": _responses(
+        _r_added(0, call_id="call_1", name="get_a", item_id="fc_1"),
+        _r_delta(0, '{"a":1}'),
+        _r_arguments_done(0, '{"a":1}'),
+        end=_r_completed(_CALL_A),
+    ),
+    "cut mid-arguments": _responses(
+        _r_added(0, call_id="call_1", name="get_a", item_id="fc_1"), _r_delta(0, '{"a":"x'), end=None
+    ),
+    "response.incomplete (max_output_tokens)": _responses(
+        _r_added(0, call_id="call_1", name="get_a", item_id="fc_1"),
+        _r_delta(0, '{"a":1}'),
+        end={
+            "type": "response.incomplete",
+            "response": _response(
+                "incomplete",
+                [_r_item("call_1", "get_a", '{"a":1}', status="incomplete")],
+                incomplete_details={"reason": "max_output_tokens"},
+            ),
+        },
+    ),
+    "second response.created (spliced)": _responses(
+        _r_call(0, "call_1", "get_a", ['{"a":1}'], "fc_1"),
+        {"type": "response.created", "response": {**_response("in_progress"), "id": "resp_other"}},
+        end=_r_completed(_CALL_A),
+    ),
+}
+"""Named recorded Responses API responses, one per quirk (the rows of the Responses quirks table)."""
+
+
+# --- Anthropic Messages quirk streams ----------------------------------------------------------
+
+
+def _a_start(
+    content: Sequence[dict[str, Any]] = (), stop_reason: str | None = None, id: str = "msg_quirk"
+) -> dict[str, Any]:
+    message = {
+        "id": id,
+        "type": "message",
+        "role": "assistant",
+        "model": "quirk",
+        "content": list(content),
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
+    return {"type": "message_start", "message": message}
+
+
+def _a_tool(id: str = "toolu_1", name: str = "get_a", input: Any = None) -> dict[str, Any]:
+    return {"type": "tool_use", "id": id, "name": name, "input": {} if input is None else input}
+
+
+def _a_block_start(index: int, block: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def _a_delta(index: int, partial_json: str) -> dict[str, Any]:
+    return {
+        "type": "content_block_delta",
+        "index": index,
+        "delta": {"type": "input_json_delta", "partial_json": partial_json},
+    }
+
+
+def _a_stop(index: int) -> dict[str, Any]:
+    return {"type": "content_block_stop", "index": index}
+
+
+def _a_message_delta(stop_reason: str) -> dict[str, Any]:
+    return {
+        "type": "message_delta",
+        "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+        "usage": {"output_tokens": 5},
+    }
+
+
+_A_MESSAGE_STOP: Final = {"type": "message_stop"}
+
+
+def _a_call(index: int, id: str, name: str, pieces: Sequence[str], input: Any = None) -> list[dict[str, Any]]:
+    """One ``tool_use`` block as the API streams it: start (``{}``), ``""`` then the pieces, stop."""
+    return [
+        _a_block_start(index, _a_tool(id, name, input)),
+        *(_a_delta(index, piece) for piece in ["", *pieces]),
+        _a_stop(index),
+    ]
+
+
+def _messages(
+    *events: dict[str, Any] | list[dict[str, Any]], stop_reason: str | None = "tool_use", message_stop: bool = True
+) -> list[object]:
+    """``message_start``, the events, then ``message_delta`` with ``stop_reason`` and ``message_stop``."""
+    flat: list[object] = [_a_start()]
+    for event in events:
+        flat.extend(event if isinstance(event, list) else [event])
+    if stop_reason is not None:
+        flat.append(_a_message_delta(stop_reason))
+    if message_stop:
+        flat.append(_A_MESSAGE_STOP)
+    return flat
+
+
+ANTHROPIC_QUIRK_STREAMS: dict[str, list[object]] = {
+    "clean multi-call stream": _messages(
+        _a_block_start(0, {"type": "text", "text": ""}),
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}},
+        _a_stop(0),
+        _a_call(1, "toolu_1", "get_a", ['{"a":', "1}"]),
+        _a_call(2, "toolu_2", "get_b", ['{"b":', "2}"]),
+    ),
+    "parameter cut by max_tokens (input {})": _messages(_a_call(0, "toolu_1", "get_a", []), stop_reason="max_tokens"),
+    "stop_reason without message_stop": _messages(_a_call(0, "toolu_1", "get_a", ['{"a":1}']), message_stop=False),
+    "cut mid-arguments": _messages(
+        _a_block_start(0, _a_tool()), _a_delta(0, '{"a":"x'), stop_reason=None, message_stop=False
+    ),
+    "block index reused by a second call": _messages(
+        _a_call(0, "toolu_1", "get_a", ['{"a":1}']), _a_call(0, "toolu_2", "get_b", ['{"b":2}'])
+    ),
+    "delta after content_block_stop": _messages(
+        _a_block_start(0, _a_tool()), _a_delta(0, '{"a":1'), _a_stop(0), _a_delta(0, ',"b":2}')
+    ),
+    "delta for an unknown index": _messages(
+        _a_block_start(0, _a_tool()), _a_delta(0, '{"a":'), _a_delta(1, "1}"), _a_stop(0)
+    ),
+    "first tool block at index 1": _messages(_a_call(1, "toolu_1", "get_a", ['{"a":1}'])),
+    "trailing text after the object": _messages(_a_call(0, "toolu_1", "get_a", ['{"a":1}', "}"])),
+    "complete input at block start, no deltas": _messages(_a_block_start(0, _a_tool(input={"a": 1})), _a_stop(0)),
+    "input at block start contradicts the deltas": _messages(_a_call(0, "toolu_1", "get_a", ['{"a":2}'], {"a": 1})),
+    "tool_use prepopulated in message_start": [
+        _a_start([_a_tool(input={"a": 1})], stop_reason="tool_use"),
+        _A_MESSAGE_STOP,
+    ],
+    "second message_start (spliced)": _messages(
+        _a_call(0, "toolu_1", "get_a", ['{"a":1}']),
+        _a_start(id="msg_other"),
+        _a_call(0, "toolu_2", "get_b", ['{"b":2}']),
+    ),
+}
+"""Named recorded Anthropic Messages streams, one per quirk (the rows of the Anthropic quirks table)."""
+
+QUIRK_TABLES: Final[Mapping[str, Mapping[str, list[object]]]] = MappingProxyType(
+    {
+        CHAT_COMPLETIONS.name: QUIRK_STREAMS,
+        RESPONSES.name: RESPONSES_QUIRK_STREAMS,
+        ANTHROPIC_MESSAGES.name: ANTHROPIC_QUIRK_STREAMS,
+    }
+)
+"""The quirk streams of each protocol, each table's rows in order."""

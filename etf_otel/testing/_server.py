@@ -1,0 +1,322 @@
+"""An in-process LLM API server that replays scripted SSE streams on 127.0.0.1.
+
+Why this exists: the demo (``etf-otel demo``) and the tests must drive the *real* ``openai`` client, whose
+HTTP stack, SSE decoder and chunk models are exactly what production code sees, without any external
+server. Mocking the transport would skip the parts that matter here: how the SDK frames events, how it
+treats ``id: null`` in a tool-call fragment, and what it does when a connection dies mid-stream.
+
+Usage::
+
+    with LocalChatServer() as server:
+        server.enqueue(Script(events=[chunk(tool_calls=[...]), chunk(finish_reason="tool_calls"), DONE]))
+        client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        for event in client.chat.completions.create(model="m", messages=[...], stream=True):
+            ...
+        server.requests[0].body["messages"]  # what the client sent
+
+Wire format, chosen to match real providers closely enough that the SDK takes its normal code paths:
+
+- Each ``POST`` to one of the streaming endpoints (``/v1/chat/completions``, ``/v1/responses`` for the
+  OpenAI Responses API, ``/v1/messages`` for Anthropic Messages) consumes the next queued :class:`Script`
+  (FIFO). With nothing queued the answer is ``500`` with an OpenAI-shaped JSON error, so a test that
+  under-scripts fails loudly.
+- The Responses and Anthropic APIs name each event with an ``event:`` line before its ``data:``; a
+  script with ``named=True`` does the same, taking the name from the event's ``type``.
+- A 200 answer is ``Content-Type: text/event-stream`` over HTTP/1.1 with ``Transfer-Encoding: chunked``
+  and ``Connection: close``. Every event is one ``data: ...`` frame in its own HTTP chunk, written
+  straight to the socket, so the client reads incrementally.
+- Chunked framing is what makes the two ways a stream can end early distinguishable on the client:
+
+  * a script without a terminal event and without ``cut_after`` ends the body *properly* (final
+    zero-length chunk): the SDK simply stops iterating, with no error (a clean but truncated stream);
+  * ``cut_after=n`` sends ``n`` events and then shuts the socket down without the final chunk: the
+    client's HTTP layer sees an incomplete body and the ``openai`` SDK raises ``APIConnectionError``
+    (observed with openai 3.51 / httpx2; see ``tests/cli/test_local_sse.py``). The socket is shut down with
+    FIN, not reset, so the events already sent are always delivered: the cut is deterministic.
+
+- A non-200 ``status`` answers ``application/json``: the script's first event if it is a dict (so a test
+  can shape the error body), otherwise a generic OpenAI-style error object.
+
+Only the standard library is used: the module ships inside the package for the demo, which must run on a
+bare install.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, TypeAlias, cast
+
+from etf_otel.protocols._chat_completions import DONE
+
+__all__ = ["DONE", "LocalChatServer", "RecordedRequest", "Script", "chunk"]
+
+_logger = logging.getLogger(__name__)
+
+
+_STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
+
+_CREATED = 1_700_000_000
+"""A fixed ``created`` timestamp: chunks are reproducible byte for byte across runs."""
+
+_POLL_INTERVAL = 0.05
+"""How often ``serve_forever`` checks for shutdown; small so that :meth:`LocalChatServer.close` is prompt."""
+
+_JOIN_TIMEOUT = 5.0
+
+Event: TypeAlias = "Mapping[str, Any] | str"
+"""One scripted SSE event: a chunk object (sent as JSON) or a raw data string such as :data:`DONE`."""
+
+
+@dataclass(frozen=True)
+class Script:
+    """One scripted response, consumed by exactly one request.
+
+    ``events`` are sent in order: a mapping as ``data: <json>``, a string verbatim as ``data: <string>``
+    (``DONE`` gives the sentinel; any other string lets a test send malformed JSON).
+    ``cut_after``: if set, the connection is dropped after that many events (no sentinel, no end of body),
+    even if the script has more. ``status``: the HTTP status; anything but 200 answers a JSON error.
+    """
+
+    events: Sequence[Event] = ()
+    cut_after: int | None = None
+    status: int = 200
+    named: bool = False
+    """Precede each event that has a string ``type`` with ``event: <type>`` (Responses, Anthropic)."""
+
+    def __post_init__(self) -> None:
+        # Freeze the events too: a script shared between tests must not change under a running server.
+        object.__setattr__(self, "events", tuple(self.events))
+        if self.cut_after is not None and self.cut_after < 0:
+            raise ValueError(f"cut_after must be >= 0, got {self.cut_after}")
+        if not 100 <= self.status <= 599:
+            raise ValueError(f"status must be an HTTP status code, got {self.status}")
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """A request as the server received it, for assertions on what the client sent.
+
+    ``headers`` has lower-cased names. ``body`` is the parsed JSON body, or ``None`` if it was not JSON.
+    """
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: Any
+
+
+def chunk(
+    *,
+    id: str = "chatcmpl-1",
+    tool_calls: Sequence[Any] | None = None,
+    finish_reason: str | None = None,
+    content: str | None = None,
+    choice_index: int = 0,
+    model: str = "etf-demo",
+) -> dict[str, Any]:
+    """Build one ``chat.completion.chunk`` object with a single choice.
+
+    ``tool_calls`` is placed in ``delta.tool_calls`` verbatim, without validation or normalization, so a
+    test can send exactly what a misbehaving provider sends (``"id": None``, missing ``index``, ...).
+    ``id`` is the *response* id; tool-call ids belong inside the ``tool_calls`` fragments.
+    """
+    delta: dict[str, Any] = {}
+    if content is not None:
+        delta["content"] = content
+    if tool_calls is not None:
+        delta["tool_calls"] = tool_calls
+    return {
+        "id": id,
+        "object": "chat.completion.chunk",
+        "created": _CREATED,
+        "model": model,
+        "choices": [{"index": choice_index, "delta": delta, "finish_reason": finish_reason}],
+    }
+
+
+def _error_body(message: str, status: int) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "etf_local_sse", "param": None, "code": str(status)}}
+
+
+def _sse_frame(event: Event, named: bool = False) -> bytes:
+    # A data string spanning lines must become one ``data:`` field per line to stay a single SSE event.
+    text = event if isinstance(event, str) else json.dumps(event, separators=(",", ":"))
+    name = event.get("type") if named and isinstance(event, Mapping) else None
+    head = f"event: {name}\n" if isinstance(name, str) and "\n" not in name else ""
+    return (head + "".join(f"data: {line}\n" for line in text.split("\n"))).encode() + b"\n"
+
+
+class _Server(ThreadingHTTPServer):
+    """The HTTP server, carrying a reference to the state it serves from."""
+
+    daemon_threads = True
+    # Handlers may still be writing when a test closes the server; joining them could hang close().
+    block_on_close = False
+
+    def __init__(self, owner: LocalChatServer) -> None:
+        self.owner = owner
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # The default prints a traceback to stderr; a client hanging up mid-stream is routine here.
+        _logger.debug("local SSE server: error while handling %s", client_address, exc_info=True)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "etf-local-sse"
+    sys_version = ""
+
+    def do_POST(self) -> None:
+        owner = cast(_Server, self.server).owner
+        # The connection is not reused: one request, one response keeps every script on a fresh socket.
+        self.close_connection = True
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        path = self.path.split("?", 1)[0]
+        headers: dict[str, str] = {}
+        for name, value in self.headers.items():
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        script = owner._record_and_take(RecordedRequest("POST", path, headers, body), path in _STREAMING_PATHS)
+
+        if path not in _STREAMING_PATHS:
+            self._send_json(HTTPStatus.NOT_FOUND, _error_body(f"no route for POST {path}", 404))
+        elif script is None:
+            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, _error_body("no script queued", 500))
+        elif script.status != 200:
+            first = script.events[0] if script.events else None
+            payload = (
+                first if isinstance(first, Mapping) else _error_body(f"scripted status {script.status}", script.status)
+            )
+            self._send_json(script.status, payload)
+        else:
+            self._stream(script)
+
+    def _send_json(self, status: int, payload: Mapping[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _stream(self, script: Script) -> None:
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        events = script.events if script.cut_after is None else script.events[: script.cut_after]
+        try:
+            for event in events:
+                frame = _sse_frame(event, script.named)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+                self.wfile.flush()
+            if script.cut_after is not None:
+                # FIN without the terminating chunk: the client sees the body end mid-message.
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            # The consumer stopped reading early (closed the stream): nothing left to do.
+            _logger.debug("local SSE server: client went away mid-stream")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        _logger.debug("local SSE server %s: %s", self.address_string(), format % args)
+
+
+class LocalChatServer:
+    """A scripted SSE server for the Chat Completions, Responses and Messages APIs on ``127.0.0.1``.
+
+    It starts serving (in a daemon thread) on construction; use it as a context manager or call
+    :meth:`close`. Thread-safe: scripts may be enqueued while requests are being served.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._scripts: deque[Script] = deque()
+        self._requests: list[RecordedRequest] = []
+        self._closed = False
+        self._httpd = _Server(self)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": _POLL_INTERVAL},
+            name=f"etf-local-sse:{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        """The TCP port the server is bound to."""
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """The value for ``openai.OpenAI(base_url=...)``: ``http://127.0.0.1:PORT/v1``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        """The value for ``anthropic.Anthropic(base_url=...)``, which adds ``/v1`` itself."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of every request received so far, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def pending(self) -> int:
+        """How many enqueued scripts no request has consumed yet."""
+        with self._lock:
+            return len(self._scripts)
+
+    def enqueue(self, *scripts: Script) -> None:
+        """Queue scripts; each streaming request consumes the oldest one."""
+        with self._lock:
+            self._scripts.extend(scripts)
+
+    def _record_and_take(self, request: RecordedRequest, consume: bool) -> Script | None:
+        # Recording and taking under one lock keeps ``requests[i]`` paired with the i-th script.
+        with self._lock:
+            self._requests.append(request)
+            return self._scripts.popleft() if consume and self._scripts else None
+
+    def close(self) -> None:
+        """Stop serving and release the port. Idempotent; returns within about ``_POLL_INTERVAL``."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(_JOIN_TIMEOUT)
+
+    def __enter__(self) -> LocalChatServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
