@@ -8,8 +8,11 @@
   sub-kinds written in the docs are the code's, row by row; every compatibility rule is in the
   tables of docs/identity-rules.md and docs/protocols.md, with the same transition in both.
 * Every finish reason the code keeps (``KNOWN_FINISH_REASONS``) is listed where
-  ``gen_ai.response.finish_reasons`` is described (docs/telemetry.md, README.md), and nothing
-  else is listed there as one.
+  ``gen_ai.response.finish_reasons`` is described (docs/telemetry.md, and README.md if it ever
+  lists them again), and nothing else is listed there as one.
+* README.md is a front door: at most about 12 KB, its two commands as ``.ci/run`` and
+  ``pyproject.toml`` make them true, links to the pages it hands the details to, and its span
+  and metric tables name what the code emits.
 
 The category and telemetry tables are checked against the code in ``tests/test_dashboards.py``.
 """
@@ -171,6 +174,74 @@ def test_readme_links_to_the_reference() -> None:
     assert "docs/README.md" in relative_links(REPO / "README.md")
 
 
+# --- the README is a front door ---------------------------------------------------------------------
+
+README_MAX_BYTES = 12 * 1024
+MAIN_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -q '.[demo]' && .venv/bin/etf-otel demo"
+# What the README hands over: each of these pages holds what the README no longer does.
+README_HANDS_OVER = (
+    "docs/README.md",
+    "docs/usage.md",
+    "docs/configuration.md",
+    "docs/telemetry.md",
+    "docs/guarantees.md",
+    "docs/performance.md",
+    "docs/testing.md",
+    "docs/cli.md",
+    "docs/development.md",
+    "dashboards/README.md",
+    "examples/",
+    "CHANGELOG.md",
+)
+
+
+def test_readme_stays_a_front_door() -> None:
+    size = len((REPO / "README.md").read_bytes())
+    assert size <= README_MAX_BYTES, f"README.md is {size} bytes: move reference material to docs/"
+
+
+def test_readme_commands_are_the_ones_the_repository_runs() -> None:
+    """The main job is the demo from the ``demo`` extra; the test command is what CI runs."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert MAIN_COMMAND in readme
+    assert "\nscripts/test\n" in readme
+    assert "`.ci/run` calls `scripts/test`" in readme
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(r"^(exec )?scripts/test\b", ci, re.M), ".ci/run no longer calls scripts/test"
+
+
+def test_readme_links_to_every_page_it_hands_over_to() -> None:
+    links = {target.split("#")[0] for target in relative_links(REPO / "README.md")}
+    assert set(README_HANDS_OVER) - links == set()
+
+
+TELEMETRY_NAME_RE = re.compile(r"\b(?:etf|gen_ai)(?:\.[a-z0-9_]+)+|\berror\.type\b")
+
+
+def attribute_constants() -> dict[str, str]:
+    from etf_otel import attributes
+
+    return {name: value for name, value in vars(attributes).items() if name.isupper() and isinstance(value, str)}
+
+
+def test_readme_span_and_metric_tables_are_the_code_names() -> None:
+    constants = attribute_constants()
+    text = section(REPO / "README.md", "Spans and metrics")
+    spans = {BACKTICKED_RE.findall(row[0])[0].split(" ")[0] for row in table_columns(text, "span (INTERNAL)")}
+    assert spans == {value for name, value in constants.items() if name.startswith("SPAN_")}
+    metrics: dict[str, str] = {}
+    metric_table = text[text.index("| metric |") :]  # the second table of the section
+    for metric_cell, prometheus_cell in table_columns(metric_table, "metric", "Prometheus"):
+        (metric,) = BACKTICKED_RE.findall(metric_cell)
+        (metrics[metric],) = BACKTICKED_RE.findall(prometheus_cell)
+    assert set(metrics) == {value for name, value in constants.items() if name.startswith("METRIC_")}
+    for metric, prometheus in metrics.items():
+        base = metric.replace(".", "_")
+        assert prometheus in (f"{base}_total", f"{base}_seconds"), metric
+    names = {name for code in BACKTICKED_RE.findall(text) for name in TELEMETRY_NAME_RE.findall(code)}
+    assert names - set(constants.values()) == set(), "names the code does not emit"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(REPO)))
 def test_every_relative_link_resolves_to_a_file_and_heading_of_the_repository(page: Path) -> None:
     problems: list[str] = []
@@ -295,10 +366,10 @@ def test_every_known_finish_reason_is_in_the_telemetry_reference() -> None:
     assert OTHER_FINISH_REASON in BACKTICKED_RE.findall(rows[0])
 
 
-def test_every_known_finish_reason_is_in_the_readme_telemetry_reference() -> None:
-    descriptions = FINISH_REASONS_README_RE.findall(section(REPO / "README.md", "Telemetry reference"))
-    assert len(descriptions) == 1, "no single gen_ai.response.finish_reasons description"
-    assert documented_finish_reasons(descriptions[0]) == (set(), set())
+def test_a_finish_reason_list_in_the_readme_is_the_code_list() -> None:
+    """The README names the attribute and leaves its values to docs/telemetry.md; a list there must be whole."""
+    for description in FINISH_REASONS_README_RE.findall((REPO / "README.md").read_text(encoding="utf-8")):
+        assert documented_finish_reasons(description) == (set(), set())
 
 
 def test_the_finish_reason_and_rule_checks_report_what_is_missing() -> None:

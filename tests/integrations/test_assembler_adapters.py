@@ -7,14 +7,12 @@ and the caller sees exactly what the unwrapped library returns or raises.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import operator
 import subprocess
 import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import openai
@@ -367,18 +365,6 @@ QUIRKS_SECTIONS = {
 }
 
 
-def _quirks_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("quirks_table", QUIRKS_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass resolves annotations through sys.modules
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
-
-
 def _row_names(text: str) -> list[str]:
     """The first cell of each row of the first table in ``text`` (header and separator left out)."""
     lines = [line for line in text.splitlines() if line.startswith("|")]
@@ -390,7 +376,7 @@ def _page_section(page: str, heading: str) -> str:
 
 
 def test_quirks_table_in_docs_is_what_the_libraries_do_today() -> None:
-    """docs/quirks.md and README's table are what a fresh run of the script writes."""
+    """docs/quirks.md is what a fresh run of the script writes."""
     run = subprocess.run([sys.executable, str(QUIRKS_SCRIPT), "--check"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
 
@@ -401,31 +387,6 @@ def test_quirks_page_has_a_section_per_protocol_and_a_row_per_quirk_stream() -> 
     for protocol, heading in QUIRKS_SECTIONS.items():
         assert _row_names(_page_section(page, heading)) == list(QUIRK_TABLES[protocol]), heading
     assert QUIRK_TABLES["chat_completions"] is QUIRK_STREAMS
-
-
-def test_readme_keeps_the_chat_completions_table_only() -> None:
-    page = (ROOT / "docs" / "quirks.md").read_text(encoding="utf-8")
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    chat = _page_section(page, "Chat Completions")
-    table = "\n".join(line for line in chat.splitlines() if line.startswith("|"))
-    quirks_section = readme.split("\n## What the assemblers people use do with provider quirks\n", 1)[1]
-    quirks_section = quirks_section.split("\n## ", 1)[0]
-    assert table in quirks_section
-    assert _row_names(quirks_section) == list(QUIRK_STREAMS)
-
-
-def test_readme_table_is_replaced_in_its_section_only() -> None:
-    script = _quirks_script()
-    readme = (
-        "# x\n\n| other | table |\n|---|---|\n| keep | me |\n\n"
-        f"{script.README_HEADING}\n\ntext\n\n| old |\n|---|\n| row |\n\nafter\n\n## Next\n\n| b |\n|---|\n| c |\n"
-    )
-    replaced = script.readme_with_table(readme, "| new |\n|---|\n| 1 |\n| 2 |")
-    assert replaced == readme.replace("| old |\n|---|\n| row |\n", "| new |\n|---|\n| 1 |\n| 2 |\n")
-    with pytest.raises(SystemExit, match="no heading"):
-        script.readme_with_table("# x\n", "| a |")
-    with pytest.raises(SystemExit, match="no table"):
-        script.readme_with_table(f"{script.README_HEADING}\n\ntext\n\n## Next\n\n| b |\n|---|\n", "| a |")
 
 
 def test_quirks_check_fails_when_a_cell_is_stale(tmp_path: Path) -> None:
