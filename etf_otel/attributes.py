@@ -137,7 +137,7 @@ TOOL_NAME_OTHER: Final = OTHER
 ENV_CAPTURE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 ENV_DISABLED_INSTRUMENTATIONS: Final = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
 ENV_PROVIDER_NAME: Final = "OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME"
-"""``provider_name``: the ``gen_ai.provider.name`` of every response (README.md, "Configuration")."""
+"""``provider_name``: the ``gen_ai.provider.name`` of every response (docs/configuration.md)."""
 ENV_ALLOW: Final = "OTEL_INSTRUMENTATION_ETF_ALLOW"
 """``allow``: compatibility rule names, comma-separated; an unknown name is ignored with a warning."""
 ENV_GUARD: Final = "OTEL_INSTRUMENTATION_ETF_GUARD"

@@ -1,4 +1,4 @@
-"""Configuration from the environment, in the OpenTelemetry style (README.md, "Configuration").
+"""Configuration from the environment, in the OpenTelemetry style (docs/configuration.md).
 
 Zero-code users (``opentelemetry-instrument``) reach no keyword argument, so each setting of
 :class:`~etf_otel.instrumentation._setup.Instrumentation` and of the client instrumentors has

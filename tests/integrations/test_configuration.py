@@ -2,7 +2,7 @@
 
 Each variable is driven through the real ``openai`` instrumentor and the real client talking to
 :class:`~etf_otel.testing._server.LocalChatServer` on 127.0.0.1, with in-memory SDK providers
-(README.md, "Configuration"). Every test pairs what the variable does with the run that shows
+(docs/configuration.md). Every test pairs what the variable does with the run that shows
 the difference (the variable unset, or a keyword that wins over it), so none can pass vacuously.
 The last tests run ``examples/zero_code.py`` under ``opentelemetry-instrument``, where the
 environment is the only way to configure anything.

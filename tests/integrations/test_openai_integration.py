@@ -259,7 +259,7 @@ def test_parallel_calls_each_get_a_span_with_their_own_id(etf: Etf, server: Loca
     assert response.attributes["etf.stream.dispatchable"] is True
     assert tuple(response.attributes["gen_ai.response.finish_reasons"]) == ("tool_calls",)
     assert all(span.parent is not None and span.parent.span_id == response.context.span_id for span in spans)
-    # localhost is no known host: the provider falls back to the client's, openai (README.md, "Provider name").
+    # localhost is no known host: the provider falls back to the client's, openai (docs/configuration.md#provider-name).
     assert response.attributes["gen_ai.provider.name"] == "openai"
 
     captured = etf.captured
