@@ -6,10 +6,13 @@ became ``Any`` (or anything but the argument's type) fails it.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,3 +139,29 @@ def test_feeding_an_observed_assembler_adds_one_frame_to_the_two_assemblers(capt
     alone = _python_calls(lambda: bare.feed(fragment))
     # the wrapped assembler's frames, the rules' (the same reference assembler) and the proxy's feed
     assert _python_calls(lambda: observed.feed(fragment)) == 2 * alone + 1
+
+
+class Host:
+    def __init__(self) -> None:
+        self.executed: list[object] = []
+
+    def execute(self, call: object) -> str:
+        self.executed.append(call)
+        return "done"
+
+
+async def run_async(call: object) -> str:
+    return "done"
+
+
+def test_an_observed_host_is_its_hosts_type(captured: Captured) -> None:
+    etf = captured.instrumentation()
+    host: Any = etf.host(Host())  # calling the proxy, or ``execute`` on a function, is beyond the host's type
+    assert isinstance(etf.host(Host()), Host)
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    assert host.execute(call) == "done" and host(call) == "done" and host.executed == [call, call]
+    assert type(etf.host(Host())) is type(host)  # one proxy class per method name and kind
+    asynchronous: Any = etf.host(run_async)
+    assert inspect.iscoroutinefunction(asynchronous.execute) and type(asynchronous) is not type(host)
+    assert asyncio.run(asynchronous(call)) == "done"
+    assert len(captured.spans("execute_tool")) == 3
