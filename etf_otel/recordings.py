@@ -47,6 +47,7 @@ __all__ = [
     "complete_body",
     "display_name",
     "later_responses",
+    "parse_recording",
     "read_chunks",
     "read_document",
     "read_input",

@@ -2,20 +2,28 @@
 
 An :class:`AssemblerAdapter` says how to drive one: which methods take a chunk, which
 one marks the end-of-stream sentinel, which one ends the response, and how to read the
-calls it returns. :class:`ObservedAssembler` forwards every call unchanged, feeds the
-same chunks to the identity rules and, when the response ends, records how the wrapped
-assembler's calls differ from the rules' (``divergent_assembly``).
+calls it returns. :class:`ObservedAssembler` is a transparent proxy (``wrapt``): it forwards
+every call unchanged, feeds the same chunks to the identity rules and, when the response
+ends, records how the wrapped assembler's calls differ from the rules'
+(``divergent_assembly``).
+
+The watched methods are real methods of a proxy class made once per adapter shape (the
+method names the wrapped assembler has), so reading ``feed`` costs what it costs on any
+object and calling it adds one Python frame to the wrapped assembler's and the rules' own.
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+import wrapt
 
 from etf_otel.core._divergence import AssembledCall, DivergenceKind, compare
-from etf_otel.instrumentation._observer import CLOSED, EOF, ERROR, ResponseObserver
+from etf_otel.instrumentation._observer import CLOSED, EOF, ERROR, ResponseObserver, observe_failed
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 
 __all__ = [
@@ -24,9 +32,13 @@ __all__ = [
     "CallsReader",
     "ChunkAssembler",
     "ObservedAssembler",
-    "adapter_from",
     "reference_calls",
 ]
+
+if TYPE_CHECKING:  # wrapt < 2.5 proxies are not subscriptable at run time
+    _ObjectProxy = wrapt.ObjectProxy[Any]
+else:
+    _ObjectProxy = wrapt.ObjectProxy
 
 CallsReader = Callable[[Any], Sequence[AssembledCall]]
 """Turns what an assembler's finish method returned into ``(id, name, arguments)`` triples."""
@@ -73,107 +85,100 @@ class AssemblerAdapter:
 DEFAULT_ADAPTER: Final = AssemblerAdapter()
 
 
-def adapter_from(
-    adapter: AssemblerAdapter | None,
-    *,
-    feed: Sequence[str] = DEFAULT_ADAPTER.feed,
-    done: str | None = DEFAULT_ADAPTER.done,
-    finish: str = DEFAULT_ADAPTER.finish,
-    calls: CallsReader = DEFAULT_ADAPTER.calls,
-) -> AssemblerAdapter:
-    """``adapter``, or the one the separate keywords describe (how it was spelled before adapters existed)."""
-    described = AssemblerAdapter(feed=feed, done=done, finish=finish, calls=calls)
-    if adapter is None:
-        return described
-    if described != DEFAULT_ADAPTER:
-        raise TypeError("give either adapter= or the feed/done/finish/calls keywords, not both")
-    return adapter
-
-
-class ObservedAssembler:
+class ObservedAssembler(_ObjectProxy):
     """Any assembler that is fed chunks and then finished, observed.
 
-    ``adapter`` (or, as before, the keywords ``feed``, ``done``, ``finish``, ``calls``)
-    names the methods to watch; see :class:`AssemblerAdapter`. Everything else is
-    forwarded untouched.
+    ``adapter`` names the methods to watch; see :class:`AssemblerAdapter`. Everything else,
+    ``isinstance`` included, is the wrapped assembler's own. Constructing one gives an
+    instance of the subclass made for the adapter's shape.
     """
 
+    def __new__(
+        cls, assembler: object, observer: ResponseObserver, *, adapter: AssemblerAdapter = DEFAULT_ADAPTER
+    ) -> ObservedAssembler:
+        if not isinstance(adapter, AssemblerAdapter):  # a mapping of its fields was a pre-release spelling
+            raise TypeError(f"adapter must be an AssemblerAdapter, not {type(adapter).__name__}")
+        if cls is ObservedAssembler:
+            has = functools.partial(hasattr, assembler)
+            done = adapter.done if adapter.done is not None and has(adapter.done) else None
+            finish = adapter.finish if has(adapter.finish) else None
+            cls = _shaped(tuple(filter(has, adapter.feed)), done, finish)
+        observed: ObservedAssembler = super().__new__(cls)
+        return observed
+
     def __init__(
-        self,
-        assembler: object,
-        observer: ResponseObserver,
-        *,
-        adapter: AssemblerAdapter | None = None,
-        feed: Sequence[str] = DEFAULT_ADAPTER.feed,
-        done: str | None = DEFAULT_ADAPTER.done,
-        finish: str = DEFAULT_ADAPTER.finish,
-        calls: CallsReader = DEFAULT_ADAPTER.calls,
+        self, assembler: object, observer: ResponseObserver, *, adapter: AssemblerAdapter = DEFAULT_ADAPTER
     ) -> None:
-        adapter = adapter_from(adapter, feed=feed, done=done, finish=finish, calls=calls)
-        self._etf_assembler = assembler
-        self._etf_observer = observer
-        self._etf_feed = frozenset(adapter.feed)
-        self._etf_finish = adapter.finish
-        self._etf_done = adapter.done
-        self._etf_calls = adapter.calls
-        self._etf_finalizer = weakref.finalize(self, observer.finish, CLOSED)
+        super().__init__(assembler)
+        self._self_observer = observer
+        self._self_rules_feed = observer.assembler.feed  # called once per chunk: no frame in between
+        self._self_calls = adapter.calls
+        self._self_open = True
+        self._self_finalizer = weakref.finalize(self, observer.finish, CLOSED)
 
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._etf_assembler, name)
-        if name in self._etf_feed:
-            return self._etf_wrap_feed(target)
-        if name == self._etf_done:
-            return self._etf_wrap_done(target)
-        if name == self._etf_finish:
-            return self._etf_wrap_finish(target)
-        return target
-
-    def _etf_wrap_feed(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        observer = self._etf_observer
-
-        def feed(chunk: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
-                outcome = method(chunk, *args, **kwargs)
-            except BaseException:  # some assemblers raise mid-stream (openai: IndexError, AssertionError)
-                self._etf_end([DivergenceKind.ASSEMBLER_RAISED], ERROR)
-                raise
-            if not observer.finished:
-                observer.observe(chunk)
-            return outcome
-
-        return feed
-
-    def _etf_wrap_done(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        observer = self._etf_observer
-
-        def done(*args: Any, **kwargs: Any) -> Any:
-            outcome = method(*args, **kwargs)
-            observer.assembler.feed_done()
-            return outcome
-
-        return done
-
-    def _etf_wrap_finish(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        def finish(*args: Any, **kwargs: Any) -> Any:
-            try:
-                outcome = method(*args, **kwargs)
-            except BaseException:
-                self._etf_end([DivergenceKind.ASSEMBLER_RAISED], ERROR)
-                raise
-            kinds: list[DivergenceKind] = []
-            with internal_errors_swallowed("comparing assemblies"):
-                ours = self._etf_observer.assembler.finish()
-                kinds = compare(ours.calls, self._etf_calls(outcome))
-            self._etf_end(kinds, EOF)
-            return outcome
-
-        return finish
-
-    def _etf_end(self, kinds: Sequence[DivergenceKind], how: str) -> None:
-        observer = self._etf_observer
+    def _self_end(self, kinds: Sequence[DivergenceKind], how: str) -> None:
+        self._self_open = False
+        observer = self._self_observer
         if observer.finished:
             return
         with internal_errors_swallowed("recording divergence"):
             observer.telemetry.record_divergence([kind.value for kind in kinds])
         observer.finish(how)
-        self._etf_finalizer.detach()
+        self._self_finalizer.detach()
+
+
+def _feeding(name: str) -> Callable[..., Any]:
+    def feed(self: ObservedAssembler, chunk: Any, /, *args: Any, **kwargs: Any) -> Any:
+        try:
+            outcome = getattr(self.__wrapped__, name)(chunk, *args, **kwargs)
+        except BaseException:  # some assemblers raise mid-stream (openai: IndexError, AssertionError)
+            self._self_end((DivergenceKind.ASSEMBLER_RAISED,), ERROR)
+            raise
+        if self._self_open:
+            try:
+                self._self_rules_feed(chunk)
+            except Exception:  # pragma: no cover - the assembler never raises on JSON-shaped input
+                observe_failed()
+        return outcome
+
+    return feed
+
+
+def _ending_input(name: str) -> Callable[..., Any]:
+    def done(self: ObservedAssembler, *args: Any, **kwargs: Any) -> Any:
+        outcome = getattr(self.__wrapped__, name)(*args, **kwargs)
+        self._self_observer.assembler.feed_done()
+        return outcome
+
+    return done
+
+
+def _finishing(name: str) -> Callable[..., Any]:
+    def finish(self: ObservedAssembler, *args: Any, **kwargs: Any) -> Any:
+        try:
+            outcome = getattr(self.__wrapped__, name)(*args, **kwargs)
+        except BaseException:
+            self._self_end((DivergenceKind.ASSEMBLER_RAISED,), ERROR)
+            raise
+        kinds: list[DivergenceKind] = []
+        with internal_errors_swallowed("comparing assemblies"):
+            ours = self._self_observer.assembler.finish()
+            kinds = compare(ours.calls, self._self_calls(outcome))
+        self._self_end(kinds, EOF)
+        return outcome
+
+    return finish
+
+
+@functools.lru_cache(maxsize=64)
+def _shaped(feed: tuple[str, ...], done: str | None, finish: str | None) -> type[ObservedAssembler]:
+    """The proxy class whose methods ``feed``, ``done`` and ``finish`` are watched, made once per shape."""
+    methods: dict[str, Callable[..., Any]] = {name: _feeding(name) for name in feed}
+    if done is not None:
+        methods[done] = _ending_input(done)
+    if finish is not None:
+        methods[finish] = _finishing(finish)
+    for name, method in methods.items():
+        method.__name__ = name
+        method.__qualname__ = f"ObservedAssembler.{name}"
+    return type("ObservedAssembler", (ObservedAssembler,), {"__slots__": (), **methods})

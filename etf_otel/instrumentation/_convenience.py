@@ -58,7 +58,10 @@ __all__ = [
 
 MAX_SHARED_SETUPS: Final = 32
 
+_T = TypeVar("_T")
 _Stream = TypeVar("_Stream", bound="Iterable[Any] | AsyncIterable[Any]")
+_Assembler = TypeVar("_Assembler", bound=ChunkAssembler)
+_Host = TypeVar("_Host", bound="ToolHost | ToolFunction")
 
 
 class SetupOptions(TypedDict, total=False):
@@ -185,72 +188,67 @@ def instrument_stream(
 
     Without ``instrumentation``, the shared setup of ``config`` (see :class:`SetupOptions`).
     """
-    observed: _Stream = _instrumentation(instrumentation, config).stream(stream, conversation=conversation)
-    return observed
+    return _instrumentation(instrumentation, config).stream(stream, conversation=conversation)
 
 
 @overload
 def instrument_assembler(
-    assembler: ChunkAssembler,
+    assembler: _Assembler,
     *,
     conversation: Conversation | None = None,
     instrumentation: Instrumentation | None = None,
     adapter: None = None,
     protocol: WireProtocol | str = ...,
     **config: Unpack[SetupOptions],
-) -> Any: ...
+) -> _Assembler: ...
 
 
 @overload
 def instrument_assembler(
-    assembler: object,
+    assembler: _T,
     *,
     conversation: Conversation | None = None,
     instrumentation: Instrumentation | None = None,
-    adapter: AssemblerAdapter | Mapping[str, Any],
+    adapter: AssemblerAdapter,
     protocol: WireProtocol | str = ...,
     **config: Unpack[SetupOptions],
-) -> Any: ...
+) -> _T: ...
 
 
 def instrument_assembler(
-    assembler: object,
+    assembler: _T,
     *,
     conversation: Conversation | None = None,
     instrumentation: Instrumentation | None = None,
-    adapter: AssemblerAdapter | Mapping[str, Any] | None = None,
+    adapter: AssemblerAdapter | None = None,
     protocol: WireProtocol | str = CHAT_COMPLETIONS,
     **config: Unpack[SetupOptions],
-) -> Any:
+) -> _T:
     """Observe any assembler fed with a ``protocol``'s events. See :class:`~etf_otel.instrumentation.ObservedAssembler`.
 
-    ``adapter`` is an :class:`AssemblerAdapter`, or a mapping of its fields (as the
-    integrations' ``*_ADAPTER`` settings are).
+    ``adapter`` names its methods (:class:`AssemblerAdapter`); without it, those of a
+    :class:`ChunkAssembler`.
     """
-    if adapter is None:
-        adapter = DEFAULT_ADAPTER
-    elif not isinstance(adapter, AssemblerAdapter):
-        adapter = AssemblerAdapter(**adapter)
     return _instrumentation(instrumentation, config).assembler(
-        assembler, conversation=conversation, adapter=adapter, protocol=protocol
+        assembler, conversation=conversation, adapter=adapter or DEFAULT_ADAPTER, protocol=protocol
     )
 
 
 @overload
 def instrument_host(
-    host: ToolHost | ToolFunction,
+    host: _Host,
     *,
     conversation: Conversation | None = None,
     instrumentation: Instrumentation | None = None,
     guard: bool | None = None,
     record_unverified_ids: bool = False,
     **config: Unpack[SetupOptions],
-) -> Any: ...
+) -> _Host: ...
 
 
 @overload
 def instrument_host(
-    host: object,
+    host: _T,
     *,
     method: str,
     conversation: Conversation | None = None,
@@ -258,11 +256,11 @@ def instrument_host(
     guard: bool | None = None,
     record_unverified_ids: bool = False,
     **config: Unpack[SetupOptions],
-) -> Any: ...
+) -> _T: ...
 
 
 def instrument_host(
-    host: object,
+    host: _T,
     *,
     method: str = "execute",
     conversation: Conversation | None = None,
@@ -270,7 +268,7 @@ def instrument_host(
     guard: bool | None = None,
     record_unverified_ids: bool = False,
     **config: Unpack[SetupOptions],
-) -> Any:
+) -> _T:
     """Observe (or, with ``guard=True``, guard) a tool host's executions.
 
     Without ``instrumentation``, the shared setup of ``config``: the one the streams and

@@ -9,13 +9,15 @@ exceptions pass through unchanged.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from collections.abc import Callable
 from contextvars import Token
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -34,6 +36,11 @@ from etf_otel.instrumentation._telemetry import Telemetry
 from etf_otel.protocols._base import field
 
 __all__ = ["ObservedHost", "ToolFunction", "ToolHost", "call_fields"]
+
+if TYPE_CHECKING:  # wrapt < 2.5 proxies are not subscriptable at run time
+    _ObjectProxy = wrapt.ObjectProxy[Any]
+else:
+    _ObjectProxy = wrapt.ObjectProxy
 
 
 class ToolHost(Protocol):
@@ -90,8 +97,19 @@ def _same_arguments(arguments: object, record: ProposalRecord) -> bool:
     return value_hash is not None and value_hash == record.value_hash
 
 
-class ObservedHost:
-    """A tool host whose executions become ``execute_tool`` spans keyed by the preserved id."""
+class ObservedHost(_ObjectProxy):
+    """A tool host whose executions become ``execute_tool`` spans keyed by the preserved id.
+
+    A transparent proxy (``wrapt``): ``isinstance`` and every attribute are the host's own but
+    ``method`` (and calling the proxy), which run the host observed. Constructing one gives an
+    instance of the subclass made once per method name and sync/async kind.
+    """
+
+    def __new__(cls, host: object, telemetry: Telemetry, *, method: str = "execute", **options: Any) -> ObservedHost:
+        if cls is ObservedHost:
+            cls = _shaped(method, inspect.iscoroutinefunction(_target(host, method)))
+        observed: ObservedHost = super().__new__(cls)
+        return observed
 
     def __init__(
         self,
@@ -103,54 +121,41 @@ class ObservedHost:
         guard: bool = False,
         record_unverified_ids: bool = False,
     ) -> None:
-        self._etf_host = host
-        self._etf_telemetry = telemetry
-        self._etf_method = method
-        self._etf_conversation = conversation
-        self._etf_guard = guard
-        self._etf_record_unverified = record_unverified_ids
-        target = host if callable(host) and not hasattr(host, method) else getattr(host, method)
-        self._etf_target = target
-        self._etf_is_async = inspect.iscoroutinefunction(target)
+        super().__init__(host)
+        self._self_telemetry = telemetry
+        self._self_conversation = conversation
+        self._self_guard = guard
+        self._self_record_unverified = record_unverified_ids
+        self._self_target = _target(host, method)
 
-    def __getattr__(self, name: str) -> Any:
-        if name == self._etf_method:
-            return self._etf_async_execute if self._etf_is_async else self._etf_execute
-        return getattr(self._etf_host, name)
-
-    def __call__(self, call: Any, *args: Any, **kwargs: Any) -> Any:
-        if self._etf_is_async:
-            return self._etf_async_execute(call, *args, **kwargs)
-        return self._etf_execute(call, *args, **kwargs)
-
-    def _etf_before(self, call: Any) -> tuple[_Execution | None, ErrorCategory | None]:
+    def _self_before(self, call: Any) -> tuple[_Execution | None, ErrorCategory | None]:
         """Decide the guard, then start the span (``None`` when telemetry is off or failed).
 
         The guard does not depend on telemetry: it is decided first, also when tracing is
         suppressed, and a failure while deciding refuses the call (fail closed).
         """
-        telemetry = self._etf_telemetry
+        telemetry = self._self_telemetry
         refusal: ErrorCategory | None = None
         call_id = name = arguments = None
         record: ProposalRecord | None = None
         try:
             call_id, name, arguments = call_fields(call)
             record = telemetry.proposals.get(call_id) if call_id else None
-            if self._etf_guard:
-                refusal = self._etf_refusal(call_id, record, name, arguments)
+            if self._self_guard:
+                refusal = self._self_refusal(call_id, record, name, arguments)
         except Exception:
-            if self._etf_guard:
+            if self._self_guard:
                 refusal = ErrorCategory.ORPHANED_RESULT
         if _suppressed():
             return None, refusal
         with internal_errors_swallowed("starting an execution"):
-            span = telemetry.start_execution(call_id, name, record, self._etf_record_unverified)
+            span = telemetry.start_execution(call_id, name, record, self._self_record_unverified)
             token = otel_context.attach(trace.set_span_in_context(span))
             return _Execution(span, name, call_id, token, time.perf_counter()), refusal
         return None, refusal
 
     @staticmethod
-    def _etf_refusal(
+    def _self_refusal(
         call_id: str | None, record: ProposalRecord | None, name: str | None, arguments: object
     ) -> ErrorCategory | None:
         if not call_id:
@@ -163,7 +168,7 @@ class ObservedHost:
             return ErrorCategory.DIVERGENT_ASSEMBLY
         return None
 
-    def _etf_after(
+    def _self_after(
         self,
         execution: _Execution | None,
         refusal: ErrorCategory | None,
@@ -172,14 +177,14 @@ class ObservedHost:
     ) -> None:
         if execution is None:
             return
-        telemetry = self._etf_telemetry
+        telemetry = self._self_telemetry
         span = execution.span
         try:
             with internal_errors_swallowed("ending an execution"):
                 otel_context.detach(execution.token)
             with internal_errors_swallowed("checking an execution's linkage"):
-                if self._etf_conversation is not None and refusal is None:
-                    finding = linkage.result(self._etf_conversation, execution.call_id)
+                if self._self_conversation is not None and refusal is None:
+                    finding = linkage.result(self._self_conversation, execution.call_id)
                     if finding is not None:
                         telemetry.record_findings([finding], span)
                 if refusal is not None:
@@ -202,31 +207,44 @@ class ObservedHost:
                         span.end()
                     raise
 
-    def _etf_execute(self, call: Any, *args: Any, **kwargs: Any) -> Any:
-        execution, refusal = self._etf_before(call)
+    def _self_execute(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+        execution, refusal = self._self_before(call)
         if refusal is not None:
-            self._etf_after(execution, refusal, None)
+            self._self_after(execution, refusal, None)
             raise GuardRefusedError(refusal)
         try:
-            result = self._etf_target(call, *args, **kwargs)
+            result = self._self_target(call, *args, **kwargs)
         except BaseException as error:
-            self._etf_after(execution, None, error)
+            self._self_after(execution, None, error)
             raise
-        self._etf_after(execution, None, None, result)
+        self._self_after(execution, None, None, result)
         return result
 
-    async def _etf_async_execute(self, call: Any, *args: Any, **kwargs: Any) -> Any:
-        execution, refusal = self._etf_before(call)
+    async def _self_async_execute(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+        execution, refusal = self._self_before(call)
         if refusal is not None:
-            self._etf_after(execution, refusal, None)
+            self._self_after(execution, refusal, None)
             raise GuardRefusedError(refusal)
         try:
-            result = await self._etf_target(call, *args, **kwargs)
+            result = await self._self_target(call, *args, **kwargs)
         except BaseException as error:
-            self._etf_after(execution, None, error)
+            self._self_after(execution, None, error)
             raise
-        self._etf_after(execution, None, None, result)
+        self._self_after(execution, None, None, result)
         return result
+
+
+def _target(host: object, method: str) -> Callable[..., Any]:
+    """What runs a call: the host's ``method``, or the host itself when it is a callable without one."""
+    target: Callable[..., Any] = host if callable(host) and not hasattr(host, method) else getattr(host, method)
+    return target
+
+
+@functools.lru_cache(maxsize=64)
+def _shaped(method: str, is_async: bool) -> type[ObservedHost]:
+    """The proxy class whose ``method`` and ``__call__`` run the host observed, made once per shape."""
+    execute = ObservedHost._self_async_execute if is_async else ObservedHost._self_execute
+    return type("ObservedHost", (ObservedHost,), {method: execute, "__call__": execute})
 
 
 @dataclass(frozen=True, slots=True)

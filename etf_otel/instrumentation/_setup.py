@@ -12,22 +12,15 @@ reach the application.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, overload
+from collections.abc import AsyncIterable, Iterable, Sequence
+from typing import Any, TypeVar, cast, overload
 
 from opentelemetry import metrics, trace
 
 from etf_otel.core._identity import CompatibilityRule, IdentityRules
 from etf_otel.core._linkage import Conversation
 from etf_otel.instrumentation import _linkage as linkage
-from etf_otel.instrumentation._assemblers import (
-    DEFAULT_ADAPTER,
-    AssemblerAdapter,
-    CallsReader,
-    ChunkAssembler,
-    ObservedAssembler,
-    adapter_from,
-)
+from etf_otel.instrumentation._assemblers import DEFAULT_ADAPTER, AssemblerAdapter, ChunkAssembler, ObservedAssembler
 from etf_otel.instrumentation._config import environment_settings
 from etf_otel.instrumentation._host import ObservedHost, ToolFunction, ToolHost
 from etf_otel.instrumentation._observer import ResponseObserver
@@ -38,6 +31,11 @@ from etf_otel.instrumentation._telemetry import Telemetry
 from etf_otel.protocols import CHAT_COMPLETIONS, WireProtocol
 
 __all__ = ["Instrumentation"]
+
+_T = TypeVar("_T")
+_Stream = TypeVar("_Stream", bound="Iterable[Any] | AsyncIterable[Any]")
+_Assembler = TypeVar("_Assembler", bound=ChunkAssembler)
+_Host = TypeVar("_Host", bound="ToolHost | ToolFunction")
 
 
 class Instrumentation:
@@ -100,13 +98,13 @@ class Instrumentation:
 
     def stream(
         self,
-        stream: Any,
+        stream: _Stream,
         *,
         conversation: Conversation | None = None,
         provider_name: str | None = None,
         tool_message_ids: Sequence[str | None] | None = None,
         protocol: WireProtocol | str = CHAT_COMPLETIONS,
-    ) -> Any:
+    ) -> _Stream:
         """Wrap a sync or async iterable of a ``protocol``'s events; returns it unchanged when disabled.
 
         ``tool_message_ids`` are the ``tool_call_id`` values of the tool messages the request
@@ -119,116 +117,88 @@ class Instrumentation:
             observer = self.observer(
                 conversation, provider_name=provider_name, tool_message_ids=tool_message_ids, protocol=protocol
             )
+            observed: object
             if hasattr(stream, "__aiter__"):
-                return ObservedAsyncStream(stream, observer)
-            return ObservedStream(stream, observer)
+                observed = ObservedAsyncStream(cast("AsyncIterable[Any]", stream), observer)
+            else:
+                observed = ObservedStream(cast("Iterable[Any]", stream), observer)
+            return cast(_Stream, observed)  # a transparent proxy of stream
         except Exception:
             with internal_errors_swallowed("wrapping a stream"):
                 raise
         return stream  # pragma: no cover - reached only when the wrapping itself failed
 
-    # An assembler of the default shape; only what is read from its result may change.
+    # An assembler of the default shape.
     @overload
     def assembler(
         self,
-        assembler: ChunkAssembler,
+        assembler: _Assembler,
         *,
         conversation: Conversation | None = None,
-        done: str | None = ...,
-        calls: CallsReader = ...,
+        adapter: None = None,
         protocol: WireProtocol | str = ...,
-    ) -> Any: ...
+    ) -> _Assembler: ...
 
     # Any assembler, driven as an adapter says.
     @overload
     def assembler(
         self,
-        assembler: object,
+        assembler: _T,
         *,
         conversation: Conversation | None = None,
         adapter: AssemblerAdapter,
         protocol: WireProtocol | str = ...,
-    ) -> Any: ...
-
-    # Any assembler, its methods named by the adapter's fields as separate keywords (the
-    # spelling from before adapters existed): one overload each for ``feed`` and ``finish``.
-    @overload
-    def assembler(
-        self,
-        assembler: object,
-        *,
-        conversation: Conversation | None = None,
-        feed: Sequence[str],
-        done: str | None = ...,
-        finish: str = ...,
-        calls: CallsReader = ...,
-        protocol: WireProtocol | str = ...,
-    ) -> Any: ...
-
-    @overload
-    def assembler(
-        self,
-        assembler: object,
-        *,
-        conversation: Conversation | None = None,
-        finish: str,
-        done: str | None = ...,
-        calls: CallsReader = ...,
-        protocol: WireProtocol | str = ...,
-    ) -> Any: ...
+    ) -> _T: ...
 
     def assembler(
         self,
-        assembler: object,
+        assembler: _T,
         *,
         conversation: Conversation | None = None,
         adapter: AssemblerAdapter | None = None,
-        feed: Sequence[str] = DEFAULT_ADAPTER.feed,
-        done: str | None = DEFAULT_ADAPTER.done,
-        finish: str = DEFAULT_ADAPTER.finish,
-        calls: CallsReader = DEFAULT_ADAPTER.calls,
         protocol: WireProtocol | str = CHAT_COMPLETIONS,
-    ) -> Any:
+    ) -> _T:
         """Wrap an assembler for one response; ``adapter`` names its methods (see :class:`AssemblerAdapter`).
 
         ``protocol`` is the wire protocol of the events it is fed: the identity rules run
         beside it through that protocol's adapter. Returns it unchanged when disabled.
         """
-        adapter = adapter_from(adapter, feed=feed, done=done, finish=finish, calls=calls)
         if _disabled():
             return assembler
-        return ObservedAssembler(assembler, self.observer(conversation, protocol=protocol), adapter=adapter)
+        observer = self.observer(conversation, protocol=protocol)
+        observed = ObservedAssembler(assembler, observer, adapter=adapter or DEFAULT_ADAPTER)
+        return cast(_T, observed)  # a transparent proxy of assembler
 
     @overload
     def host(
         self,
-        host: ToolHost | ToolFunction,
+        host: _Host,
         *,
         conversation: Conversation | None = None,
         guard: bool | None = None,
         record_unverified_ids: bool = False,
-    ) -> Any: ...
+    ) -> _Host: ...
 
     @overload
     def host(
         self,
-        host: object,
+        host: _T,
         *,
         method: str,
         conversation: Conversation | None = None,
         guard: bool | None = None,
         record_unverified_ids: bool = False,
-    ) -> Any: ...
+    ) -> _T: ...
 
     def host(
         self,
-        host: object,
+        host: _T,
         *,
         method: str = "execute",
         conversation: Conversation | None = None,
         guard: bool | None = None,
         record_unverified_ids: bool = False,
-    ) -> Any:
+    ) -> _T:
         """Wrap a tool host: an object with ``method`` (``execute``), or a callable taking the call.
 
         ``guard`` ``None`` takes this setup's default. Returns the host unchanged when disabled.
@@ -238,7 +208,7 @@ class Instrumentation:
         guard = self.guard if guard is None else guard
         if guard:  # from now on proposals keep the hash a guard compares parsed arguments with
             self.telemetry.guarding = True
-        return ObservedHost(
+        observed = ObservedHost(
             host,
             self.telemetry,
             method=method,
@@ -246,6 +216,7 @@ class Instrumentation:
             guard=guard,
             record_unverified_ids=record_unverified_ids,
         )
+        return cast(_T, observed)  # a transparent proxy of host
 
     def end_conversation(self, conversation: Conversation) -> None:
         """The turn is over: record every proposal that never got a result."""

@@ -1,1 +1,3 @@
 """Optional integrations with third-party clients; each imports its library lazily."""
+
+__all__: list[str] = []

@@ -29,9 +29,10 @@ its ``tool_calls`` entry (parsed arguments) or its ``invalid_tool_calls`` entry 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Final
 
 from etf_otel.core._divergence import AssembledCall
+from etf_otel.instrumentation._assemblers import AssemblerAdapter
 from etf_otel.instrumentation._convenience import _instrumentation
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._setup import Instrumentation
@@ -157,7 +158,7 @@ def message_calls(message: Any) -> list[AssembledCall]:
     return calls
 
 
-LANGCHAIN_ADAPTER: dict[str, Any] = {"feed": ("add",), "finish": "result", "done": None, "calls": message_calls}
+LANGCHAIN_ADAPTER: Final = AssemblerAdapter(feed=("add",), finish="result", done=None, calls=message_calls)
 """How :func:`~etf_otel.instrumentation.instrument_assembler` drives a :class:`LangChainAccumulator`."""
 
 
@@ -169,7 +170,7 @@ def instrument_langchain(
 ) -> Any:
     """Wrap a :class:`LangChainAccumulator` (a new one when ``None``) for one response."""
     return _instrumentation(instrumentation, config).assembler(
-        accumulator if accumulator is not None else LangChainAccumulator(), **LANGCHAIN_ADAPTER
+        accumulator if accumulator is not None else LangChainAccumulator(), adapter=LANGCHAIN_ADAPTER
     )
 
 
@@ -239,7 +240,10 @@ def observe_message_stream(
     if record_response is None:
         record_response = not _openai_instrumented()
     observed = observed_assembler(
-        _instrumentation(instrumentation, config), _MessageSum(), record_response=record_response, **LANGCHAIN_ADAPTER
+        _instrumentation(instrumentation, config),
+        _MessageSum(),
+        record_response=record_response,
+        adapter=LANGCHAIN_ADAPTER,
     )
     return _observe(iter(stream), observed)
 

@@ -18,7 +18,7 @@ from etf_otel.audit import AuditReport, FindingKind, Partitioner, SpanData, audi
 from etf_otel.audit._sources.otlp_json import iter_spans
 from etf_otel.cli._audit import add_audit_arguments, run_audit
 from etf_otel.core._linkage import Conversation
-from etf_otel.instrumentation import GuardRefusedError, Instrumentation
+from etf_otel.instrumentation import AssemblerAdapter, GuardRefusedError, Instrumentation
 from etf_otel.protocols._chat_completions import ReferenceAssembler
 
 from ..chunks import MISSING, case_stream, chunk, finished, fragment
@@ -231,7 +231,9 @@ def test_recorded_violation_surfaced(process: Callable[..., Process], capsys: py
     proc = process()
     inst = proc.instrumentation()
     with proc.tracer.start_as_current_span("turn"):
-        assembler = inst.assembler(ReferenceAssembler(), calls=lambda result: [("other-id", "read_page", "{}")])
+        assembler = inst.assembler(
+            ReferenceAssembler(), adapter=AssemblerAdapter(calls=lambda result: [("other-id", "read_page", "{}")])
+        )
         for item in case_stream(None):
             if item == "[DONE]":
                 assembler.feed_done()

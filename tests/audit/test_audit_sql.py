@@ -35,7 +35,7 @@ from etf_otel.audit._sources.sql import (
 )
 from etf_otel.cli._audit import add_audit_arguments, run_audit, run_sql_audit
 from etf_otel.core._linkage import Conversation
-from etf_otel.instrumentation import GuardRefusedError
+from etf_otel.instrumentation import AssemblerAdapter, GuardRefusedError
 from etf_otel.protocols._chat_completions import ReferenceAssembler
 
 from ..chunks import MISSING, case_stream, chunk, finished, fragment
@@ -167,7 +167,9 @@ def every_finding(process: Callable[..., Process], tmp_path: Path) -> list[Path]
         with proc.tracer.start_as_current_span("chat", attributes={"gen_ai.input.messages": json.dumps(semconv)}):
             trace.get_current_span().add_event("gen_ai.tool.message", {"id": "call-phantom"})
     with proc.tracer.start_as_current_span("divergent assembler"):
-        assembler = inst.assembler(ReferenceAssembler(), calls=lambda result: [("other-id", "read_page", "{}")])
+        assembler = inst.assembler(
+            ReferenceAssembler(), adapter=AssemblerAdapter(calls=lambda result: [("other-id", "read_page", "{}")])
+        )
         for item in case_stream(None):
             if item == "[DONE]":
                 assembler.feed_done()

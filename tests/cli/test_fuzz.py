@@ -52,7 +52,7 @@ from etf_otel import attributes as A
 from etf_otel.cli import main as cli_main
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS, AssemblyResult
 from etf_otel.core._vocabulary import ErrorCategory
-from etf_otel.instrumentation import GuardRefusedError, Instrumentation
+from etf_otel.instrumentation import AssemblerAdapter, GuardRefusedError, Instrumentation
 from etf_otel.instrumentation._safety import set_strict
 from etf_otel.protocols._chat_completions import CHAT_COMPLETIONS, DONE, ReferenceAssembler, assemble
 from etf_otel.recordings import complete_body, later_responses
@@ -403,7 +403,7 @@ def test_every_wrapper_is_transparent_on_hostile_input(chunks: list[Any], guard:
         def finish(self) -> list[Any]:
             return []
 
-    fragile, seen = etf.assembler(Fragile(), calls=lambda result: result), []
+    fragile, seen = etf.assembler(Fragile(), adapter=AssemblerAdapter(calls=lambda result: result)), []
     for item in chunks:
         try:
             Fragile().feed(item)
@@ -483,7 +483,7 @@ def test_guard_never_runs_what_is_not_a_reference_proposal(chunks: list[Any]) ->
     guarded = etf.host(host)
     attempts = attempts_for(chunks, reference)
     # A naive third-party assembler, wrapped: its output goes to the guarded host as is.
-    naive = etf.assembler(NaiveAssembler(), calls=naive_triples)
+    naive = etf.assembler(NaiveAssembler(), adapter=AssemblerAdapter(calls=naive_triples))
     for item in chunks:
         naive.feed(item)
     attempts += naive.finish()
@@ -551,7 +551,7 @@ def test_no_canary_leaks_from_the_fuzz_corpus(chunks: list[Any], capture: bool) 
             pass
         LOOP.run_until_complete(_drain(etf.stream(agen(chunks))))
         reference = assemble(chunks)
-        assembler = etf.assembler(NaiveAssembler(), calls=naive_triples)
+        assembler = etf.assembler(NaiveAssembler(), adapter=AssemblerAdapter(calls=naive_triples))
         for item in chunks:
             assembler.feed(item)
         assembler.finish()

@@ -27,7 +27,7 @@ from openai.types.chat import ChatCompletionChunk
 
 from etf_otel import attributes as A
 from etf_otel.core._linkage import Conversation
-from etf_otel.instrumentation import GuardRefusedError, Instrumentation
+from etf_otel.instrumentation import AssemblerAdapter, GuardRefusedError, Instrumentation
 from etf_otel.instrumentation._safety import set_strict
 from etf_otel.instrumentation._telemetry import DEFAULT_MAX_CONTENT_CHARS, Telemetry
 from etf_otel.protocols._chat_completions import DONE, ReferenceAssembler
@@ -170,7 +170,7 @@ async def run_everything(instrumentation: Instrumentation, c: Canaries, *, guard
         def finish(self) -> list[tuple[str, str, str]]:
             return [("call-" + c.add_never("divergent_id"), "n" + c.add_never("divergent_name"), "{}")]
 
-    diverging = instrumentation.assembler(Diverging(), calls=lambda result: result)
+    diverging = instrumentation.assembler(Diverging(), adapter=AssemblerAdapter(calls=lambda result: result))
     for item in streams["valid"]:
         diverging.feed(item)
     diverging.finish()

@@ -135,15 +135,12 @@ class MessageAccumulator:
         return self.current_message_snapshot
 
 
-ANTHROPIC_STATE_ADAPTER: Final[dict[str, Any]] = {
-    "feed": ("accumulate",),
-    "finish": "get_final_message",
-    "done": None,
-    "calls": message_calls,
-}
-"""How a :class:`MessageAccumulator` is driven (the fields of an :class:`AssemblerAdapter`)."""
+ANTHROPIC_STATE_ADAPTER: Final = AssemblerAdapter(
+    feed=("accumulate",), finish="get_final_message", done=None, calls=message_calls
+)
+"""How a :class:`MessageAccumulator` is driven."""
 
-_ADAPTER: Final = AssemblerAdapter(**ANTHROPIC_STATE_ADAPTER)
+_ADAPTER: Final = ANTHROPIC_STATE_ADAPTER
 
 
 def instrument_anthropic_state(

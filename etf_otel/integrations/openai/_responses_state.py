@@ -110,15 +110,12 @@ class ResponseStateWithFinal(ObjectProxy):
         return response
 
 
-OPENAI_RESPONSES_STATE_ADAPTER: Final[dict[str, Any]] = {
-    "feed": ("handle_event",),
-    "finish": "get_final_response",
-    "done": None,
-    "calls": response_calls,
-}
-"""How a :class:`ResponseStateWithFinal` is driven (the fields of an :class:`AssemblerAdapter`)."""
+OPENAI_RESPONSES_STATE_ADAPTER: Final = AssemblerAdapter(
+    feed=("handle_event",), finish="get_final_response", done=None, calls=response_calls
+)
+"""How a :class:`ResponseStateWithFinal` is driven."""
 
-_ADAPTER: Final = AssemblerAdapter(**OPENAI_RESPONSES_STATE_ADAPTER)
+_ADAPTER: Final = OPENAI_RESPONSES_STATE_ADAPTER
 
 
 def observed_protocol_assembler(

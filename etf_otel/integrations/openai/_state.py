@@ -31,11 +31,11 @@ The ``openai`` package is imported only when a state has to be created.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from etf_otel.core._divergence import AssembledCall
 from etf_otel.core._results import AssemblyResult
-from etf_otel.instrumentation._assemblers import ObservedAssembler
+from etf_otel.instrumentation._assemblers import AssemblerAdapter, ObservedAssembler
 from etf_otel.instrumentation._convenience import _instrumentation
 from etf_otel.instrumentation._observer import ResponseObserver
 from etf_otel.instrumentation._safety import internal_errors_swallowed
@@ -67,12 +67,9 @@ def completion_calls(completion: Any) -> list[AssembledCall]:
     return calls
 
 
-OPENAI_STATE_ADAPTER: dict[str, Any] = {
-    "feed": ("handle_chunk",),
-    "finish": "get_final_completion",
-    "done": None,
-    "calls": completion_calls,
-}
+OPENAI_STATE_ADAPTER: Final = AssemblerAdapter(
+    feed=("handle_chunk",), finish="get_final_completion", done=None, calls=completion_calls
+)
 """How :func:`~etf_otel.instrumentation.instrument_assembler` drives a ``ChatCompletionStreamState``."""
 
 
@@ -92,14 +89,16 @@ class ComparisonObserver(ResponseObserver):
 
 
 def observed_assembler(
-    instrumentation: Instrumentation, assembler: Any, *, record_response: bool, **adapter: Any
+    instrumentation: Instrumentation, assembler: Any, *, record_response: bool, adapter: AssemblerAdapter
 ) -> Any:
     """``instrumentation.assembler(...)``, or with ``record_response=False`` the divergence check alone."""
     if record_response:
-        return instrumentation.assembler(assembler, **adapter)
+        return instrumentation.assembler(assembler, adapter=adapter)
     if _disabled():
         return assembler
-    return ObservedAssembler(assembler, ComparisonObserver(instrumentation.telemetry, instrumentation.rules), **adapter)
+    return ObservedAssembler(
+        assembler, ComparisonObserver(instrumentation.telemetry, instrumentation.rules), adapter=adapter
+    )
 
 
 def instrument_openai_state(
@@ -117,7 +116,7 @@ def instrument_openai_state(
         from openai.lib.streaming.chat import ChatCompletionStreamState
 
         state = ChatCompletionStreamState()
-    return _instrumentation(instrumentation, config).assembler(state, **OPENAI_STATE_ADAPTER)
+    return _instrumentation(instrumentation, config).assembler(state, adapter=OPENAI_STATE_ADAPTER)
 
 
 def _is_fresh_state(state: Any) -> bool:
@@ -151,7 +150,10 @@ def instrument_completion_stream(
             return stream
         state, iterator, record_response = fresh
         observed = observed_assembler(
-            _instrumentation(instrumentation, config), state, record_response=record_response, **OPENAI_STATE_ADAPTER
+            _instrumentation(instrumentation, config),
+            state,
+            record_response=record_response,
+            adapter=OPENAI_STATE_ADAPTER,
         )
         if observed is state:
             return stream
