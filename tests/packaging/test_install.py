@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -143,6 +144,15 @@ def pinned(name: str) -> str:
     match = re.search(rf"^{re.escape(name)}==(\S+)$", (ROOT / "constraints.txt").read_text(), re.MULTILINE)
     assert match, f"constraints.txt pins no {name}"
     return match.group(1)
+
+
+def test_the_wheel_ships_the_type_marker_and_the_license(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "etf_otel/py.typed" in names
+    (license_file,) = (name for name in names if name.endswith(".dist-info/licenses/LICENSE"))
+    assert "Apache License" in zipfile.ZipFile(wheel).read(license_file).decode()
+    metadata = next(name for name in names if name.endswith(".dist-info/METADATA"))
+    assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(metadata).decode()
 
 
 def test_the_library_alone_brings_no_sdk_exporter_or_cli_package(wheel: Path, venv: Path) -> None:
