@@ -8,7 +8,7 @@ runs. Two promises are checked:
   wrapt, never an SDK, an exporter, pydantic, rich or an SSE parser; every library layer
   imports without them, and ``etf-otel`` names the ``cli`` extra instead of crashing;
 * ``etf-otel[openai]`` fits beside an application that locks the oldest OpenTelemetry API
-  and SDK the declared floor allows: pip keeps the application's versions, and a streamed
+  and SDK (and wrapt) the declared floors allow: pip keeps the application's versions, and a streamed
   tool call through the real ``openai`` client is recorded by the application's own SDK.
 
 They need PyPI (pip's cache keeps them to a minute or so each). Under ``CI`` or
@@ -175,13 +175,14 @@ def test_the_openai_extra_keeps_the_applications_oldest_opentelemetry(wheel: Pat
     """As a lock file would: the application's pins are constraints pip must satisfy, not hints."""
     api = sdk = declared_floor("opentelemetry-api")  # the SDK is released with its API: the oldest pair
     lock = tmp_path / "app-constraints.txt"
-    lock.write_text(f"opentelemetry-api=={api}\nopentelemetry-sdk=={sdk}\nopenai=={pinned('openai')}\n")
+    wrapt = declared_floor("wrapt")
+    lock.write_text(f"opentelemetry-api=={api}\nopentelemetry-sdk=={sdk}\nwrapt=={wrapt}\nopenai=={pinned('openai')}\n")
     python = str(venv / "python")
     run([python, "-m", "pip", "install", "--quiet", "-c", str(lock), "opentelemetry-sdk", f"{wheel}[openai]"], venv)
     run([python, "-m", "pip", "check"], venv)
 
     versions = installed(venv)
-    assert (versions["opentelemetry-api"], versions["opentelemetry-sdk"]) == (api, sdk)
+    assert (versions["opentelemetry-api"], versions["opentelemetry-sdk"], versions["wrapt"]) == (api, sdk, wrapt)
     assert "opentelemetry-exporter-otlp-json-file" not in versions
 
     (tmp_path / "app.py").write_text(APPLICATION)
