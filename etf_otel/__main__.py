@@ -1,5 +1,5 @@
 import sys
 
-from etf_otel.cli._main import main
+from etf_otel.cli import main
 
 sys.exit(main())

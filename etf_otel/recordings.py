@@ -35,8 +35,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Final
 
-import sseclient
-
 from etf_otel.errors import RecordingError
 from etf_otel.protocols._chat_completions import DONE
 
@@ -192,6 +190,8 @@ def _read_json_lines(data: bytes, name: str) -> Iterator[object]:
 
 
 def _read_sse(data: bytes, name: str) -> Iterator[object]:
+    import sseclient  # the cli extra's SSE parser: `import etf_otel.recordings` must not need it
+
     number = 0
     try:
         for sse in sseclient.SSEClient(io.BytesIO(data)).events():

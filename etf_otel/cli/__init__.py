@@ -1,5 +1,34 @@
-"""The command line: the only layer that prints or exits."""
+"""The command line: the only layer that prints or exits.
 
-from etf_otel.cli._main import main
+Its packages (the OpenTelemetry SDK and exporters, pydantic, rich, the SSE parser) come
+with the ``cli`` extra, not with the library an application installs. Without them
+``etf-otel`` names the extra in one line and exits 2: a traceback would read as a bug.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from etf_otel.cli._exit_codes import EXIT_BAD_INPUT
 
 __all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code instead of exiting."""
+    try:
+        from etf_otel.cli._main import main as run
+    except ImportError as error:
+        missing = error.name or ""
+        if not missing or missing.partition(".")[0] == "etf_otel":
+            raise  # our own import is broken: that is a bug, keep its traceback
+        if isinstance(error, ModuleNotFoundError):
+            reason = "the command line needs the cli extra"
+            install = "pip install 'etf-otel[cli]'"
+        else:  # installed, but not a version the command line can use
+            reason = f"the command line cannot import {missing} (its version?)"
+            install = "pip install --upgrade 'etf-otel[cli]'"
+        print(f"etf-otel: {reason}: {install}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return run(argv)

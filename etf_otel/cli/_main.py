@@ -61,6 +61,8 @@ _EXTRAS: Final = {
     "langchain_openai": "langchain",
     "chdb": "chdb",
     "clickhouse_connect": "clickhouse",
+    "sseclient": "cli",  # read lazily by etf_otel.recordings, so only replaying SSE finds it missing
+    "opentelemetry": "cli",  # the API comes with the library: a missing opentelemetry.* is the SDK or an exporter
 }
 """Importable name -> the etf-otel extra that installs it."""
 
