@@ -59,7 +59,8 @@ WITHOUT_ANTHROPIC = (
 )
 ONE_WRONG_CLAIM = (  # the demo claims the rules reject the repeated id, which they rightly accept
     "import sys\n"
-    "from etf_otel.cli.demo import _chat as demo, main\n"
+    "from etf_otel.cli import main\n"
+    "from etf_otel.cli.demo import _chat as demo\n"
     "cases = demo._single_turn_cases\n"
     "def claimed():\n"
     "    out = cases(); out[0][0].expected = 'id_conflict'; return out\n"
