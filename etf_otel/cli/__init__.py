@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from etf_otel.cli._exit_codes import EXIT_BAD_INPUT
+from etf_otel.cli import _exit_codes
 
 __all__ = ["main"]
 
@@ -30,5 +30,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             reason = f"the command line cannot import {missing} (its version?)"
             install = "pip install --upgrade 'etf-otel[cli]'"
         print(f"etf-otel: {reason}: {install}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _exit_codes.EXIT_BAD_INPUT
     return run(argv)

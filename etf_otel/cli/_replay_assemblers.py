@@ -226,22 +226,23 @@ def _reference_driver(protocol: WireProtocol) -> _Driver:
 
 def _library_driver(name: str, protocol: WireProtocol) -> _Driver:
     if name == "openai" and protocol is CHAT_COMPLETIONS:
-        from etf_otel.integrations.openai._state import completion_calls, instrument_openai_state
+        from etf_otel.integrations.openai import _state as chat
 
         return _Driver(
-            lambda etf: instrument_openai_state(instrumentation=etf),
+            lambda etf: chat.instrument_accumulator(chat.CHAT_COMPLETION_ACCUMULATOR.new_state(), instrumentation=etf),
             "handle_chunk",
             "get_final_completion",
-            completion_calls,
+            chat.completion_calls,
             _sdk_chunks,
         )
     if name == "openai":  # Responses
         from openai.lib.streaming.responses import _responses  # noqa: F401 - the library must be there
 
-        from etf_otel.integrations.openai._responses_state import instrument_responses_state, response_calls
+        from etf_otel.integrations.openai import instrument_accumulator
+        from etf_otel.integrations.openai._responses_state import RESPONSE_ACCUMULATOR, response_calls
 
         return _Driver(
-            lambda etf: instrument_responses_state(instrumentation=etf),
+            lambda etf: instrument_accumulator(RESPONSE_ACCUMULATOR.new_state(), instrumentation=etf),
             "handle_event",
             "get_final_response",
             response_calls,
@@ -257,14 +258,13 @@ def _library_driver(name: str, protocol: WireProtocol) -> _Driver:
         )
     from anthropic.lib.streaming import _messages  # noqa: F401 - the library must be there
 
-    from etf_otel.integrations.anthropic._state import instrument_anthropic_state
-    from etf_otel.integrations.anthropic._state import message_calls as anthropic_calls
+    from etf_otel.integrations.anthropic._state import MessageAccumulator, instrument_accumulator, message_calls
 
     return _Driver(
-        lambda etf: instrument_anthropic_state(instrumentation=etf),
+        lambda etf: instrument_accumulator(MessageAccumulator(), instrumentation=etf),
         "accumulate",
         "get_final_message",
-        anthropic_calls,
+        message_calls,
         _sdk_message_events,
     )
 

@@ -111,7 +111,7 @@ class ObservedAssembler(_ObjectProxy):
     ) -> None:
         super().__init__(assembler)
         self._self_observer = observer
-        self._self_rules_feed = observer.assembler.feed  # called once per chunk: no frame in between
+        self._self_rules_feed = observer.rules_feed  # called once per chunk: no frame in between
         self._self_calls = adapter.calls
         self._self_open = True
         self._self_finalizer = weakref.finalize(self, observer.finish, CLOSED)

@@ -103,6 +103,15 @@ class ResponseObserver:
         """The wire protocol's adapter assembling this response by the identity rules."""
         return self._assembler
 
+    @property
+    def rules_feed(self) -> Callable[[object], None]:
+        """Where a wrapped assembler hands each chunk: the rules' own ``feed``, no frame in between.
+
+        An observer that borrows another observer's assembly (the comparison beside an observed
+        raw stream) hands the chunks nowhere: they were fed once already.
+        """
+        return self._assembler.feed
+
     def call_at_eof(self, check: Callable[[], None]) -> None:
         """Run ``check`` when the stream is exhausted, before the response is finalized.
 

@@ -29,7 +29,7 @@ its ``tool_calls`` entry (parsed arguments) or its ``invalid_tool_calls`` entry 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
 from etf_otel.core._divergence import AssembledCall
 from etf_otel.instrumentation._assemblers import AssemblerAdapter
@@ -37,7 +37,13 @@ from etf_otel.instrumentation._convenience import _instrumentation
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._setup import Instrumentation
 from etf_otel.instrumentation._switches import _disabled
-from etf_otel.integrations.openai._state import observed_assembler
+from etf_otel.integrations._accumulators import observed_accumulator
+from etf_otel.protocols import CHAT_COMPLETIONS
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from etf_otel.instrumentation._convenience import SetupOptions
 
 __all__ = [
     "LANGCHAIN_ADAPTER",
@@ -47,6 +53,8 @@ __all__ = [
     "observe_message_stream",
     "to_message_chunk",
 ]
+
+_Accumulator = TypeVar("_Accumulator")
 
 
 def _plain(chunk: object) -> dict[str, Any] | None:
@@ -162,15 +170,30 @@ LANGCHAIN_ADAPTER: Final = AssemblerAdapter(feed=("add",), finish="result", done
 """How :func:`~etf_otel.instrumentation.instrument_assembler` drives a :class:`LangChainAccumulator`."""
 
 
+@overload
 def instrument_langchain(
-    accumulator: Any = None,
+    accumulator: None = None, *, instrumentation: Instrumentation | None = None, **options: Unpack[SetupOptions]
+) -> LangChainAccumulator: ...
+
+
+@overload
+def instrument_langchain(
+    accumulator: _Accumulator, *, instrumentation: Instrumentation | None = None, **options: Unpack[SetupOptions]
+) -> _Accumulator: ...
+
+
+def instrument_langchain(
+    accumulator: object = None,
     *,
     instrumentation: Instrumentation | None = None,
-    **config: Any,
-) -> Any:
-    """Wrap a :class:`LangChainAccumulator` (a new one when ``None``) for one response."""
-    return _instrumentation(instrumentation, config).assembler(
-        accumulator if accumulator is not None else LangChainAccumulator(), adapter=LANGCHAIN_ADAPTER
+    **options: Unpack[SetupOptions],
+) -> object:
+    """Wrap a :class:`LangChainAccumulator` (a new one when ``None``) for one response, as a proxy of it."""
+    return observed_accumulator(
+        _instrumentation(instrumentation, options),
+        accumulator if accumulator is not None else LangChainAccumulator(),
+        LANGCHAIN_ADAPTER,
+        CHAT_COMPLETIONS,
     )
 
 
@@ -224,12 +247,12 @@ def _openai_instrumented() -> bool:
 
 
 def observe_message_stream(
-    stream: Iterable[Any],
+    stream: Iterable[_Accumulator],
     *,
     instrumentation: Instrumentation | None = None,
     record_response: bool | None = None,
-    **config: Any,
-) -> Iterator[Any]:
+    **options: Unpack[SetupOptions],
+) -> Iterator[_Accumulator]:
     """Yield ``stream``'s items unchanged (``AIMessageChunk`` or ``ChatGenerationChunk``), checking the sum at the end.
 
     ``record_response`` ``None`` (default): record the response's spans and metrics unless
@@ -239,11 +262,12 @@ def observe_message_stream(
         return iter(stream)
     if record_response is None:
         record_response = not _openai_instrumented()
-    observed = observed_assembler(
-        _instrumentation(instrumentation, config),
+    observed = observed_accumulator(
+        _instrumentation(instrumentation, options),
         _MessageSum(),
+        LANGCHAIN_ADAPTER,
+        CHAT_COMPLETIONS,
         record_response=record_response,
-        adapter=LANGCHAIN_ADAPTER,
     )
     return _observe(iter(stream), observed)
 

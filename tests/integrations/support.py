@@ -11,7 +11,7 @@ import wrapt
 from opentelemetry.sdk.trace import ReadableSpan
 
 from etf_otel import attributes as A
-from etf_otel.integrations._common import ClientInstrumentor
+from etf_otel.integrations._instrumentor_base import ClientInstrumentor
 from tests.conftest import Captured
 
 InstrumentorT = TypeVar("InstrumentorT", bound=ClientInstrumentor)

@@ -31,8 +31,12 @@ from opentelemetry.trace import StatusCode
 
 from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import ObservedAsyncStream, ObservedStream
-from etf_otel.integrations.anthropic._instrumentor import AnthropicInstrumentor, instrument_anthropic, provider_of
-from etf_otel.integrations.anthropic._state import instrument_message_stream_manager
+from etf_otel.integrations.anthropic import (
+    AnthropicInstrumentor,
+    instrument_accumulator,
+    instrument_anthropic,
+    provider_of_client,
+)
 from etf_otel.testing._server import LocalChatServer, Script
 from tests.conftest import Captured
 from tests.integrations.support import (
@@ -455,12 +459,12 @@ def test_stream_manager_never_entered_sends_nothing(etf: Etf, server: LocalChatS
 def test_with_the_divergence_check_the_message_is_still_recorded_once(
     etf: Etf, server: LocalChatServer, client: Any
 ) -> None:
-    """``instrument_message_stream_manager`` sees the raw stream is already observed and only compares."""
+    """``instrument_accumulator`` sees the raw stream is already observed and only compares."""
 
     def run(c: Any) -> Outcome:
         manager = c.messages.stream(model=MODEL, max_tokens=1024, messages=USER)
         if etf.instrumentor is not None:
-            manager = instrument_message_stream_manager(manager, instrumentation=etf.instrumentor.instrumentation)
+            manager = instrument_accumulator(manager, instrumentation=etf.instrumentor.instrumentation)
         with manager as stream:
             events = [dump(event) for event in stream]
             return Outcome(events=events, final=stream.get_final_message().model_dump_json(warnings=False))
@@ -606,15 +610,15 @@ def test_cloud_clients_share_the_wrapped_resource_and_name_their_provider(
 
 
 def test_provider_of_each_client() -> None:
-    assert provider_of(anthropic.Anthropic(api_key="t")) == "anthropic"
-    assert provider_of(anthropic.AsyncAnthropic(api_key="t")) == "anthropic"
-    assert provider_of(anthropic.AnthropicBedrock(aws_region="us-east-1", aws_access_key="a", aws_secret_key="b")) == (
-        "aws.bedrock"
-    )
-    assert provider_of(anthropic.AsyncAnthropicVertex(region="us-east5", project_id="p", access_token="t")) == (
+    assert provider_of_client(anthropic.Anthropic(api_key="t")) == "anthropic"
+    assert provider_of_client(anthropic.AsyncAnthropic(api_key="t")) == "anthropic"
+    assert provider_of_client(
+        anthropic.AnthropicBedrock(aws_region="us-east-1", aws_access_key="a", aws_secret_key="b")
+    ) == ("aws.bedrock")
+    assert provider_of_client(anthropic.AsyncAnthropicVertex(region="us-east5", project_id="p", access_token="t")) == (
         "gcp.vertex_ai"
     )
-    assert provider_of(object()) == "anthropic"
+    assert provider_of_client(object()) == "anthropic"
 
 
 def test_provider_name_override(etf: Etf, server: LocalChatServer, client: Any) -> None:

@@ -30,14 +30,9 @@ from etf_otel.cli._replay_assemblers import (
     run_assembler,
 )
 from etf_otel.instrumentation import Instrumentation, ObservedStream
+from etf_otel.integrations.anthropic import MessageAccumulator, instrument_accumulator
 from etf_otel.integrations.anthropic._instrumentor import instrument_anthropic
-from etf_otel.integrations.anthropic._state import (
-    MessageAccumulator,
-    instrument_anthropic_state,
-    instrument_message_stream,
-    instrument_message_stream_manager,
-    message_calls,
-)
+from etf_otel.integrations.anthropic._state import message_calls
 from etf_otel.testing._quirks import ANTHROPIC_QUIRK_STREAMS
 from etf_otel.testing._server import LocalChatServer, Script
 from tests.integrations.support import divergence_kinds, in_span, outcome_of
@@ -124,7 +119,9 @@ def test_anthropic_accumulator(captured: Captured, name: str) -> None:
     expected = _without_event_types(outcome_of(lambda: _message_stream(name)))
     assert outcome_of(lambda: _accumulated(MessageAccumulator(), name)) == expected
     etf = captured.instrumentation()
-    seen = in_span(captured, lambda: _accumulated(instrument_anthropic_state(instrumentation=etf), name))
+    seen = in_span(
+        captured, lambda: _accumulated(instrument_accumulator(MessageAccumulator(), instrumentation=etf), name)
+    )
     assert seen == expected
     assert divergence_kinds(captured) == ANTHROPIC_KINDS[name]
     if name in SDK_RAISES:
@@ -159,7 +156,7 @@ def test_events_before_message_start_are_skipped_as_the_stream_skips_them() -> N
 
 
 def test_dict_events_are_converted_as_the_sdk_converts_them(captured: Captured) -> None:
-    accumulator = instrument_anthropic_state(instrumentation=captured.instrumentation())
+    accumulator = instrument_accumulator(MessageAccumulator(), instrumentation=captured.instrumentation())
     for event in ANTHROPIC_QUIRK_STREAMS["second message_start (spliced)"]:
         accumulator.accumulate(event)
     with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
@@ -171,7 +168,7 @@ def test_dict_events_are_converted_as_the_sdk_converts_them(captured: Captured) 
 
 
 def test_raising_event_reaches_the_caller_unchanged(captured: Captured) -> None:
-    accumulator = instrument_anthropic_state(instrumentation=captured.instrumentation())
+    accumulator = instrument_accumulator(MessageAccumulator(), instrumentation=captured.instrumentation())
     events = _sdk_events("delta for an unknown index")
     for event in events[:3]:
         accumulator.accumulate(event)
@@ -188,7 +185,9 @@ def test_divergence_values_never_recorded(captured: Captured) -> None:
     etf = captured.instrumentation()
     in_span(
         captured,
-        lambda: _accumulated(instrument_anthropic_state(instrumentation=etf), "delta after content_block_stop"),
+        lambda: _accumulated(
+            instrument_accumulator(MessageAccumulator(), instrumentation=etf), "delta after content_block_stop"
+        ),
     )
     text = repr([(span.attributes, [e.attributes for e in span.events]) for span in captured.spans()])
     assert '"b"' not in text and "'b'" not in text
@@ -222,9 +221,7 @@ def test_messages_stream_helper(captured: Captured, server: LocalChatServer, nam
     expected = outcome_of(lambda: _helper_run(client, None))
     server.enqueue(_script(name))
     etf = captured.instrumentation()
-    seen = in_span(
-        captured, lambda: _helper_run(client, lambda m: instrument_message_stream_manager(m, instrumentation=etf))
-    )
+    seen = in_span(captured, lambda: _helper_run(client, lambda m: instrument_accumulator(m, instrumentation=etf)))
     assert seen == expected
     assert divergence_kinds(captured) == ANTHROPIC_KINDS[name]
     assert len(captured.spans("assemble_response")) == 1
@@ -235,7 +232,7 @@ def test_iterating_the_text_stream_is_enough(captured: Captured, server: LocalCh
     server.enqueue(_script("trailing text after the object"))
     with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
         with client.messages.stream(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as stream:
-            assert instrument_message_stream(stream, instrumentation=captured.instrumentation()) is stream
+            assert instrument_accumulator(stream, instrumentation=captured.instrumentation()) is stream
             assert list(stream.text_stream) == []
     assert divergence_kinds(captured) == ["arguments_differ"]
 
@@ -253,7 +250,7 @@ def test_with_the_instrumentor_the_message_is_recorded_once(captured: Captured, 
             )
             with manager as stream:
                 assert isinstance(stream._raw_stream, ObservedStream)
-                instrument_message_stream(stream, instrumentation=instrumentor.instrumentation)
+                instrument_accumulator(stream, instrumentation=instrumentor.instrumentation)
                 calls = message_calls(stream.get_final_message())
     finally:
         instrumentor.uninstrument()
@@ -268,9 +265,7 @@ def test_dropped_connection_is_the_transport_not_the_accumulator(captured: Captu
     expected = outcome_of(lambda: _helper_run(client, None))
     server.enqueue(_script("clean multi-call stream", cut_after=6))
     etf = captured.instrumentation()
-    seen = in_span(
-        captured, lambda: _helper_run(client, lambda m: instrument_message_stream_manager(m, instrumentation=etf))
-    )
+    seen = in_span(captured, lambda: _helper_run(client, lambda m: instrument_accumulator(m, instrumentation=etf)))
     assert expected[0] == "raised" and seen[0] == "raised" and seen[1][0] is expected[1][0]
     assert expected[1][0].__name__ == "RemoteProtocolError"  # anthropic 2.14 lets httpx2's error through
     assert divergence_kinds(captured) == []
@@ -281,9 +276,7 @@ def test_error_event_is_the_transport_not_the_accumulator(captured: Captured, se
     client = _client(server)
     server.enqueue(Script(events=events, named=True))
     etf = captured.instrumentation()
-    seen = in_span(
-        captured, lambda: _helper_run(client, lambda m: instrument_message_stream_manager(m, instrumentation=etf))
-    )
+    seen = in_span(captured, lambda: _helper_run(client, lambda m: instrument_accumulator(m, instrumentation=etf)))
     assert seen[0] == "raised" and issubclass(seen[1][0], anthropic.APIStatusError)
     assert divergence_kinds(captured) == []
 
@@ -293,7 +286,7 @@ def test_async_stream(captured: Captured, server: LocalChatServer) -> None:
         client = anthropic.AsyncAnthropic(base_url=server.root_url, api_key="test", max_retries=0)
         manager = client.messages.stream(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
         if wrap:
-            manager = instrument_message_stream_manager(manager, instrumentation=captured.instrumentation())
+            manager = instrument_accumulator(manager, instrumentation=captured.instrumentation())
         async with manager as stream:
             try:
                 types = [event.type async for event in stream]
@@ -315,7 +308,7 @@ def test_stream_already_consumed_is_left_alone(captured: Captured, server: Local
     with _client(server).messages.stream(model="m", max_tokens=10, messages=[{"role": "user", "content": "x"}]) as s:
         next(iter(s))
         raw = s._raw_stream
-        assert instrument_message_stream(s, instrumentation=captured.instrumentation()) is s
+        assert instrument_accumulator(s, instrumentation=captured.instrumentation()) is s
         assert s._raw_stream is raw
         s.until_done()
 
@@ -324,9 +317,9 @@ def test_disabled_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "etf_otel")
     etf = Instrumentation()
     stream, manager, accumulator = object(), object(), MessageAccumulator()
-    assert instrument_message_stream(stream, instrumentation=etf) is stream
-    assert instrument_message_stream_manager(manager, instrumentation=etf) is manager
-    assert instrument_anthropic_state(accumulator, instrumentation=etf) is accumulator
+    assert instrument_accumulator(stream, instrumentation=etf) is stream
+    assert instrument_accumulator(manager, instrumentation=etf) is manager
+    assert instrument_accumulator(accumulator, instrumentation=etf) is accumulator
 
 
 # --- replay --assembler ----------------------------------------------------------------------------

@@ -33,14 +33,8 @@ from etf_otel.integrations.langchain import (
     message_calls,
     observe_message_stream,
 )
-from etf_otel.integrations.openai._instrumentor import instrument_openai
-from etf_otel.integrations.openai._state import (
-    OPENAI_STATE_ADAPTER,
-    completion_calls,
-    instrument_completion_stream,
-    instrument_openai_state,
-    instrument_stream_manager,
-)
+from etf_otel.integrations.openai import instrument_accumulator, instrument_openai
+from etf_otel.integrations.openai._state import OPENAI_STATE_ADAPTER, completion_calls
 from etf_otel.protocols._chat_completions import DONE
 from etf_otel.testing._quirks import QUIRK_STREAMS, QUIRK_TABLES
 from etf_otel.testing._server import LocalChatServer, Script
@@ -124,7 +118,7 @@ def test_openai_state(captured: Captured, name: str) -> None:
 
 
 def test_openai_state_convenience_and_forwarding(captured: Captured) -> None:
-    state = instrument_openai_state(instrumentation=captured.instrumentation())
+    state = instrument_accumulator(ChatCompletionStreamState(), instrumentation=captured.instrumentation())
     for chunk in _sdk_chunks(QUIRK_STREAMS["repeated ids"]):
         state.handle_chunk(chunk)
     assert completion_calls(state.current_completion_snapshot) == [("call_1call_1", "get_a", '{"a":1}')]
@@ -170,7 +164,7 @@ def test_openai_stream_helper(captured: Captured, server: LocalChatServer, name:
     expected = outcome_of(lambda: _helper_run(client, None))
     server.enqueue(_script(name))
     etf = captured.instrumentation()
-    seen = in_span(captured, lambda: _helper_run(client, lambda m: instrument_stream_manager(m, instrumentation=etf)))
+    seen = in_span(captured, lambda: _helper_run(client, lambda m: instrument_accumulator(m, instrumentation=etf)))
     assert seen == expected
     assert divergence_kinds(captured) == OPENAI_KINDS[name]
 
@@ -183,7 +177,7 @@ def test_openai_stream_helper_iteration_only_and_instrumentor(captured: Captured
         server.enqueue(_script("repeated names"))
         with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
             with client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as stream:
-                same = instrument_completion_stream(stream, instrumentation=instrumentor.instrumentation)
+                same = instrument_accumulator(stream, instrumentation=instrumentor.instrumentation)
                 assert same is stream
                 for _ in stream:
                     pass
@@ -199,7 +193,7 @@ def test_openai_stream_already_consumed_is_left_alone(captured: Captured, server
     with client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as stream:
         next(iter(stream))
         state = stream._state
-        assert instrument_completion_stream(stream, instrumentation=captured.instrumentation()) is stream
+        assert instrument_accumulator(stream, instrumentation=captured.instrumentation()) is stream
         assert stream._state is state
         stream.until_done()
 
@@ -347,11 +341,11 @@ def test_disabled_returns_objects_unchanged(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "etf_otel")
     etf = Instrumentation()
     state = ChatCompletionStreamState()
-    assert instrument_openai_state(state, instrumentation=etf) is state
+    assert instrument_accumulator(state, instrumentation=etf) is state
     stream: Iterator[Any] = iter([])
     assert observe_message_stream(stream, instrumentation=etf) is stream
     manager = object()
-    assert instrument_stream_manager(manager, instrumentation=etf) is manager
+    assert instrument_accumulator(manager, instrumentation=etf) is manager
 
 
 # --- the quirks tables (scripts/quirks_table.py) -----------------------------------------------

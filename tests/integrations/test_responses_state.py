@@ -29,13 +29,11 @@ from etf_otel.cli._replay_assemblers import (
     run_assembler,
 )
 from etf_otel.instrumentation import Instrumentation, ObservedStream
+from etf_otel.integrations.openai import instrument_accumulator
 from etf_otel.integrations.openai._instrumentor import instrument_openai
 from etf_otel.integrations.openai._responses_state import (
     NO_COMPLETED_RESPONSE,
     ResponseStateWithFinal,
-    instrument_response_stream,
-    instrument_response_stream_manager,
-    instrument_responses_state,
     response_calls,
 )
 from etf_otel.testing._quirks import RESPONSES_QUIRK_STREAMS
@@ -89,6 +87,10 @@ SDK_RAISES: dict[str, str] = {
 """The ``RuntimeError`` message of each quirk the SDK refuses."""
 
 
+def _new_state() -> ResponseStreamState:
+    return ResponseStreamState(input_tools=omit, text_format=omit)
+
+
 def _sdk_events(name: str) -> list[Any]:
     """The events as the SDK's SSE decoder builds them (``construct_type`` of the stream event union)."""
     return [construct_type(type_=ResponseStreamEvent, value=event) for event in RESPONSES_QUIRK_STREAMS[name]]
@@ -121,7 +123,9 @@ def test_responses_state(captured: Captured, name: str) -> None:
     seen = in_span(
         captured,
         lambda: _drive(
-            instrument_responses_state(instrumentation=etf), _sdk_events(name), lambda s: s.get_final_response()
+            instrument_accumulator(_new_state(), instrumentation=etf),
+            _sdk_events(name),
+            lambda s: s.get_final_response(),
         ),
     )
     assert seen == expected
@@ -146,7 +150,7 @@ def test_the_sdk_takes_the_terminal_output_and_ignores_the_done_snapshots() -> N
 
 
 def test_state_forwards_and_records_one_response(captured: Captured) -> None:
-    state = instrument_responses_state(instrumentation=captured.instrumentation())
+    state = instrument_accumulator(_new_state(), instrumentation=captured.instrumentation())
     for event in _sdk_events("call_id changed in response.completed"):
         state.handle_event(event)
     assert state._output_items[0].call_id == "call_1"  # forwarded to the SDK's state
@@ -162,7 +166,7 @@ def test_divergence_values_never_recorded(captured: Captured) -> None:
     in_span(
         captured,
         lambda: _drive(
-            instrument_responses_state(instrumentation=etf),
+            instrument_accumulator(_new_state(), instrumentation=etf),
             _sdk_events("call_id changed in response.completed"),
             lambda s: s.get_final_response(),
         ),
@@ -172,7 +176,7 @@ def test_divergence_values_never_recorded(captured: Captured) -> None:
 
 
 def test_raising_event_reaches_the_caller_as_the_sdk_raised_it(captured: Captured) -> None:
-    state = instrument_responses_state(instrumentation=captured.instrumentation())
+    state = instrument_accumulator(_new_state(), instrumentation=captured.instrumentation())
     events = _sdk_events("delta before output_item.added")
     state.handle_event(events[0])
     with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
@@ -208,9 +212,7 @@ def test_responses_stream_helper(captured: Captured, server: LocalChatServer, na
     expected = outcome_of(lambda: _helper_run(client, None))
     server.enqueue(_script(name))
     etf = captured.instrumentation()
-    seen = in_span(
-        captured, lambda: _helper_run(client, lambda m: instrument_response_stream_manager(m, instrumentation=etf))
-    )
+    seen = in_span(captured, lambda: _helper_run(client, lambda m: instrument_accumulator(m, instrumentation=etf)))
     assert seen == expected
     assert divergence_kinds(captured) == RESPONSES_KINDS[name]
     assert len(captured.spans("assemble_response")) == 1
@@ -221,7 +223,7 @@ def test_iterating_the_events_is_enough(captured: Captured, server: LocalChatSer
     server.enqueue(_script("contradicting done events"))
     with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
         with client.responses.stream(model="m", input="hi") as stream:
-            assert instrument_response_stream(stream, instrumentation=captured.instrumentation()) is stream
+            assert instrument_accumulator(stream, instrumentation=captured.instrumentation()) is stream
             for _ in stream:
                 pass
     assert divergence_kinds(captured) == ["arguments_differ"]
@@ -236,7 +238,7 @@ def test_with_the_instrumentor_the_response_is_recorded_once(captured: Captured,
         with captured.tracer_provider.get_tracer("test").start_as_current_span("application"):
             with client.responses.stream(model="m", input="hi") as stream:
                 assert isinstance(stream._raw_stream, ObservedStream)
-                instrument_response_stream(stream, instrumentation=instrumentor.instrumentation)
+                instrument_accumulator(stream, instrumentation=instrumentor.instrumentation)
                 assert response_calls(stream.get_final_response()) == [("call_9", "get_a", '{"a":1}')]
     finally:
         instrumentor.uninstrument()
@@ -249,7 +251,7 @@ def test_async_stream(captured: Captured, server: LocalChatServer) -> None:
         client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
         manager = client.responses.stream(model="m", input="hi")
         if wrap:
-            manager = instrument_response_stream_manager(manager, instrumentation=captured.instrumentation())
+            manager = instrument_accumulator(manager, instrumentation=captured.instrumentation())
         async with manager as stream:
             types = [event.type async for event in stream]
             return types, response_calls(await stream.get_final_response())
@@ -269,7 +271,7 @@ def test_stream_already_consumed_is_left_alone(captured: Captured, server: Local
     with client.responses.stream(model="m", input="hi") as stream:
         next(iter(stream))
         state = stream._state
-        assert instrument_response_stream(stream, instrumentation=captured.instrumentation()) is stream
+        assert instrument_accumulator(stream, instrumentation=captured.instrumentation()) is stream
         assert stream._state is state
         stream.until_done()
 
@@ -278,10 +280,10 @@ def test_disabled_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "etf_otel")
     etf = Instrumentation()
     stream, manager = object(), object()
-    assert instrument_response_stream(stream, instrumentation=etf) is stream
-    assert instrument_response_stream_manager(manager, instrumentation=etf) is manager
+    assert instrument_accumulator(stream, instrumentation=etf) is stream
+    assert instrument_accumulator(manager, instrumentation=etf) is manager
     state = ResponseStreamState(input_tools=omit, text_format=omit)
-    bare = instrument_responses_state(state, instrumentation=etf)
+    bare = instrument_accumulator(state, instrumentation=etf)
     assert type(bare) is ResponseStateWithFinal and bare.__wrapped__ is state
 
 

@@ -46,33 +46,45 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection, Generator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _disabled
-from etf_otel.integrations._common import (
-    ClientInstrumentor,
+from etf_otel.integrations._conversation import (
     FollowUp,
-    Method,
     PrefixConversations,
     last_position,
     plain,
     string_or_none,
+)
+from etf_otel.integrations._instrumentor_base import (
+    ClientInstrumentor,
+    InstrumentorOptions,
+    Method,
+    Prepared,
+    instrumented,
     unwrap_methods,
     wrap_methods,
 )
-from etf_otel.protocols import get as get_protocol
+from etf_otel.protocols import ANTHROPIC_MESSAGES
 
-__all__ = ["PROTOCOL", "AnthropicInstrumentor", "instrument_anthropic", "provider_of", "split_follow_up"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = [
+    "FALLBACK_PROVIDER",
+    "AnthropicInstrumentor",
+    "instrument_anthropic",
+    "provider_of_client",
+    "split_follow_up",
+]
 
 _logger = logging.getLogger("etf_otel")
 
-PROTOCOL = "anthropic_messages"
-"""The wire protocol of every stream this instrumentor observes (``etf.protocol``)."""
-
-DEFAULT_PROVIDER = "anthropic"
+FALLBACK_PROVIDER: Final = "anthropic"
+"""``gen_ai.provider.name`` of a client that states none for its own telemetry."""
 
 _DEPENDENCY = "anthropic >= 2.10"
 
@@ -81,14 +93,14 @@ _SYNC_REQUEST = "_MessageStreamManager__api_request"
 _ASYNC_REQUEST = "_AsyncMessageStreamManager__api_request"
 
 
-def provider_of(client: object) -> str:
+def provider_of_client(client: object) -> str:
     """The ``gen_ai.provider.name`` of an ``anthropic`` client.
 
     The value the client states for its own telemetry (``aws.bedrock`` for the Bedrock
     clients, ``gcp.vertex_ai`` for Vertex), else ``anthropic``.
     """
     name = getattr(client, "_gen_ai_provider_name", None)
-    return name if isinstance(name, str) and name else DEFAULT_PROVIDER
+    return name if isinstance(name, str) and name else FALLBACK_PROVIDER
 
 
 def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
@@ -102,7 +114,7 @@ def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
     last_assistant = last_position(messages, "assistant")
     if last_assistant is None:
         return None
-    ids = get_protocol(PROTOCOL).result_ids([plain(message) for message in messages])
+    ids = ANTHROPIC_MESSAGES.result_ids([plain(message) for message in messages])
     if ids is None:
         return None
     return last_assistant, [string_or_none(call_id) for call_id in ids]
@@ -129,10 +141,9 @@ class _ObservedRequest:
 class AnthropicInstrumentor(ClientInstrumentor):
     """Instruments ``anthropic`` streamed Messages (``create(stream=True)`` and ``stream(...)``) with etf-otel.
 
-    ``instrument(tracer_provider=None, meter_provider=None, provider_name=None, allow=None,
-    guard=None, capture_content=None, max_conversations=None)``; an option left ``None`` takes
-    its environment variable (:class:`~etf_otel.integrations._common.ClientInstrumentor`),
-    else its default. ``uninstrument()`` restores the client.
+    ``instrument(**options)`` (:class:`~etf_otel.integrations._instrumentor_base.InstrumentorOptions`);
+    an option left ``None`` takes its environment variable, else its default.
+    ``uninstrument()`` restores the client.
     """
 
     def instrumentation_dependencies(self) -> Collection[str]:
@@ -171,29 +182,24 @@ class AnthropicInstrumentor(ClientInstrumentor):
 
     # --- before the request ---------------------------------------------------------------------------------
 
-    def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> Prepared | None:
         """Everything the stream wrapper needs, decided before the request is sent; ``None``: do not observe."""
         with internal_errors_swallowed("preparing an anthropic request"):
             if self._instrumentation is None or _disabled():
                 return None
-            provider = self._provider_override or provider_of(getattr(instance, "_client", None))
+            provider = self._provider_override or provider_of_client(getattr(instance, "_client", None))
             conversation, result_ids = self._conversations.link(kwargs.get("messages"))
-            return {
-                "conversation": conversation,
-                "provider_name": provider,
-                "tool_message_ids": result_ids,
-                "protocol": PROTOCOL,
-            }
+            return Prepared(provider, conversation, result_ids, ANTHROPIC_MESSAGES)
         return None
 
     # --- the stream -------------------------------------------------------------------------------------------
 
-    def _observed(self, result: Any, prepared: dict[str, Any] | None) -> Any:
+    def _observed(self, result: Any, prepared: Prepared | None) -> Any:
         """``result`` observed when it is the SDK's stream; anything else, unchanged."""
         instrumentation = self._instrumentation
         if prepared is None or instrumentation is None or not isinstance(result, self._stream_types):
             return result
-        return instrumentation.stream(result, **prepared)
+        return prepared.observe(instrumentation, result)
 
     def _create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         prepared = self._prepare(instance, kwargs) if kwargs.get("stream") else None
@@ -209,7 +215,7 @@ class AnthropicInstrumentor(ClientInstrumentor):
             return coroutine
         return self._awaited(coroutine, prepared)
 
-    async def _awaited(self, coroutine: Awaitable[Any], prepared: dict[str, Any]) -> Any:
+    async def _awaited(self, coroutine: Awaitable[Any], prepared: Prepared) -> Any:
         return self._observed(await coroutine, prepared)
 
     # --- the stream helper ------------------------------------------------------------------------------------
@@ -222,7 +228,7 @@ class AnthropicInstrumentor(ClientInstrumentor):
         prepared = self._prepare(instance, kwargs)
         return self._observed_manager(wrapped(*args, **kwargs), prepared, _ASYNC_REQUEST)
 
-    def _observed_manager(self, manager: Any, prepared: dict[str, Any] | None, attribute: str) -> Any:
+    def _observed_manager(self, manager: Any, prepared: Prepared | None, attribute: str) -> Any:
         """``manager`` whose request (``attribute``, sync or async), made on entering ``with``, is observed."""
         if prepared is not None:
             with internal_errors_swallowed("instrumenting a message stream manager"):
@@ -239,8 +245,6 @@ class AnthropicInstrumentor(ClientInstrumentor):
         return manager
 
 
-def instrument_anthropic(**kwargs: Any) -> AnthropicInstrumentor:
+def instrument_anthropic(**options: Unpack[InstrumentorOptions]) -> AnthropicInstrumentor:
     """One line for manual use: instrument the ``anthropic`` client and return the instrumentor."""
-    instrumentor = AnthropicInstrumentor()
-    instrumentor.instrument(**kwargs)
-    return instrumentor
+    return instrumented(AnthropicInstrumentor(), options)

@@ -6,7 +6,7 @@ folds every raw event into a ``ParsedMessage`` snapshot with
 index) and hands that snapshot out from ``get_final_message()``. Both ways of using it
 are wrapped here without changing what they return or raise; at the end of the message
 its ``tool_use`` blocks are compared with what the identity rules (protocol
-``"anthropic_messages"``) preserve for the same events, and every difference is recorded
+``ANTHROPIC_MESSAGES``) preserve for the same events, and every difference is recorded
 as ``divergent_assembly`` with a bounded ``etf.divergence.kind``. ``input`` is a parsed
 object, so arguments are compared as JSON values (:mod:`etf_otel.core._divergence`).
 
@@ -27,55 +27,47 @@ What the SDK does with the quirks (``anthropic`` 2.14.0, pinned in
   ``{}``. That ``{}`` is also what the rules assemble (no divergence): the rules refuse
   the call for ``incomplete_response`` instead.
 
-Entry points:
+:class:`MessageAccumulator` does exactly what ``MessageStream`` does with each raw event
+(events before ``message_start`` skipped, then ``accumulate_event`` with the stream's own
+snapshot and JSON buffers), for events fed by hand. ``instrument_accumulator`` takes one
+(``accumulate(event)`` feeds the rules too, ``get_final_message()`` ends the message and
+compares), a ``MessageStream`` (sync or async) of ``with client.messages.stream(...) as
+stream``, returned as the **same object** (it watches the raw events the stream reads and
+the stream's own snapshot, and compares when the events are exhausted:
+``get_final_message``, ``until_done`` and plain iteration all get there), or the manager
+``client.messages.stream(...)`` returns. An exception of the SDK's accumulation reaches the
+caller unchanged and is recorded as ``assembler_raised``; a transport error (a dropped
+connection, an ``error`` event) is not the accumulator's and records no divergence.
 
-* :class:`MessageAccumulator` does exactly what ``MessageStream`` does with each raw
-  event (events before ``message_start`` skipped, then ``accumulate_event`` with the
-  stream's own snapshot and JSON buffers), for events fed by hand; wrap it with
-  :func:`instrument_anthropic_state`: ``accumulate(event)`` feeds the rules too,
-  ``get_final_message()`` ends the message and compares.
-* :func:`instrument_message_stream` takes the ``MessageStream`` (sync or async) of
-  ``with client.messages.stream(...) as stream`` and returns the **same object**: it
-  watches the raw events the stream reads and the stream's own snapshot, and compares
-  when the events are exhausted (``get_final_message``, ``until_done`` and plain
-  iteration all get there). An exception of the SDK's accumulation reaches the caller
-  unchanged and is recorded as ``assembler_raised``; a transport error (a dropped
-  connection, an ``error`` event) is not the accumulator's and records no divergence.
-  ``instrument_message_stream_manager(client.messages.stream(...))`` does that on entering
-  the ``with`` block.
-
-``instrument_assembler`` is not the way in for this SDK: it runs the Chat Completions
-rules. The ``anthropic`` package is imported only when an event is accumulated.
+The ``anthropic`` package is imported only when an event is accumulated.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from etf_otel.core._divergence import AssembledCall
 from etf_otel.instrumentation._assemblers import AssemblerAdapter
-from etf_otel.instrumentation._convenience import _instrumentation
-from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._setup import Instrumentation
-from etf_otel.instrumentation._streams import observer_of
-from etf_otel.instrumentation._switches import _disabled
-from etf_otel.integrations._common import ObjectProxy, compare_now, observed_stream_manager
-from etf_otel.integrations.openai._responses_state import observed_protocol_assembler
+from etf_otel.integrations._accumulators import ObjectProxy, SdkAccumulator, compare_now, observe_accumulator
+from etf_otel.protocols import ANTHROPIC_MESSAGES
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from etf_otel.instrumentation._convenience import SetupOptions
 
 __all__ = [
     "ANTHROPIC_STATE_ADAPTER",
-    "PROTOCOL",
+    "MESSAGE_ACCUMULATOR",
     "MessageAccumulator",
-    "instrument_anthropic_state",
-    "instrument_message_stream",
-    "instrument_message_stream_manager",
+    "instrument_accumulator",
     "message_calls",
 ]
 
-PROTOCOL: Final = "anthropic_messages"
-"""The wire protocol whose rules the SDK's assembly is compared with."""
+_T = TypeVar("_T")
 
 _NOTHING: Final[Any] = object()
 
@@ -139,24 +131,6 @@ ANTHROPIC_STATE_ADAPTER: Final = AssemblerAdapter(
     feed=("accumulate",), finish="get_final_message", done=None, calls=message_calls
 )
 """How a :class:`MessageAccumulator` is driven."""
-
-_ADAPTER: Final = ANTHROPIC_STATE_ADAPTER
-
-
-def instrument_anthropic_state(
-    accumulator: MessageAccumulator | None = None,
-    *,
-    instrumentation: Instrumentation | None = None,
-    **config: Any,
-) -> Any:
-    """Wrap a :class:`MessageAccumulator` (a new one when ``None``) for one message.
-
-    ``config`` (``tracer_provider``, ``allow``, ...) builds a dedicated :class:`Instrumentation`
-    when ``instrumentation`` is not given.
-    """
-    if accumulator is None:
-        accumulator = MessageAccumulator()
-    return observed_protocol_assembler(_instrumentation(instrumentation, config), accumulator, _ADAPTER, PROTOCOL)
 
 
 # --- MessageStream --------------------------------------------------------------------------------
@@ -270,45 +244,30 @@ async def _async_checked(iterator: AsyncIterator[Any], tap: _RawTap, observed: A
     compare_now(observed, "get_final_message")
 
 
-def _is_fresh_stream(stream: Any) -> bool:
-    current = getattr(stream, "_current_snapshot_or_none", None)
-    return (
-        callable(current)
-        and current() is None
-        and getattr(stream, "_raw_stream", None) is not None
-        and getattr(stream, "_iterator", None) is not None
-    )
+class _MessageAccumulator(SdkAccumulator):
+    """A ``MessageStream`` owns no state object: the observer drives a view of it, fed by a tap on its raw stream."""
 
+    protocol = ANTHROPIC_MESSAGES
+    adapter = ANTHROPIC_STATE_ADAPTER
+    states = frozenset({"etf_otel.MessageAccumulator"})
+    streams = frozenset({"anthropic.MessageStream", "anthropic.AsyncMessageStream"})
+    managers = frozenset({"anthropic.MessageStreamManager", "anthropic.AsyncMessageStreamManager"})
 
-def instrument_message_stream(
-    stream: Any,
-    *,
-    instrumentation: Instrumentation | None = None,
-    record_response: bool | None = None,
-    **config: Any,
-) -> Any:
-    """Add the divergence check to a ``MessageStream`` / ``AsyncMessageStream``; returns ``stream``.
+    def new_state(self) -> Any:
+        return MessageAccumulator()
 
-    ``record_response`` ``None`` (default): record the message's spans and metrics unless
-    its raw stream is already observed by etf-otel. Anything that is not a fresh SDK
-    stream is returned untouched.
-    """
-    if _disabled():
-        return stream
-    with internal_errors_swallowed("instrumenting a message stream"):
-        if not _is_fresh_stream(stream):
-            return stream
-        raw = stream._raw_stream
-        if record_response is None:
-            record_response = observer_of(raw) is None
-        observed = observed_protocol_assembler(
-            _instrumentation(instrumentation, config),
-            _StreamView(stream),
-            _VIEW_ADAPTER,
-            PROTOCOL,
-            record_response=record_response,
+    def stream_target(self, stream: Any) -> tuple[Any, AssemblerAdapter] | None:
+        current = getattr(stream, "_current_snapshot_or_none", None)
+        fresh = (
+            callable(current)
+            and current() is None
+            and getattr(stream, "_raw_stream", None) is not None
+            and getattr(stream, "_iterator", None) is not None
         )
-        tap = _RawTap(raw, observed)
+        return (_StreamView(stream), _VIEW_ADAPTER) if fresh else None
+
+    def attach(self, stream: Any, observed: Any, adapter: AssemblerAdapter) -> None:
+        tap = _RawTap(stream._raw_stream, observed)
         iterator = stream._iterator
         checked = (
             _async_checked(iterator, tap, observed)
@@ -317,15 +276,25 @@ def instrument_message_stream(
         )
         stream._raw_stream = tap
         stream._iterator = checked
-    return stream
 
 
-def instrument_message_stream_manager(
-    manager: Any,
+MESSAGE_ACCUMULATOR: Final = _MessageAccumulator()
+
+
+def instrument_accumulator(
+    target: _T,
     *,
     instrumentation: Instrumentation | None = None,
     record_response: bool | None = None,
-    **config: Any,
-) -> Any:
-    """Wrap what ``client.messages.stream(...)`` returns; ``with`` gives the instrumented stream."""
-    return observed_stream_manager(manager, instrument_message_stream, instrumentation, record_response, config)
+    **options: Unpack[SetupOptions],
+) -> _T:
+    """Compare an ``anthropic`` accumulator with the rules; returns ``target`` (or a transparent proxy of it).
+
+    ``target`` is a :class:`MessageAccumulator` fed by hand, the ``MessageStream`` of ``with
+    client.messages.stream(...)`` (changed in place, instrument it before consuming it), or
+    the manager ``client.messages.stream(...)`` returns. Anything else is returned unchanged.
+    ``record_response`` ``None``: an accumulator records its response, a stream unless its
+    raw stream is already observed (the Anthropic instrumentor). Without ``instrumentation``,
+    the shared setup of ``options`` (``tracer_provider``, ...).
+    """
+    return observe_accumulator(target, (MESSAGE_ACCUMULATOR,), instrumentation, record_response, options)

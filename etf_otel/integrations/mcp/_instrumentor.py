@@ -22,7 +22,7 @@ import sys
 import threading
 from collections.abc import Collection
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import wrapt
 
@@ -30,7 +30,12 @@ from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import _open_calls as open_calls
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _disabled, _suppressed
-from etf_otel.integrations._common import ClientInstrumentor, remove_own_wrapper
+from etf_otel.integrations._instrumentor_base import (
+    ClientInstrumentor,
+    InstrumentorOptions,
+    instrumented,
+    remove_own_wrapper,
+)
 from etf_otel.integrations.mcp._client import (
     Match,
     call_proposed_tool,
@@ -42,6 +47,9 @@ from etf_otel.integrations.mcp._client import (
     record_refusal,
 )
 from etf_otel.integrations.mcp._server import fallback_wrapper, middleware_wrapper
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["MCPInstrumentor", "call_proposed_tool", "instrument_mcp", "proposed_call"]
 
@@ -61,7 +69,7 @@ class MCPInstrumentor(ClientInstrumentor):
     """Instruments the ``mcp`` SDK's clients and servers with etf-otel.
 
     ``instrument(tracer_provider=None, meter_provider=None, guard=None, ...)``, the options of
-    :class:`~etf_otel.integrations._common.ClientInstrumentor`; ``guard`` (or
+    :class:`~etf_otel.integrations._instrumentor_base.InstrumentorOptions`; ``guard`` (or
     ``OTEL_INSTRUMENTATION_ETF_GUARD``) refuses, on the client, a ``call_tool`` that is not a
     valid proposal. ``uninstrument()`` restores the SDK.
     """
@@ -144,8 +152,6 @@ class MCPInstrumentor(ClientInstrumentor):
             return await wrapped(*args, **sent)
 
 
-def instrument_mcp(**kwargs: Any) -> MCPInstrumentor:
+def instrument_mcp(**options: Unpack[InstrumentorOptions]) -> MCPInstrumentor:
     """One line for manual use: instrument the ``mcp`` SDK and return the instrumentor."""
-    instrumentor = MCPInstrumentor()
-    instrumentor.instrument(**kwargs)
-    return instrumentor
+    return instrumented(MCPInstrumentor(), options)

@@ -41,25 +41,28 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from etf_otel.instrumentation._observer import ResponseObserver
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._streams import observer_of
-from etf_otel.integrations._common import (
+from etf_otel.integrations._conversation import FollowUp, PrefixConversations, last_position, string_or_none
+from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
-    FollowUp,
+    InstrumentorOptions,
     Method,
-    PrefixConversations,
-    last_position,
-    string_or_none,
+    Prepared,
+    instrumented,
     unwrap_methods,
     wrap_methods,
 )
 from etf_otel.integrations.openai._responses import ResponsesWrappers, is_sdk_stream
-from etf_otel.protocols._base import field
+from etf_otel.protocols import field
 from etf_otel.protocols._chat_completions import DONE
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["FALLBACK_PROVIDER", "OpenAIInstrumentor", "detect_provider", "instrument_openai", "provider_of_client"]
 
@@ -126,10 +129,9 @@ def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
 class OpenAIInstrumentor(ClientInstrumentor):
     """Instruments ``openai`` streamed Chat Completions and Responses with etf-otel.
 
-    ``instrument(tracer_provider=None, meter_provider=None, provider_name=None, allow=None,
-    guard=None, capture_content=None, max_conversations=None)``; an option left ``None`` takes
-    its environment variable (:class:`~etf_otel.integrations._common.ClientInstrumentor`),
-    else its default (no provider override, no rule, no guard, 1024 conversations).
+    ``instrument(**options)`` (:class:`~etf_otel.integrations._instrumentor_base.InstrumentorOptions`);
+    an option left ``None`` takes its environment variable, else its default (no provider
+    override, no rule, no guard, 1024 conversations).
     ``uninstrument()`` restores the client. ``max_conversations`` bounds each index of
     conversations (Chat Completions prefixes, Responses input prefixes, Responses response ids).
     """
@@ -176,24 +178,24 @@ class OpenAIInstrumentor(ClientInstrumentor):
         """``gen_ai.provider.name`` for a call on ``resource`` (an SDK resource such as ``Completions``)."""
         return self._provider_override or self._provider_of(resource._client)
 
-    def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> Prepared | None:
         """Everything the stream wrapper needs, decided before the request is sent."""
         with internal_errors_swallowed("preparing an openai request"):
             if self._instrumentation is None or not kwargs.get("stream"):
                 return None
             provider = self._provider_for(instance)
             conversation, tool_ids = self._conversations.link(kwargs.get("messages"))
-            return {"conversation": conversation, "provider_name": provider, "tool_message_ids": tool_ids}
+            return Prepared(provider, conversation, tool_ids)
         return None
 
-    def _observe(self, result: Any, prepared: dict[str, Any]) -> Any:
+    def _observe(self, result: Any, prepared: Prepared) -> Any:
         """The proxy the application gets for an SDK stream of Chat Completions chunks; anything else unchanged."""
         observed = result
         with internal_errors_swallowed("observing an openai stream"):
             instrumentation = self._instrumentation
             if instrumentation is None or not is_sdk_stream(result):
                 return result
-            observed = instrumentation.stream(result, **prepared)
+            observed = prepared.observe(instrumentation, result)
             observer = observer_of(observed)
             if observer is not None:
                 feed_done_at_sentinel(result, observer)
@@ -274,8 +276,6 @@ def feed_done_at_sentinel(stream: Any, observer: ResponseObserver) -> None:
     observer.call_at_eof(at_eof)
 
 
-def instrument_openai(**kwargs: Any) -> OpenAIInstrumentor:
+def instrument_openai(**options: Unpack[InstrumentorOptions]) -> OpenAIInstrumentor:
     """One line for manual use: instrument the ``openai`` client and return the instrumentor."""
-    instrumentor = OpenAIInstrumentor()
-    instrumentor.instrument(**kwargs)
-    return instrumentor
+    return instrumented(OpenAIInstrumentor(), options)

@@ -5,7 +5,7 @@ clients:
 
 * ``responses.create``: a ``stream=True`` call that returns the SDK's ``Stream`` /
   ``AsyncStream`` gets the same transparent proxy as Chat Completions, observed with the
-  ``"responses"`` protocol. ``responses.stream(input=..., model=...)`` builds its
+  ``RESPONSES`` protocol. ``responses.stream(input=..., model=...)`` builds its
   ``ResponseStreamManager`` around ``create(stream=True)`` and is covered through it: the
   helper's raw stream is the proxy, its own events and types are untouched, and nothing
   else is wrapped, so each response is observed once.
@@ -38,35 +38,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from etf_otel.core._linkage import Conversation
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._setup import Instrumentation
-from etf_otel.integrations._common import (
-    LruIndex,
-    Method,
-    digests,
-    fingerprint,
-    remove_own_wrapper,
-    string_or_none,
-    unwrap_methods,
-    wrap_methods,
-)
-from etf_otel.protocols._base import field
+from etf_otel.integrations._conversation import LruIndex, digests, fingerprint, string_or_none
+from etf_otel.integrations._instrumentor_base import Method, Prepared, unwrap_methods, wrap_methods
+from etf_otel.protocols import RESPONSES, field
 
-__all__ = [
-    "PROTOCOL",
-    "ResponsesWrappers",
-    "is_sdk_stream",
-    "output_run_starts",
-    "remove_own_wrapper",
-    "result_call_ids",
-]
-
-PROTOCOL: Final = "responses"
-"""The wire protocol name the streams are observed with (``etf.protocol``)."""
+__all__ = ["ResponsesWrappers", "is_sdk_stream", "output_run_starts", "result_call_ids"]
 
 _MODULE: Final = "openai.resources.responses.responses"
 _CREATED: Final = "response.created"
@@ -133,16 +114,6 @@ class _Thread:
         self.conversation = Conversation()
         self.request_key: bytes | None = None
         self.response_id: str | None = None
-
-
-@dataclass(slots=True)
-class _Prepared:
-    """What one request decided before it was sent."""
-
-    thread: _Thread | None  # the conversation it continues, None for a new one
-    result_ids: list[str | None] | None
-    request_key: bytes | None
-    provider_name: str | None
 
 
 class ResponsesWrappers:
@@ -212,7 +183,7 @@ class ResponsesWrappers:
 
     # --- linkage ----------------------------------------------------------------------------
 
-    def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> _Prepared | None:
+    def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> Prepared | None:
         """Which conversation a ``create`` request continues and the results it carries, before it is sent."""
         with internal_errors_swallowed("preparing an openai Responses request"):
             if self._instrumentation is None or not kwargs.get("stream"):
@@ -235,36 +206,30 @@ class ResponsesWrappers:
                         if candidate.request_key == prefix:
                             thread, result_ids = candidate, result_call_ids(items[start:])
                         break
-            return _Prepared(thread, result_ids, fingerprint(item_digests) if items else None, provider)
+            request_key = fingerprint(item_digests) if items else None
+            return Prepared(provider, None, result_ids, RESPONSES, thread=thread, request_key=request_key)
         return None
 
-    def _prepare_replay(self, instance: Any, kwargs: dict[str, Any]) -> _Prepared | None:
+    def _prepare_replay(self, instance: Any, kwargs: dict[str, Any]) -> Prepared | None:
         """A stored response streamed again from its first event: a new conversation, no results."""
         with internal_errors_swallowed("preparing an openai Responses replay"):
             if self._instrumentation is None or kwargs.get("stream") is not True:
                 return None
             if isinstance(kwargs.get("starting_after"), int):
                 return None  # starts mid-response
-            return _Prepared(None, None, None, self._provider_for(instance))
+            return Prepared(self._provider_for(instance), protocol=RESPONSES)
         return None
 
-    def _observe(self, result: Any, prepared: _Prepared) -> Any:
+    def _observe(self, result: Any, prepared: Prepared) -> Any:
         """The proxy the application gets for an SDK stream of Responses events; anything else unchanged."""
         observed = result
         with internal_errors_swallowed("observing an openai Responses stream"):
             instrumentation = self._instrumentation
             if instrumentation is None or not is_sdk_stream(result):
                 return result
-            thread = prepared.thread
-            if thread is None:
-                thread = _Thread()
-            observed = instrumentation.stream(
-                result,
-                conversation=thread.conversation,
-                provider_name=prepared.provider_name,
-                tool_message_ids=prepared.result_ids,  # None for a new conversation
-                protocol=PROTOCOL,
-            )
+            thread: _Thread = prepared.thread if prepared.thread is not None else _Thread()
+            prepared.conversation = thread.conversation  # result_ids are None for a new conversation
+            observed = prepared.observe(instrumentation, result)
             if observed is result:
                 return result  # not observed (disabled, suppressed): nothing to link either
             # The request reached the model: it is now the conversation's latest.
