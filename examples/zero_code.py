@@ -2,7 +2,7 @@
 
 There is no ``etf_otel`` (and no OpenTelemetry) import here. Run it under the
 OpenTelemetry launcher, which loads every installed instrumentor through the
-``opentelemetry_instrumentor`` entry point (etf-otel's is named ``etf_otel``)::
+``opentelemetry_instrumentor`` entry point (etf-otel's is named ``etf_otel_openai``)::
 
     pip install 'etf-otel[openai]' opentelemetry-distro
     OTEL_SERVICE_NAME=zero-code-example \\
