@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from etf_otel.cli._replay_assemblers import AssemblerComparison, run_assembler  # noqa: E402
-from etf_otel.testing._quirks import QUIRK_TABLES  # noqa: E402
+from etf_otel.testing import QUIRK_TABLES  # noqa: E402
 
 OUTPUT = ROOT / "docs" / "quirks.md"
 README = ROOT / "README.md"

@@ -38,8 +38,7 @@ from etf_otel.integrations.anthropic._state import (
     instrument_message_stream_manager,
     message_calls,
 )
-from etf_otel.testing._quirks import ANTHROPIC_QUIRK_STREAMS
-from etf_otel.testing._server import LocalChatServer, Script
+from etf_otel.testing import ANTHROPIC_QUIRK_STREAMS, LocalChatServer, Script
 from tests.integrations.support import divergence_kinds, in_span, outcome_of
 
 from ..conftest import Captured

@@ -44,8 +44,7 @@ from etf_otel.integrations.openai._state import (
     instrument_stream_manager,
 )
 from etf_otel.protocols._chat_completions import DONE
-from etf_otel.testing._quirks import QUIRK_STREAMS, QUIRK_TABLES
-from etf_otel.testing._server import LocalChatServer, Script
+from etf_otel.testing import QUIRK_STREAMS, QUIRK_TABLES, LocalChatServer, Script
 from tests.integrations.support import divergence_kinds, in_span, outcome_of
 
 from ..conftest import Captured
