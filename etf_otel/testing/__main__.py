@@ -51,16 +51,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = LocalChatServer(port=args.port, responder=responder)
     except OSError as error:
         parser.exit(2, f"{parser.prog}: cannot listen on 127.0.0.1:{args.port}: {error.strerror or error}\n")
-    with server:
-        what = "two tool calls, then a text answer" if args.quirk is None else f"the quirk stream {args.quirk!r}"
-        print(f"scripted LLM server on 127.0.0.1:{server.port}, serving {what}; Ctrl-C stops it", flush=True)
-        for path, protocol in PATHS.items():
-            base = server.root_url if path == "/v1/messages" else server.base_url
-            print(f"{protocol:<20} base_url={base}  (POST {path})", flush=True)
-        try:
+    try:  # Ctrl-C may come at any moment, even before the first line is out
+        with server:
+            what = "two tool calls, then a text answer" if args.quirk is None else f"the quirk stream {args.quirk!r}"
+            print(f"scripted LLM server on 127.0.0.1:{server.port}, serving {what}; Ctrl-C stops it", flush=True)
+            for path, protocol in PATHS.items():
+                base = server.root_url if path == "/v1/messages" else server.base_url
+                print(f"{protocol:<20} base_url={base}  (POST {path})", flush=True)
             threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
+    except KeyboardInterrupt:
+        pass
     return 0
 
 
