@@ -33,6 +33,7 @@ from typing import Any
 
 from etf_otel import DONE, ReferenceAssembler, __version__
 from etf_otel.recordings import read_chunks
+from etf_otel.testing import chat
 
 CALLS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("search_documents", {"query": "", "filters": {"lang": "en", "year": [2021, 2022, 2023]}, "limit": 25}),
@@ -68,15 +69,9 @@ def _pieces(text: str, count: int, rng: random.Random) -> list[str]:
     return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
-def _chunk(index: int, tool_call: dict[str, Any] | None, finish_reason: str | None = None) -> dict[str, Any]:
-    delta: dict[str, Any] = {"tool_calls": [tool_call]} if tool_call is not None else {}
-    return {
-        "id": "chatcmpl-bench",
-        "object": "chat.completion.chunk",
-        "created": 1_700_000_000,
-        "model": "bench-model",
-        "choices": [{"index": index, "delta": delta, "finish_reason": finish_reason}],
-    }
+def _chunk(tool_call: dict[str, Any] | None, finish_reason: str | None = None) -> dict[str, Any]:
+    tool_calls = None if tool_call is None else [tool_call]
+    return chat.chunk(tool_calls=tool_calls, finish_reason=finish_reason, id="chatcmpl-bench", model="bench-model")
 
 
 def generate(path: Path, fragments: int, *, seed: int = 7) -> None:
@@ -104,8 +99,8 @@ def generate(path: Path, fragments: int, *, seed: int = 7) -> None:
                 fragment["function"]["name"] = CALLS[k][0]
             elif rng.random() < 0.2:
                 fragment["id"] = None  # the null-continuation providers send
-            out.write(json.dumps(_chunk(0, fragment), separators=(",", ":")) + "\n")
-        out.write(json.dumps(_chunk(0, None, "tool_calls"), separators=(",", ":")) + "\n")
+            out.write(json.dumps(_chunk(fragment), separators=(",", ":")) + "\n")
+        out.write(json.dumps(_chunk(None, "tool_calls"), separators=(",", ":")) + "\n")
         out.write(json.dumps(DONE) + "\n")
 
 

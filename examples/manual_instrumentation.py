@@ -4,7 +4,7 @@ Run it with ``python examples/manual_instrumentation.py``.
 
 - Model: with ``OPENAI_BASE_URL`` or ``OPENAI_API_KEY`` set, the real API (or a compatible
   server) is called, model ``OPENAI_MODEL`` (default ``gpt-4o-mini``). Otherwise a local
-  scripted server (``etf_otel.testing._server.LocalChatServer``) replays the case study: the
+  scripted server (``etf_otel.testing.LocalChatServer``) replays the case study: the
   continuation fragment of the tool call carries ``"id": null``.
 - Telemetry: with ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``)
   set, spans and metrics go to that OTLP/HTTP collector; otherwise spans are printed as JSON
@@ -76,21 +76,16 @@ def model_endpoint() -> Iterator[openai.OpenAI]:
             yield client
         return
 
-    from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
+    from etf_otel.testing import LocalChatServer, Script, chat
 
-    first = {"index": 0, "id": "call-a", "type": "function", "function": {"name": "read_page", "arguments": '{"page":'}}
-    continuation = {"index": 0, "id": None, "function": {"arguments": "1}"}}
+    first = chat.fragment(0, "call-a", "read_page", '{"page":', type="function")
+    continuation = chat.fragment(0, None, arguments="1}")  # the id: null continuation of the case study
     with LocalChatServer() as server:
         server.enqueue(
+            Script(events=chat.finished(chat.chunk(first), chat.chunk(continuation))),
             Script(
-                events=[
-                    chunk(tool_calls=[first]),
-                    chunk(tool_calls=[continuation]),
-                    chunk(finish_reason="tool_calls"),
-                    DONE,
-                ]
+                events=chat.finished(chat.chunk(content="Page 1 says the numbers are up 4%."), finish_reason="stop")
             ),
-            Script(events=[chunk(content="Page 1 says the numbers are up 4%."), chunk(finish_reason="stop"), DONE]),
         )
         with openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0) as client:
             yield client

@@ -9,52 +9,20 @@ from typing import Any
 import pytest
 from opentelemetry.exporter.otlp.json.file import FileSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from etf_otel.instrumentation import Instrumentation
 from etf_otel.instrumentation._safety import set_strict
+from etf_otel.testing import Capture
 
 
-class Captured:
-    """What one test's instrumentation exported."""
-
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.reader = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+class Captured(Capture):
+    """What one test's instrumentation exported (in-memory providers of its own, never the global ones)."""
 
     def instrumentation(self, **config: Any) -> Instrumentation:
         return Instrumentation(self.tracer_provider, self.meter_provider, **config)
-
-    def spans(self, prefix: str = "") -> list[ReadableSpan]:
-        return [span for span in self.exporter.get_finished_spans() if span.name.startswith(prefix)]
-
-    def metrics(self) -> dict[str, list[tuple[dict[str, Any], Any]]]:
-        """metric name -> [(attributes, value or histogram point)]"""
-        out: dict[str, list[tuple[dict[str, Any], Any]]] = {}
-        data = self.reader.get_metrics_data()
-        if data is None:
-            return out
-        for resource_metrics in data.resource_metrics:
-            for scope_metrics in resource_metrics.scope_metrics:
-                for metric in scope_metrics.metrics:
-                    for point in metric.data.data_points:
-                        value = getattr(point, "value", point)
-                        out.setdefault(metric.name, []).append((dict(point.attributes or {}), value))
-        return out
-
-    def metric_sum(self, name: str, **match: Any) -> Any:
-        return sum(
-            value
-            for attributes, value in self.metrics().get(name, [])
-            if all(attributes.get(key.replace("__", ".")) == expected for key, expected in match.items())
-        )
 
 
 @pytest.fixture

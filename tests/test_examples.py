@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
-from tests.protocols import anthropic_events
+from etf_otel.testing import DONE, LocalChatServer, Script
+from etf_otel.testing import anthropic as anthropic_events
+from etf_otel.testing.chat import chunk
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

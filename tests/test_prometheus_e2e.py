@@ -44,7 +44,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from etf_otel.core._linkage import Conversation
 from etf_otel.instrumentation import Instrumentation
 from etf_otel.instrumentation._safety import set_strict
-from tests.chunks import MISSING, case_stream, chunk, finished, fragment
+from etf_otel.testing.chat import MISSING, case_stream, chunk, finished, fragment
 from tests.instrumentation.test_telemetry_contract import LIFECYCLE_TEST, lifecycle_call
 from tests.support.prometheus import PROMETHEUS, PrometheusServer, free_port
 from tests.test_dashboards import COUNTERS, DASHBOARD, HISTOGRAM, METRIC_LABELS, RULES, TARGET_LABELS, load_rules

@@ -25,7 +25,7 @@ Which assemblers read which protocol (:data:`ASSEMBLERS_BY_PROTOCOL`):
 A name that does not read the recording's protocol, or whose library is not installed,
 raises :class:`AssemblerUnavailable` with a one-line reason.
 
-The named streams of the quirks tables live in :mod:`etf_otel.testing._quirks`.
+The named streams of the quirks tables live in :mod:`etf_otel.testing`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,37 @@
-"""Test helpers that are part of the product: a scripted LLM server and the quirk streams.
+"""Testing helpers that are part of the product: try and test an integration without a provider.
 
-The server replays scripted SSE streams on 127.0.0.1 for the Chat Completions, Responses and
-Anthropic Messages paths, so the real clients can be driven without an API key.
+- :class:`LocalChatServer`: a scripted LLM server on 127.0.0.1 for the Chat Completions, Responses
+  and Anthropic Messages paths, driven by the real clients (``python -m etf_otel.testing`` runs
+  one from the command line);
+- :mod:`~etf_otel.testing.chat`, :mod:`~etf_otel.testing.responses`, :mod:`~etf_otel.testing.anthropic`:
+  the wire-event builders of each protocol (plain dicts, :data:`MISSING` leaves a key out);
+- the quirk streams: what providers, gateways and bridges have been seen to send, by name;
+- :func:`capture`: in-memory tracer and meter providers; the pytest fixture ``etf_capture`` gives one per test.
+
+See ``docs/testing.md``. Importing this package needs no OpenTelemetry SDK; :func:`capture` does.
 """
 
+from etf_otel.testing import anthropic, chat, responses
+from etf_otel.testing._capture import Capture, MetricPoint, capture
 from etf_otel.testing._quirks import ANTHROPIC_QUIRK_STREAMS, QUIRK_STREAMS, QUIRK_TABLES, RESPONSES_QUIRK_STREAMS
-from etf_otel.testing._server import DONE, LocalChatServer, RecordedRequest, Script, chunk
+from etf_otel.testing._server import DONE, LocalChatServer, RecordedRequest, Responder, Script
+from etf_otel.testing._wire import MISSING
 
 __all__ = [
     "ANTHROPIC_QUIRK_STREAMS",
     "DONE",
+    "MISSING",
     "QUIRK_STREAMS",
     "QUIRK_TABLES",
     "RESPONSES_QUIRK_STREAMS",
+    "Capture",
     "LocalChatServer",
+    "MetricPoint",
     "RecordedRequest",
+    "Responder",
     "Script",
-    "chunk",
+    "anthropic",
+    "capture",
+    "chat",
+    "responses",
 ]

@@ -9,45 +9,24 @@ through the SDK assemblers people use, and ``docs/quirks.md`` is the result.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Final
 
 from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
-from etf_otel.protocols._chat_completions import DONE
+from etf_otel.testing import anthropic as a
+from etf_otel.testing import chat
+from etf_otel.testing import responses as r
+from etf_otel.testing._wire import MISSING
 
 __all__ = ["ANTHROPIC_QUIRK_STREAMS", "QUIRK_STREAMS", "QUIRK_TABLES", "RESPONSES_QUIRK_STREAMS"]
 
-
-def _chunk(*fragments: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-quirk",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "quirk",
-        "choices": [
-            {"index": 0, "delta": {"tool_calls": list(fragments)} if fragments else {}, "finish_reason": finish_reason}
-        ],
-    }
-
-
-_ABSENT: Any = object()
-
-
-def _fragment(
-    index: Any, id: Any = _ABSENT, name: Any = _ABSENT, arguments: Any = _ABSENT, **extra: Any
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"index": index} if index is not _ABSENT else {}
-    if id is not _ABSENT:
-        out["id"] = id
-    function = {key: value for key, value in (("name", name), ("arguments", arguments)) if value is not _ABSENT}
-    if function:
-        out["function"] = function
-    out.update(extra)
-    return out
+_chunk = partial(chat.chunk, id="chatcmpl-quirk", model="quirk", created=1)
+_fragment = chat.fragment
 
 
 def _finished(*chunks: dict[str, Any]) -> list[object]:
-    return [*chunks, _chunk(finish_reason="tool_calls"), DONE]
+    return [*chunks, _chunk(finish_reason="tool_calls"), chat.DONE]
 
 
 QUIRK_STREAMS: dict[str, list[object]] = {
@@ -86,14 +65,14 @@ QUIRK_STREAMS: dict[str, list[object]] = {
     "initial null id": _finished(
         _chunk(_fragment(0, None, "get_a", '{"a":')), _chunk(_fragment(0, "call_1", arguments="1}"))
     ),
-    "missing index": _finished(_chunk(_fragment(_ABSENT, "call_1", "get_a", '{"a":1}'))),
+    "missing index": _finished(_chunk(_fragment(MISSING, "call_1", "get_a", '{"a":1}'))),
     "arguments not a string": _finished(
         _chunk(_fragment(0, "call_1", "get_a", '{"a":')), _chunk(_fragment(0, arguments=1))
     ),
     'finish_reason "length"': [
         _chunk(_fragment(0, "call_1", "get_a", '{"a":1}')),
         _chunk(finish_reason="length"),
-        DONE,
+        chat.DONE,
     ],
 }
 """Named recorded responses, one per quirk (the rows of the quirks table)."""
@@ -102,81 +81,51 @@ QUIRK_STREAMS: dict[str, list[object]] = {
 # --- OpenAI Responses quirk streams ------------------------------------------------------------
 
 
-def _response(status: str, output: Any = (), **extra: Any) -> dict[str, Any]:
-    return {
-        "id": "resp_quirk",
-        "object": "response",
-        "created_at": 1,
-        "model": "quirk",
-        "status": status,
-        "output": list(output) if isinstance(output, (list, tuple)) else output,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        **extra,
-    }
+_RESPONSE_ID = "resp_quirk"
 
 
 def _r_item(
     call_id: Any = "call_1", name: str = "get_a", arguments: str = "", item_id: str = "fc_1", status: str = "completed"
 ) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": item_id,
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "status": status,
-    }
+    return r.function_call(call_id, name, arguments, id=item_id, status=status)
 
 
-def _r_added(index: int, **item: Any) -> dict[str, Any]:
-    return {"type": "response.output_item.added", "output_index": index, "item": _r_item(status="in_progress", **item)}
+def _r_added(index: int, call_id: Any, name: str, item_id: str) -> dict[str, Any]:
+    return r.added(index, call_id=call_id, name=name, arguments="", id=item_id, status="in_progress")
 
 
 def _r_delta(index: int, text: str, item_id: str = "fc_1") -> dict[str, Any]:
-    return {"type": "response.function_call_arguments.delta", "output_index": index, "item_id": item_id, "delta": text}
+    return r.delta(index, text, item_id)
 
 
 def _r_arguments_done(index: int, arguments: str, item_id: str = "fc_1") -> dict[str, Any]:
-    return {
-        "type": "response.function_call_arguments.done",
-        "output_index": index,
-        "item_id": item_id,
-        "arguments": arguments,
-    }
+    return r.arguments_done(index, arguments, item_id)
 
 
-def _r_item_done(index: int, **item: Any) -> dict[str, Any]:
-    return {"type": "response.output_item.done", "output_index": index, "item": _r_item(**item)}
+def _r_item_done(index: int, call_id: Any, name: str, arguments: str, item_id: str = "fc_1") -> dict[str, Any]:
+    return r.item_done(index, call_id=call_id, name=name, arguments=arguments, id=item_id)
 
 
 def _r_call(
-    index: int, call_id: str, name: str, pieces: Sequence[str], item_id: str, *, added_call_id: Any = _ABSENT
+    index: int, call_id: str, name: str, pieces: Sequence[str], item_id: str, *, added_call_id: Any = MISSING
 ) -> list[dict[str, Any]]:
     """One call as the official API streams it: added (``""`` arguments), deltas, both done events."""
     whole = "".join(pieces)
-    first_id = call_id if added_call_id is _ABSENT else added_call_id
     return [
-        _r_added(index, call_id=first_id, name=name, item_id=item_id),
+        _r_added(index, call_id if added_call_id is MISSING else added_call_id, name, item_id),
         *(_r_delta(index, piece, item_id) for piece in pieces),
         _r_arguments_done(index, whole, item_id),
-        _r_item_done(index, call_id=call_id, name=name, arguments=whole, item_id=item_id),
+        _r_item_done(index, call_id, name, whole, item_id),
     ]
 
 
 def _responses(*events: dict[str, Any] | list[dict[str, Any]], end: dict[str, Any] | None) -> list[object]:
     """``response.created``, the events, then ``end`` (none: the stream is cut); sequence numbers in order."""
-    flat: list[dict[str, Any]] = [{"type": "response.created", "response": _response("in_progress")}]
-    for event in events:
-        flat.extend(event if isinstance(event, list) else [event])
-    if end is not None:
-        flat.append(end)
-    return [{**event, "sequence_number": number} for number, event in enumerate(flat)]
+    return list(r.stream(*events, end=end, id=_RESPONSE_ID))
 
 
 def _r_completed(*items: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "response.completed", "response": _response("completed", items)}
+    return r.completed(list(items), id=_RESPONSE_ID)
 
 
 _CALL_A: Final = _r_item("call_1", "get_a", '{"a":1}', "fc_1")
@@ -274,18 +223,13 @@ RESPONSES_QUIRK_STREAMS: dict[str, list[object]] = {
     "response.incomplete (max_output_tokens)": _responses(
         _r_added(0, call_id="call_1", name="get_a", item_id="fc_1"),
         _r_delta(0, '{"a":1}'),
-        end={
-            "type": "response.incomplete",
-            "response": _response(
-                "incomplete",
-                [_r_item("call_1", "get_a", '{"a":1}', status="incomplete")],
-                incomplete_details={"reason": "max_output_tokens"},
-            ),
-        },
+        end=r.incomplete(
+            "max_output_tokens", [_r_item("call_1", "get_a", '{"a":1}', status="incomplete")], _RESPONSE_ID
+        ),
     ),
     "second response.created (spliced)": _responses(
         _r_call(0, "call_1", "get_a", ['{"a":1}'], "fc_1"),
-        {"type": "response.created", "response": {**_response("in_progress"), "id": "resp_other"}},
+        r.created("resp_other"),
         end=_r_completed(_CALL_A),
     ),
 }
@@ -295,74 +239,29 @@ RESPONSES_QUIRK_STREAMS: dict[str, list[object]] = {
 # --- Anthropic Messages quirk streams ----------------------------------------------------------
 
 
+_a_tool = partial(a.tool_use, "toolu_1", "get_a")
+_a_block_start = a.block_start
+_a_delta = a.json_delta
+_a_stop = a.block_stop
+_A_MESSAGE_STOP: Final = a.message_stop()
+
+
 def _a_start(
     content: Sequence[dict[str, Any]] = (), stop_reason: str | None = None, id: str = "msg_quirk"
 ) -> dict[str, Any]:
-    message = {
-        "id": id,
-        "type": "message",
-        "role": "assistant",
-        "model": "quirk",
-        "content": list(content),
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 1, "output_tokens": 1},
-    }
-    return {"type": "message_start", "message": message}
+    return a.message_start(id, content, stop_reason, model="quirk")
 
 
-def _a_tool(id: str = "toolu_1", name: str = "get_a", input: Any = None) -> dict[str, Any]:
-    return {"type": "tool_use", "id": id, "name": name, "input": {} if input is None else input}
-
-
-def _a_block_start(index: int, block: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "content_block_start", "index": index, "content_block": block}
-
-
-def _a_delta(index: int, partial_json: str) -> dict[str, Any]:
-    return {
-        "type": "content_block_delta",
-        "index": index,
-        "delta": {"type": "input_json_delta", "partial_json": partial_json},
-    }
-
-
-def _a_stop(index: int) -> dict[str, Any]:
-    return {"type": "content_block_stop", "index": index}
-
-
-def _a_message_delta(stop_reason: str) -> dict[str, Any]:
-    return {
-        "type": "message_delta",
-        "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-        "usage": {"output_tokens": 5},
-    }
-
-
-_A_MESSAGE_STOP: Final = {"type": "message_stop"}
-
-
-def _a_call(index: int, id: str, name: str, pieces: Sequence[str], input: Any = None) -> list[dict[str, Any]]:
-    """One ``tool_use`` block as the API streams it: start (``{}``), ``""`` then the pieces, stop."""
-    return [
-        _a_block_start(index, _a_tool(id, name, input)),
-        *(_a_delta(index, piece) for piece in ["", *pieces]),
-        _a_stop(index),
-    ]
+def _a_call(index: int, id: str, name: str, pieces: Sequence[str], input: Any = a.PLACEHOLDER) -> list[dict[str, Any]]:
+    return a.tool_call(index, id, name, *pieces, input=input)
 
 
 def _messages(
     *events: dict[str, Any] | list[dict[str, Any]], stop_reason: str | None = "tool_use", message_stop: bool = True
 ) -> list[object]:
     """``message_start``, the events, then ``message_delta`` with ``stop_reason`` and ``message_stop``."""
-    flat: list[object] = [_a_start()]
-    for event in events:
-        flat.extend(event if isinstance(event, list) else [event])
-    if stop_reason is not None:
-        flat.append(_a_message_delta(stop_reason))
-    if message_stop:
-        flat.append(_A_MESSAGE_STOP)
-    return flat
+    reason = MISSING if stop_reason is None else stop_reason
+    return list(a.stream(*events, stop_reason=reason, stop=message_stop, message_id="msg_quirk", model="quirk"))
 
 
 ANTHROPIC_QUIRK_STREAMS: dict[str, list[object]] = {

@@ -8,7 +8,7 @@ treats ``id: null`` in a tool-call fragment, and what it does when a connection 
 Usage::
 
     with LocalChatServer() as server:
-        server.enqueue(Script(events=[chunk(tool_calls=[...]), chunk(finish_reason="tool_calls"), DONE]))
+        server.enqueue(Script(events=chat.finished(chat.chunk(chat.fragment(0, "call_1", "f", "{}")))))
         client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
         for event in client.chat.completions.create(model="m", messages=[...], stream=True):
             ...
@@ -31,7 +31,7 @@ Wire format, chosen to match real providers closely enough that the SDK takes it
     zero-length chunk): the SDK simply stops iterating, with no error (a clean but truncated stream);
   * ``cut_after=n`` sends ``n`` events and then shuts the socket down without the final chunk: the
     client's HTTP layer sees an incomplete body and the ``openai`` SDK raises ``APIConnectionError``
-    (observed with openai 3.51 / httpx2; see ``tests/cli/test_local_sse.py``). The socket is shut down with
+    (observed with openai 3.51 / httpx2; see ``tests/testing/test_server.py``). The socket is shut down with
     FIN, not reset, so the events already sent are always delivered: the cut is deterministic.
 
 - A non-200 ``status`` answers ``application/json``: the script's first event if it is a dict (so a test
@@ -48,7 +48,7 @@ import logging
 import socket
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -57,15 +57,12 @@ from typing import Any, TypeAlias, cast
 
 from etf_otel.protocols._chat_completions import DONE
 
-__all__ = ["DONE", "LocalChatServer", "RecordedRequest", "Script", "chunk"]
+__all__ = ["DONE", "LocalChatServer", "RecordedRequest", "Responder", "Script"]
 
 _logger = logging.getLogger(__name__)
 
 
 _STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
-
-_CREATED = 1_700_000_000
-"""A fixed ``created`` timestamp: chunks are reproducible byte for byte across runs."""
 
 _POLL_INTERVAL = 0.05
 """How often ``serve_forever`` checks for shutdown; small so that :meth:`LocalChatServer.close` is prompt."""
@@ -114,33 +111,8 @@ class RecordedRequest:
     body: Any
 
 
-def chunk(
-    *,
-    id: str = "chatcmpl-1",
-    tool_calls: Sequence[Any] | None = None,
-    finish_reason: str | None = None,
-    content: str | None = None,
-    choice_index: int = 0,
-    model: str = "etf-demo",
-) -> dict[str, Any]:
-    """Build one ``chat.completion.chunk`` object with a single choice.
-
-    ``tool_calls`` is placed in ``delta.tool_calls`` verbatim, without validation or normalization, so a
-    test can send exactly what a misbehaving provider sends (``"id": None``, missing ``index``, ...).
-    ``id`` is the *response* id; tool-call ids belong inside the ``tool_calls`` fragments.
-    """
-    delta: dict[str, Any] = {}
-    if content is not None:
-        delta["content"] = content
-    if tool_calls is not None:
-        delta["tool_calls"] = tool_calls
-    return {
-        "id": id,
-        "object": "chat.completion.chunk",
-        "created": _CREATED,
-        "model": model,
-        "choices": [{"index": choice_index, "delta": delta, "finish_reason": finish_reason}],
-    }
+Responder: TypeAlias = "Callable[[RecordedRequest], Script | None]"
+"""Answers a streaming request when no script is queued (``None``: the usual ``500``)."""
 
 
 def _error_body(message: str, status: int) -> dict[str, Any]:
@@ -162,9 +134,9 @@ class _Server(ThreadingHTTPServer):
     # Handlers may still be writing when a test closes the server; joining them could hang close().
     block_on_close = False
 
-    def __init__(self, owner: LocalChatServer) -> None:
+    def __init__(self, owner: LocalChatServer, port: int) -> None:
         self.owner = owner
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(("127.0.0.1", port), _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # The default prints a traceback to stderr; a client hanging up mid-stream is routine here.
@@ -246,14 +218,17 @@ class LocalChatServer:
 
     It starts serving (in a daemon thread) on construction; use it as a context manager or call
     :meth:`close`. Thread-safe: scripts may be enqueued while requests are being served.
+    ``port`` 0 takes a free port (tests); ``responder`` answers the requests no queued script
+    is left for (``python -m etf_otel.testing`` serves every request that way).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0, responder: Responder | None = None) -> None:
         self._lock = threading.Lock()
         self._scripts: deque[Script] = deque()
         self._requests: list[RecordedRequest] = []
+        self._responder = responder
         self._closed = False
-        self._httpd = _Server(self)
+        self._httpd = _Server(self, port)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": _POLL_INTERVAL},
@@ -298,7 +273,10 @@ class LocalChatServer:
         # Recording and taking under one lock keeps ``requests[i]`` paired with the i-th script.
         with self._lock:
             self._requests.append(request)
-            return self._scripts.popleft() if consume and self._scripts else None
+            script = self._scripts.popleft() if consume and self._scripts else None
+        if script is None and consume and self._responder is not None:
+            script = self._responder(request)
+        return script
 
     def close(self) -> None:
         """Stop serving and release the port. Idempotent; returns within about ``_POLL_INTERVAL``."""

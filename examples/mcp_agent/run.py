@@ -33,7 +33,8 @@ from typing import Any
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
+from etf_otel.testing import DONE, LocalChatServer, Script
+from etf_otel.testing.chat import chunk
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent

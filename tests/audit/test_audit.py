@@ -20,8 +20,8 @@ from etf_otel.cli._audit import add_audit_arguments, run_audit
 from etf_otel.core._linkage import Conversation
 from etf_otel.instrumentation import AssemblerAdapter, GuardRefusedError, Instrumentation
 from etf_otel.protocols._chat_completions import ReferenceAssembler
+from etf_otel.testing.chat import MISSING, case_stream, chunk, finished, fragment
 
-from ..chunks import MISSING, case_stream, chunk, finished, fragment
 from ..conftest import Process
 
 CALL_A = {"id": "call-a", "function": {"name": "read_page", "arguments": '{"page":1}'}}

@@ -315,8 +315,7 @@ def test_application_spans_into_phoenix_and_a_file_agree(tmp_path: Path, phoenix
 
     from etf_otel.core._linkage import Conversation
     from etf_otel.instrumentation import Instrumentation
-
-    from ..chunks import case_stream
+    from etf_otel.testing.chat import case_stream
 
     project = f"etf-app-{uuid.uuid4().hex[:8]}"
     path = tmp_path / "app.jsonl"

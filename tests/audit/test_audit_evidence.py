@@ -28,7 +28,8 @@ from etf_otel.audit._sources.otlp_json import iter_spans
 from etf_otel.cli._audit import run_audit
 from etf_otel.core._linkage import Conversation
 from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor, instrument_openai
-from etf_otel.testing._server import LocalChatServer, Script
+from etf_otel.testing import LocalChatServer, Script
+from etf_otel.testing.chat import chunk, finished, fragment
 from tests.integrations.test_openai_integration import (
     TEXT_ONLY,
     USER,
@@ -38,7 +39,6 @@ from tests.integrations.test_openai_integration import (
     tool_message,
 )
 
-from ..chunks import chunk, finished, fragment
 from ..conftest import Process
 
 ANSWERED_IDS = "etf.linkage.answered_ids"

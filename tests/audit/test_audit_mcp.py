@@ -43,8 +43,8 @@ from etf_otel.audit._sources.otlp_json import iter_spans
 from etf_otel.audit._sources.sql import ChdbEngine
 from etf_otel.cli._audit import run_audit
 from etf_otel.core._linkage import Conversation
+from etf_otel.testing.chat import chunk, finished, fragment
 
-from ..chunks import chunk, finished, fragment
 from ..conftest import Process
 from .test_audit import consume
 from .test_audit_sql import finding_set, python_report, summary

@@ -37,8 +37,8 @@ from etf_otel.cli._audit import add_audit_arguments, run_audit, run_sql_audit
 from etf_otel.core._linkage import Conversation
 from etf_otel.instrumentation import AssemblerAdapter, GuardRefusedError
 from etf_otel.protocols._chat_completions import ReferenceAssembler
+from etf_otel.testing.chat import MISSING, case_stream, chunk, finished, fragment
 
-from ..chunks import MISSING, case_stream, chunk, finished, fragment
 from ..conftest import Process
 from .test_audit import CALL_A, call, clean_turn, consume
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from etf_otel.testing._quirks import QUIRK_STREAMS
+from etf_otel.testing import QUIRK_STREAMS
 
 
 def _export(tmp_path: Path) -> list[str]:

@@ -31,8 +31,8 @@ import pytest
 
 from etf_otel.audit._model import FIXED_CATEGORY, FindingKind
 from etf_otel.core._vocabulary import ErrorCategory
+from etf_otel.testing.chat import chunk, finished, fragment
 
-from ..chunks import chunk, finished, fragment
 from .test_cli_replay import ROOT, assert_report_shape, run, write_jsonl
 from .test_replay_protocols import CASE, FOLLOWUPS, SAMPLE_IDS, SAMPLES, column, refused
 

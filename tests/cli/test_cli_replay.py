@@ -12,8 +12,7 @@ import pytest
 
 from etf_otel import ErrorCategory, IdKind, Transition
 from etf_otel.cli import main
-
-from ..chunks import MISSING, chunk, finished, fragment
+from etf_otel.testing.chat import MISSING, chunk, finished, fragment
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "examples" / "recordings"

@@ -56,8 +56,7 @@ from etf_otel.instrumentation import AssemblerAdapter, GuardRefusedError, Instru
 from etf_otel.instrumentation._safety import set_strict
 from etf_otel.protocols._chat_completions import CHAT_COMPLETIONS, DONE, ReferenceAssembler, assemble
 from etf_otel.recordings import complete_body, later_responses
-
-from ..chunks import MISSING
+from etf_otel.testing.chat import MISSING
 
 LONG = os.environ.get("ETF_FUZZ_LONG") == "1"
 SCALE = int(os.environ.get("ETF_FUZZ_SCALE", "50")) if LONG else 1

@@ -13,9 +13,9 @@ from etf_otel import protocols
 from etf_otel.cli.html._replay import MAX_COLUMNS, STREAM, replay_timeline
 from etf_otel.cli.html._replay_page import render_replay
 from etf_otel.protocols._chat_completions import DONE
-from etf_otel.testing._quirks import ANTHROPIC_QUIRK_STREAMS, QUIRK_STREAMS, RESPONSES_QUIRK_STREAMS
+from etf_otel.testing import ANTHROPIC_QUIRK_STREAMS, QUIRK_STREAMS, RESPONSES_QUIRK_STREAMS
+from etf_otel.testing.chat import chunk, finished, fragment
 
-from ..chunks import chunk, finished, fragment
 from .test_cli_replay import ROOT, run, write_jsonl
 
 CANARY = "call-CANARY-9f3e1"

@@ -23,10 +23,9 @@ import pytest
 
 from etf_otel import ABSENT, AssemblyResult, IdentityRules, ResponseSlots, protocols
 from etf_otel.protocols import WireProtocol
+from etf_otel.testing import anthropic, responses
+from etf_otel.testing.chat import chunk, finished, fragment
 
-from ..chunks import chunk, finished, fragment
-from ..protocols import anthropic_events as anthropic
-from ..protocols import responses_events as responses
 from .test_cli_replay import RECORDINGS, ROOT, assert_report_shape, run, run_json, write_jsonl
 
 CASE = RECORDINGS / "case-target.jsonl"  # proposes call-a (read_page)

@@ -11,8 +11,7 @@ import pytest
 from etf_otel.core._divergence import AssembledCall, DivergenceKind, compare
 from etf_otel.core._results import ToolCall
 from etf_otel.protocols._chat_completions import assemble
-
-from ..chunks import chunk, finished, fragment
+from etf_otel.testing.chat import chunk, finished, fragment
 
 
 def rules_call(id: str | None = "call_1", name: str | None = "get_a", arguments: str = '{"a":1}') -> ToolCall:

@@ -14,8 +14,7 @@ import pytest
 from etf_otel import CompatibilityRule, ErrorCategory, IdKind, ReferenceAssembler, Transition
 from etf_otel.core._identity import STRICT_TABLE, IdentityRules, IdState, Incoming
 from etf_otel.core._vocabulary import Phase
-
-from ..chunks import MISSING, chunk, fragment
+from etf_otel.testing.chat import MISSING, chunk, fragment
 
 # state name -> fragments (index 0) that build it before the incoming one arrives
 STATES: dict[str, list[dict[str, Any]]] = {

@@ -19,8 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from etf_otel import DONE, AssemblyResult, ErrorCategory, ReferenceAssembler, StreamState, Verdict
-
-from ..chunks import MISSING
+from etf_otel.testing.chat import MISSING
 
 E = ErrorCategory
 Key = tuple[int, int]

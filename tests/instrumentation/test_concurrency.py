@@ -22,8 +22,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from etf_otel import attributes as A
-
-from ..chunks import chunk, fragment
+from etf_otel.testing.chat import chunk, fragment
 
 THREADS = 8
 STREAMS_PER_THREAD = 25

@@ -25,8 +25,8 @@ from etf_otel.instrumentation import (
     instrument_stream,
 )
 from etf_otel.instrumentation._convenience import shared_instrumentation
+from etf_otel.testing.chat import case_stream
 
-from ..chunks import case_stream
 from ..conftest import Captured
 
 

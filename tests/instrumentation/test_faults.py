@@ -36,8 +36,7 @@ from etf_otel.instrumentation._registry import ToolNameCap as _ToolNameCap
 from etf_otel.instrumentation._safety import set_strict
 from etf_otel.instrumentation._telemetry import Telemetry
 from etf_otel.protocols._chat_completions import DONE, ReferenceAssembler
-
-from ..chunks import chunk, finished, fragment
+from etf_otel.testing.chat import chunk, finished, fragment
 
 # --- fakes ------------------------------------------------------------------------------------
 

@@ -31,7 +31,8 @@ from etf_otel import attributes as A
 from etf_otel._version import __version__
 from etf_otel.instrumentation._safety import set_strict
 from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor, instrument_openai
-from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
+from etf_otel.testing import DONE, LocalChatServer, Script
+from etf_otel.testing.chat import chunk
 
 from ..support.otlp_receiver import OtlpReceiver, ReceivedSpan
 

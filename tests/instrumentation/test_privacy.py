@@ -31,8 +31,7 @@ from etf_otel.instrumentation import AssemblerAdapter, GuardRefusedError, Instru
 from etf_otel.instrumentation._safety import set_strict
 from etf_otel.instrumentation._telemetry import DEFAULT_MAX_CONTENT_CHARS, Telemetry
 from etf_otel.protocols._chat_completions import DONE, ReferenceAssembler
-
-from ..chunks import MISSING, chunk, finished, fragment
+from etf_otel.testing.chat import MISSING, chunk, finished, fragment
 
 
 def canary(label: str) -> str:

@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
+from etf_otel.testing import anthropic, responses
 from tests.conftest import Captured
 from tests.integrations.support import all_attribute_values
-from tests.protocols import anthropic_events as anthropic
-from tests.protocols import responses_events as responses
 
 ARGUMENT = "CANARY-ARGUMENT"
 REJECTED = "CANARY-REJECTED-ID"

@@ -18,8 +18,8 @@ from etf_otel.core._linkage import Conversation
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._vocabulary import ResponseEnd, StreamState, Transition
 from etf_otel.protocols import WireProtocol
+from etf_otel.testing.chat import MISSING, case_stream, chunk, finished, fragment
 
-from ..chunks import MISSING, case_stream, chunk, finished, fragment
 from ..conftest import Captured
 
 
@@ -168,7 +168,7 @@ from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from etf_otel.instrumentation import Instrumentation
-from tests.chunks import case_stream
+from etf_otel.testing.chat import case_stream
 
 before = Instrumentation()  # no provider set yet: counters go through the API's proxy
 list(before.stream(iter(case_stream(None))))

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from etf_otel.testing._server import LocalChatServer
+from etf_otel.testing import LocalChatServer
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The ``anthropic`` instrumentor, driven by the real ``anthropic`` client over real HTTP.
 
-Every test talks to :class:`~etf_otel.testing._server.LocalChatServer` on 127.0.0.1 with the real
+Every test talks to :class:`~etf_otel.testing.LocalChatServer` on 127.0.0.1 with the real
 SDK (HTTP stack, SSE decoder, event models, the ``messages.stream(...)`` helper): nothing below
 the client is mocked. Scripts are ``named=True``: the SDK skips an SSE event without an
 ``event:`` line. Most scenarios run the same script twice, once without and once with the
@@ -37,7 +37,8 @@ from etf_otel.integrations.anthropic import (
     instrument_anthropic,
     provider_of_client,
 )
-from etf_otel.testing._server import LocalChatServer, Script
+from etf_otel.testing import LocalChatServer, Script
+from etf_otel.testing import anthropic as E
 from tests.conftest import Captured
 from tests.integrations.support import (
     Harness,
@@ -50,7 +51,6 @@ from tests.integrations.support import (
     tool_spans,
     wrappers,
 )
-from tests.protocols import anthropic_events as E
 
 MODEL = "claude-sonnet-5-5"  # not one the SDK warns about as deprecated (warnings are errors here)
 USER: list[dict[str, Any]] = [{"role": "user", "content": "What is the weather in Paris, and the time?"}]

@@ -33,8 +33,7 @@ from etf_otel.instrumentation import Instrumentation, ObservedStream
 from etf_otel.integrations.anthropic import MessageAccumulator, instrument_accumulator
 from etf_otel.integrations.anthropic._instrumentor import instrument_anthropic
 from etf_otel.integrations.anthropic._state import message_calls
-from etf_otel.testing._quirks import ANTHROPIC_QUIRK_STREAMS
-from etf_otel.testing._server import LocalChatServer, Script
+from etf_otel.testing import ANTHROPIC_QUIRK_STREAMS, LocalChatServer, Script
 from tests.integrations.support import divergence_kinds, in_span, outcome_of
 
 from ..conftest import Captured

@@ -36,8 +36,7 @@ from etf_otel.integrations.langchain import (
 from etf_otel.integrations.openai import instrument_accumulator, instrument_openai
 from etf_otel.integrations.openai._state import OPENAI_STATE_ADAPTER, completion_calls
 from etf_otel.protocols._chat_completions import DONE
-from etf_otel.testing._quirks import QUIRK_STREAMS, QUIRK_TABLES
-from etf_otel.testing._server import LocalChatServer, Script
+from etf_otel.testing import QUIRK_STREAMS, QUIRK_TABLES, LocalChatServer, Script
 from tests.integrations.support import divergence_kinds, in_span, outcome_of
 
 from ..conftest import Captured

@@ -1,7 +1,7 @@
 """Configuration without code: the ``OTEL_INSTRUMENTATION_ETF_*`` variables, and the provider fallback.
 
 Each variable is driven through the real ``openai`` instrumentor and the real client talking to
-:class:`~etf_otel.testing._server.LocalChatServer` on 127.0.0.1, with in-memory SDK providers
+:class:`~etf_otel.testing.LocalChatServer` on 127.0.0.1, with in-memory SDK providers
 (docs/configuration.md). Every test pairs what the variable does with the run that shows
 the difference (the variable unset, or a keyword that wins over it), so none can pass vacuously.
 The last tests run ``examples/zero_code.py`` under ``opentelemetry-instrument``, where the
@@ -23,10 +23,11 @@ from etf_otel import attributes as A
 from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import Instrumentation, instrument_host, instrument_stream
 from etf_otel.integrations.openai._instrumentor import FALLBACK_PROVIDER, OpenAIInstrumentor, instrument_openai
-from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
+from etf_otel.testing import DONE, LocalChatServer, Script
+from etf_otel.testing import responses as R
+from etf_otel.testing.chat import chunk
 from tests.conftest import Captured
 from tests.integrations.support import Harness, response_span
-from tests.protocols import responses_events as R
 from tests.test_examples import console_spans, named, zero_code
 
 VARIABLES = (A.ENV_PROVIDER_NAME, A.ENV_ALLOW, A.ENV_GUARD, A.ENV_MAX_CONVERSATIONS, A.ENV_CAPTURE_CONTENT)

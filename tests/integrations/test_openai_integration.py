@@ -1,6 +1,6 @@
 """The ``openai`` instrumentor, driven by the real ``openai`` client over real HTTP.
 
-Every test talks to :class:`~etf_otel.testing._server.LocalChatServer` on 127.0.0.1 with the real
+Every test talks to :class:`~etf_otel.testing.LocalChatServer` on 127.0.0.1 with the real
 SDK (HTTP stack, SSE decoder, chunk models): nothing below the client is mocked. Most
 scenarios run the same script twice, once without and once with the instrumentor, and
 require the application to see exactly the same chunks (types and serialized content) and
@@ -32,7 +32,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from etf_otel.instrumentation import ObservedAsyncStream, ObservedStream
 from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor, detect_provider, instrument_openai
 from etf_otel.protocols._chat_completions import assemble
-from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
+from etf_otel.testing import DONE, LocalChatServer, Script
+from etf_otel.testing.chat import chunk
 from tests.conftest import Captured
 from tests.integrations.support import (
     Harness,

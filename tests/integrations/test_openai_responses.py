@@ -1,6 +1,6 @@
 """The ``openai`` instrumentor on the Responses API, driven by the real client over real HTTP.
 
-Every test talks to :class:`~etf_otel.testing._server.LocalChatServer` (``/v1/responses``, named
+Every test talks to :class:`~etf_otel.testing.LocalChatServer` (``/v1/responses``, named
 SSE events like the API's) with the real SDK, sync and async: nothing below the client is
 mocked. Most scenarios run the same script without and then with the instrumentor and require
 the application to see exactly the same events (types and serialized content), the same
@@ -32,10 +32,10 @@ from etf_otel.instrumentation import ObservedAsyncStream, ObservedStream
 from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor, instrument_openai
 from etf_otel.integrations.openai._responses import output_run_starts, result_call_ids
 from etf_otel.protocols import RESPONSES
-from etf_otel.testing._server import LocalChatServer, Script
+from etf_otel.testing import LocalChatServer, Script
+from etf_otel.testing import responses as R
 from tests.conftest import Captured
 from tests.integrations.support import Harness, LocalRedirect, all_attribute_values, response_span, tool_spans, wrappers
-from tests.protocols import responses_events as R
 
 USER: list[dict[str, Any]] = [{"role": "user", "content": "read page 1 and save a report"}]
 MODES = ("sync", "async")

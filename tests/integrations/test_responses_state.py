@@ -36,8 +36,7 @@ from etf_otel.integrations.openai._responses_state import (
     ResponseStateWithFinal,
     response_calls,
 )
-from etf_otel.testing._quirks import RESPONSES_QUIRK_STREAMS
-from etf_otel.testing._server import LocalChatServer, Script
+from etf_otel.testing import RESPONSES_QUIRK_STREAMS, LocalChatServer, Script
 from tests.integrations.support import divergence_kinds, in_span, outcome_of
 
 from ..conftest import Captured

@@ -22,9 +22,7 @@ from etf_otel.core._lifecycle import LifecycleSlots
 from etf_otel.core._results import AssemblyResult
 from etf_otel.protocols import PROTOCOLS, StreamAssembler, detect, get
 from etf_otel.protocols._anthropic_messages import ANTHROPIC_MESSAGES, AnthropicAssembler, assemble
-
-from ..conftest import Captured
-from .anthropic_events import (
+from etf_otel.testing.anthropic import (
     MISSING,
     block,
     block_start,
@@ -42,6 +40,8 @@ from .anthropic_events import (
     tool_start,
     tool_use,
 )
+
+from ..conftest import Captured
 
 E = ErrorCategory
 WEATHER = ('{"city":', ' "Paris"}')

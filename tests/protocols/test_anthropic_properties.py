@@ -25,8 +25,7 @@ from hypothesis import strategies as st
 
 from etf_otel import AssemblyResult, StreamState
 from etf_otel.protocols._anthropic_messages import AnthropicAssembler
-
-from .anthropic_events import (
+from etf_otel.testing.anthropic import (
     MISSING,
     block,
     block_start,

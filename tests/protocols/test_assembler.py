@@ -21,8 +21,7 @@ from etf_otel import (
 from etf_otel.core._identity import ABSENT, IdState
 from etf_otel.core._slots import ResponseSlots
 from etf_otel.protocols._base import field
-
-from ..chunks import MISSING, case_stream, chunk, finished, fragment
+from etf_otel.testing.chat import MISSING, case_stream, chunk, finished, fragment
 
 E = ErrorCategory
 

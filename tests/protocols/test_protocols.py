@@ -9,8 +9,8 @@ import pytest
 
 from etf_otel import ABSENT, AssemblyResult, ErrorCategory, IdentityRules, ResponseSlots, StreamState
 from etf_otel.protocols import CHAT_COMPLETIONS, PROTOCOLS, StreamAssembler, WireProtocol, detect, get
+from etf_otel.testing.chat import chunk, fragment
 
-from ..chunks import chunk, fragment
 from ..conftest import Captured
 
 

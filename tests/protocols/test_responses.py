@@ -19,8 +19,7 @@ from etf_otel.core._identity import CompatibilityRule
 from etf_otel.core._lifecycle import LifecycleSlots
 from etf_otel.protocols import PROTOCOLS, RESPONSES, detect, get
 from etf_otel.protocols._responses import ResponsesAssembler
-
-from .responses_events import (
+from etf_otel.testing.responses import (
     MISSING,
     added,
     arguments_done,

@@ -23,8 +23,7 @@ from hypothesis import strategies as st
 
 from etf_otel import ErrorCategory
 from etf_otel.protocols._responses import ResponsesAssembler
-
-from .responses_events import (
+from etf_otel.testing.responses import (
     MISSING,
     added,
     arguments_done,

@@ -50,29 +50,21 @@ from etf_otel.cli.demo._protocols import (
 from etf_otel.core._results import AssemblyResult
 from etf_otel.integrations.openai._state import completion_calls
 from etf_otel.protocols._chat_completions import ReferenceAssembler
-from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
+from etf_otel.testing import DONE, MISSING, LocalChatServer, Script, chat
+from etf_otel.testing.chat import chunk
 
 __all__ = ["run_demo"]
 
 PROVIDER = "etf.demo"
 SOURCE_TEXT = "Q3 revenue grew 12%; churn fell to 2.1%; two regions missed their targets.\n"
 Fragment = dict[str, Any]
-ABSENT_KEY: Any = object()
 
 
 def _call(index: int, call_id: Any, name: str | None = None, arguments: str | None = None) -> Fragment:
-    fragment: Fragment = {"index": index}
-    if call_id is not ABSENT_KEY:
-        fragment["id"] = call_id
-    function: dict[str, Any] = {}
-    if name is not None:
-        fragment["type"] = "function"
-        function["name"] = name
-    if arguments is not None:
-        function["arguments"] = arguments
-    if function:
-        fragment["function"] = function
-    return fragment
+    """One fragment; a named one opens its call (``"type": "function"``); ``call_id`` MISSING leaves the id out."""
+    if name is None:
+        return chat.fragment(index, call_id, arguments=MISSING if arguments is None else arguments)
+    return chat.fragment(index, call_id, name, MISSING if arguments is None else arguments, type="function")
 
 
 def _tool_turn(*fragment_groups: Sequence[Fragment], cut_after: int | None = None) -> Script:
@@ -200,8 +192,8 @@ def _single_turn_cases() -> list[tuple[ProtocolCase, Script]]:
     r1, rest = _call(0, "call-r1", "read_source", '{"path":'), ' "source.txt"}'
     whole = _call(0, "call-r1", "read_source", READ)
     repeated = _split_call(0, "call-d1", "read_source", READ, "call-d1")
-    type_null = _split_call(0, "call-d3", "read_source", READ, ABSENT_KEY)
-    cut = [_call(0, ABSENT_KEY, arguments=' "so')]
+    type_null = _split_call(0, "call-d3", "read_source", READ, MISSING)
+    cut = [_call(0, MISSING, arguments=' "so')]
     type_null[1][0]["type"] = None
     ends = Script(events=[chunk(tool_calls=[_call(0, "call-r1", "read_source", '{"path": "sou')])])
     cases = [
@@ -339,7 +331,7 @@ class DemoRun:
 def _run_chat(run: DemoRun, part: Part, client: Any, instrumentation: Any, workdir: Path) -> None:
     """The Chat Completions part: control and target runs, single-turn cases, linkage cases."""
     for tag, continuation, label in (
-        ("control", ABSENT_KEY, "control: continuations omit the id"),
+        ("control", MISSING, "control: continuations omit the id"),
         ("target", None, "target: continuations send id: null"),
     ):
         run_dir = workdir / tag

@@ -28,7 +28,9 @@ from rich.text import Text
 
 from etf_otel import attributes as A
 from etf_otel.errors import GuardRefusedError
-from etf_otel.testing._server import LocalChatServer, Script
+from etf_otel.testing import LocalChatServer, Script
+from etf_otel.testing import anthropic as a
+from etf_otel.testing import responses as r
 
 __all__ = [
     "ANTHROPIC_MISSING",
@@ -131,38 +133,23 @@ def describe_call(call_id: object, name: object, arguments: object) -> str:
 # --- OpenAI Responses ----------------------------------------------------------------------------------
 
 
-def _r_response(response_id: str, status: str, output: Sequence[Any] = (), **extra: Any) -> dict[str, Any]:
-    fields = {"object": "response", "created_at": 0, "model": "etf-demo", "parallel_tool_calls": True}
-    return {"id": response_id, **fields, "status": status, "output": list(output), "tool_choice": "auto",
-            "tools": [], **extra}  # fmt: skip
-
-
 def _r_item(call_id: str, item_id: str, arguments: str = READ, status: str = "completed") -> dict[str, Any]:
-    return {"type": "function_call", "id": item_id, "call_id": call_id, "name": "read_source",
-            "arguments": arguments, "status": status}  # fmt: skip
+    return r.function_call(call_id, "read_source", arguments, item_id, status)
 
 
 def _r_call(call_id: str, item_id: str, *, done: bool = True) -> list[dict[str, Any]]:
     """One ``read_source`` call at output_index 0 as the API streams it: added, two deltas, both done events."""
-    added_item = _r_item(call_id, item_id, "", "in_progress")
-    added = {"type": "response.output_item.added", "output_index": 0, "item": added_item}
-    delta = {"type": "response.function_call_arguments.delta", "output_index": 0, "item_id": item_id}
-    events = [added, {**delta, "delta": READ[:8]}, {**delta, "delta": READ[8:]}]
-    if done:
-        events.append({"type": "response.function_call_arguments.done", "output_index": 0, "item_id": item_id,
-                       "arguments": READ})  # fmt: skip
-        events.append({"type": "response.output_item.done", "output_index": 0, "item": _r_item(call_id, item_id)})
-    return events
+    events = r.call(0, call_id, "read_source", [READ[:8], READ[8:]], item_id)
+    return events if done else events[:3]
 
 
 def _r_script(response_id: str, events: Sequence[dict[str, Any]], end: dict[str, Any]) -> Script:
     """``response.created``, the events, then ``end``; sequence numbers in order, ``event:`` lines."""
-    flat = [{"type": "response.created", "response": _r_response(response_id, "in_progress")}, *events, end]
-    return Script(events=[{**event, "sequence_number": n} for n, event in enumerate(flat)], named=True)
+    return Script(events=r.stream(*events, end=end, id=response_id), named=True)
 
 
 def _r_completed(response_id: str, *items: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "response.completed", "response": _r_response(response_id, "completed", items)}
+    return r.completed(list(items), id=response_id)
 
 
 def _r_stream(n: int, completed_call_id: str | None = None) -> Script:
@@ -174,10 +161,8 @@ def _r_stream(n: int, completed_call_id: str | None = None) -> Script:
 
 def _r_cases() -> list[tuple[ProtocolCase, Script, str | None]]:
     """``(case, its stream, the field of the call the app answers with)``; ``None``: no answer."""
-    details = {"incomplete_details": {"reason": "max_output_tokens"}}
-    cut = _r_response("resp_3", "incomplete", [_r_item("call_r3", "fc_r3", status="incomplete")], **details)
-    incomplete = _r_script("resp_3", _r_call("call_r3", "fc_r3", done=False), {"type": "response.incomplete",
-                           "response": cut})  # fmt: skip
+    cut = r.incomplete("max_output_tokens", [_r_item("call_r3", "fc_r3", status="incomplete")], "resp_3")
+    incomplete = _r_script("resp_3", _r_call("call_r3", "fc_r3", done=False), cut)
     return [
         (ProtocolCase("valid call, result sent by call_id", DISPATCHED), _r_stream(1), "call_id"),
         (ProtocolCase("call_id changed in response.completed", "snapshot_mismatch"), _r_stream(2, "call_9"), None),
@@ -234,23 +219,15 @@ def run_responses(part: Part, client: Any, instrumentation: Any) -> list[Protoco
 
 def _a_tool_block(index: int, tool_id: str, name: str, arguments: str) -> list[dict[str, Any]]:
     """One ``tool_use`` block as the API streams it: start (input ``{}``), ``""`` then two pieces, stop."""
-    start = {"type": "content_block_start", "index": index,
-             "content_block": {"type": "tool_use", "id": tool_id, "name": name, "input": {}}}  # fmt: skip
-    pieces = dict.fromkeys(("", arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]))
-    deltas = [{"type": "input_json_delta", "partial_json": piece} for piece in pieces]
-    return [start, *({"type": "content_block_delta", "index": index, "delta": d} for d in deltas),
-            {"type": "content_block_stop", "index": index}]  # fmt: skip
+    half = len(arguments) // 2
+    return a.tool_call(index, tool_id, name, *dict.fromkeys(p for p in (arguments[:half], arguments[half:]) if p))
 
 
 def _a_script(message_id: str, blocks: Sequence[dict[str, Any]], stop_reason: str = "tool_use") -> Script:
     """``message_start``, the blocks' events, ``message_delta`` with ``stop_reason``, ``message_stop``."""
-    message: dict[str, Any] = {"id": message_id, "type": "message", "role": "assistant", "model": MODEL,
-                               "content": [], "stop_reason": None, "stop_sequence": None,
-                               "usage": {"input_tokens": 10, "output_tokens": 1}}  # fmt: skip
-    delta = {"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-             "usage": {"output_tokens": 20}}  # fmt: skip
-    events = [{"type": "message_start", "message": message}, *blocks, delta, {"type": "message_stop"}]
-    return Script(events=events, named=True)
+    return Script(
+        events=a.stream(list(blocks), stop_reason=stop_reason, message_id=message_id, model=MODEL), named=True
+    )
 
 
 def _a_cases() -> list[tuple[ProtocolCase, Script]]:
@@ -293,8 +270,8 @@ def _a_case(client: Any, host: Any, server: LocalChatServer, case: ProtocolCase)
         if output is not None:
             results.append({"type": "tool_result", "tool_use_id": call.id, "content": output})
     if results:
-        text = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": "Done."}}
-        server.enqueue(_a_script(f"{final.id}_next", [text, {"type": "content_block_stop", "index": 0}], "end_turn"))
+        text = [a.block_start(0, a.block("text", text="Done.")), a.block_stop(0)]
+        server.enqueue(_a_script(f"{final.id}_next", text, "end_turn"))
         follow_up = [*history, {"role": "assistant", "content": final.content}, {"role": "user", "content": results}]
         for _ in client.messages.create(model=MODEL, max_tokens=256, messages=follow_up, stream=True):
             pass

@@ -4,7 +4,7 @@ Run under ``opentelemetry-instrument`` (zero-code: no etf-otel import but the ex
 which only the ``explicit`` calls use). ``python agent.py < PLAN`` where ``PLAN`` is JSON:
 
 - ``proposals``: ``[[call id, tool name, arguments text], ...]``, streamed by a local Chat
-  Completions server (:class:`~etf_otel.testing._server.LocalChatServer`) as one response;
+  Completions server (:class:`~etf_otel.testing.LocalChatServer`) as one response;
   ``conflict``: the first call's id changes mid-stream (``id_conflict``: nothing is dispatchable);
 - ``stdio``: start ``tools_server.py stdio`` (under ``opentelemetry-instrument``) as a subprocess;
   ``http``: the URL of a Streamable HTTP server started by the test;
@@ -35,7 +35,8 @@ import wrapt
 from mcp import ClientSession, StdioServerParameters
 from opentelemetry import trace
 
-from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
+from etf_otel.testing import DONE, LocalChatServer, Script
+from etf_otel.testing.chat import chunk
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent

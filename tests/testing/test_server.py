@@ -25,7 +25,8 @@ import httpx2
 import openai
 import pytest
 
-from etf_otel.testing._server import DONE, LocalChatServer, Script, chunk
+from etf_otel.testing import DONE, LocalChatServer, Script
+from etf_otel.testing.chat import chunk
 
 MESSAGES: list[Any] = [{"role": "user", "content": "read page 1"}]
 
@@ -229,7 +230,7 @@ def test_wire_format_is_chunked_event_stream_with_one_data_frame_per_event(serve
 def test_chunk_builds_a_chat_completion_chunk_and_passes_tool_calls_verbatim() -> None:
     tool_calls = [{"index": 0, "id": None}, {"function": {"arguments": 3}}]
 
-    built = chunk(tool_calls=tool_calls, finish_reason="tool_calls", choice_index=1, id="chatcmpl-9")
+    built = chunk(tool_calls=tool_calls, finish_reason="tool_calls", choice=1, id="chatcmpl-9")
 
     assert built["id"] == "chatcmpl-9"
     assert built["object"] == "chat.completion.chunk"

@@ -1,8 +1,9 @@
-"""Builders for Anthropic Messages stream events as plain dicts (the parsed SSE ``data:`` payloads).
+"""Anthropic Messages wire events as plain dicts (the parsed SSE ``data:`` payloads).
 
-The shapes follow the API's, with every field the ``anthropic`` SDK's models require, so
-that the same dicts also validate into the SDK's typed events. ``MISSING`` leaves a key
-out entirely (as opposed to sending ``null``).
+The shapes follow the API's, with every field the ``anthropic`` SDK's models require, so that the
+same dicts also validate into the SDK's typed events. :data:`MISSING` leaves a key out entirely
+(as opposed to sending ``null``). Serve them with ``Script(events=..., named=True)``: the API
+names each event with an ``event:`` line.
 
 A typical stream::
 
@@ -11,28 +12,48 @@ A typical stream::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-MISSING: Any = object()
-"""Leave a key out of the event entirely (as opposed to sending ``null``)."""
+from etf_otel.testing._wire import MISSING, flatten, without_missing
 
-PLACEHOLDER: Any = object()
+__all__ = [
+    "MESSAGE_ID",
+    "MISSING",
+    "MODEL",
+    "PLACEHOLDER",
+    "block",
+    "block_start",
+    "block_stop",
+    "error",
+    "json_delta",
+    "message_delta",
+    "message_start",
+    "message_stop",
+    "ping",
+    "stream",
+    "text_block",
+    "text_delta",
+    "tool_call",
+    "tool_start",
+    "tool_use",
+]
+
+PLACEHOLDER: Final[Any] = object()
 """The default ``input`` of a tool block: the ``{}`` placeholder the API sends on ``content_block_start``."""
 
 MESSAGE_ID = "msg_01"
+MODEL = "claude-test"
 
 
-def _without_missing(fields: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in fields.items() if value is not MISSING}
-
-
-def message_start(id: Any = MESSAGE_ID, content: Any = (), stop_reason: Any = None) -> dict[str, Any]:
-    message = _without_missing(
+def message_start(
+    id: Any = MESSAGE_ID, content: Any = (), stop_reason: Any = None, model: str = MODEL
+) -> dict[str, Any]:  # the wire field is called id
+    message = without_missing(
         {
             "id": id,
             "type": "message",
             "role": "assistant",
-            "model": "claude-test",
+            "model": model,
             "content": list(content) if isinstance(content, (list, tuple)) else content,
             "stop_reason": stop_reason,
             "stop_sequence": None,
@@ -44,9 +65,7 @@ def message_start(id: Any = MESSAGE_ID, content: Any = (), stop_reason: Any = No
 
 def tool_use(id: Any = "toolu_01", name: Any = "get_weather", input: Any = PLACEHOLDER) -> dict[str, Any]:
     """A ``tool_use`` content block; ``input`` defaults to the ``{}`` placeholder."""
-    return _without_missing(
-        {"type": "tool_use", "id": id, "name": name, "input": {} if input is PLACEHOLDER else input}
-    )
+    return without_missing({"type": "tool_use", "id": id, "name": name, "input": {} if input is PLACEHOLDER else input})
 
 
 def block(type: str, **fields: Any) -> dict[str, Any]:
@@ -55,7 +74,7 @@ def block(type: str, **fields: Any) -> dict[str, Any]:
 
 
 def block_start(index: Any, content_block: Any) -> dict[str, Any]:
-    return _without_missing({"type": "content_block_start", "index": index, "content_block": content_block})
+    return without_missing({"type": "content_block_start", "index": index, "content_block": content_block})
 
 
 def tool_start(
@@ -65,8 +84,8 @@ def tool_start(
 
 
 def json_delta(index: Any, partial_json: Any) -> dict[str, Any]:
-    delta = _without_missing({"type": "input_json_delta", "partial_json": partial_json})
-    return _without_missing({"type": "content_block_delta", "index": index, "delta": delta})
+    delta = without_missing({"type": "input_json_delta", "partial_json": partial_json})
+    return without_missing({"type": "content_block_delta", "index": index, "delta": delta})
 
 
 def text_delta(index: Any, text: str) -> dict[str, Any]:
@@ -74,7 +93,7 @@ def text_delta(index: Any, text: str) -> dict[str, Any]:
 
 
 def block_stop(index: Any) -> dict[str, Any]:
-    return _without_missing({"type": "content_block_stop", "index": index})
+    return without_missing({"type": "content_block_stop", "index": index})
 
 
 def message_delta(stop_reason: Any = "tool_use") -> dict[str, Any]:
@@ -110,13 +129,15 @@ def text_block(index: int, text: str = "Let me check.") -> list[dict[str, Any]]:
 
 
 def stream(
-    *blocks: list[dict[str, Any]], stop_reason: Any = "tool_use", stop: bool = True, message_id: Any = MESSAGE_ID
+    *blocks: list[dict[str, Any]] | dict[str, Any],
+    stop_reason: Any = "tool_use",
+    stop: bool = True,
+    message_id: Any = MESSAGE_ID,
+    model: str = MODEL,
 ) -> list[dict[str, Any]]:
-    """A whole message: ``message_start``, the blocks' events, ``message_delta`` (unless
-    ``stop_reason`` is ``MISSING``) and ``message_stop`` (unless ``stop`` is false)."""
-    events = [message_start(message_id)]
-    for events_of_block in blocks:
-        events.extend(events_of_block)
+    """A whole message: ``message_start``, the blocks' events (lists are spliced in), ``message_delta``
+    (unless ``stop_reason`` is ``MISSING``) and ``message_stop`` (unless ``stop`` is false)."""
+    events = [message_start(message_id, model=model), *flatten(blocks)]
     if stop_reason is not MISSING:
         events.append(message_delta(stop_reason))
     if stop:

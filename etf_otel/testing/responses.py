@@ -1,9 +1,14 @@
-"""Builders for OpenAI Responses API stream events as providers send them (plain dicts).
+"""OpenAI Responses wire events as the API streams them (plain dicts).
 
-Every builder returns the event as parsed JSON, with the fields the ``openai`` SDK requires,
-so that the same dict also validates into the SDK's typed event. Pass :data:`MISSING` to leave
-a key out entirely (as opposed to sending ``null``). :func:`call` and :func:`stream` build the
-usual sequences; :func:`numbered` sets ``sequence_number`` in order.
+Every builder returns the event as parsed JSON, with the fields the ``openai`` SDK requires, so
+that the same dict also validates into the SDK's typed event. :data:`MISSING` leaves a key out
+entirely (as opposed to sending ``null``). :func:`call` and :func:`stream` build the usual
+sequences; :func:`numbered` sets ``sequence_number`` in order. Serve them with
+``Script(events=..., named=True)``: the API names each event with an ``event:`` line.
+
+A typical stream::
+
+    stream(call(0, "call_1", "get_weather", ['{"city":', '"Paris"}'], item_id="fc_1"))
 """
 
 from __future__ import annotations
@@ -11,25 +16,43 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-MISSING: Any = object()
-"""Leave a key out of the event entirely (as opposed to sending ``null``)."""
+from etf_otel.testing._wire import MISSING, flatten, without_missing
+
+__all__ = [
+    "MISSING",
+    "added",
+    "arguments_done",
+    "call",
+    "completed",
+    "created",
+    "delta",
+    "error",
+    "failed",
+    "flatten",
+    "function_call",
+    "in_progress",
+    "incomplete",
+    "item_done",
+    "message_item",
+    "numbered",
+    "response",
+    "stream",
+    "text_delta",
+    "web_search_item",
+]
 
 Event = dict[str, Any]
 
 
-def _without_missing(**fields: Any) -> Event:
-    return {key: value for key, value in fields.items() if value is not MISSING}
-
-
 def response(
-    id: Any = "resp_1", status: str = "in_progress", output: Any = MISSING, **extra: Any
+    id: Any = "resp_1", status: str = "in_progress", output: Any = MISSING, model: str = "etf-test", **extra: Any
 ) -> Event:  # the wire field is called id
     """The ``response`` object of the lifecycle events (the SDK's required fields included)."""
-    return _without_missing(
+    return without_missing(
         id=id,
         object="response",
         created_at=0,
-        model="etf-test",
+        model=model,
         status=status,
         output=[] if output is MISSING else output,
         parallel_tool_calls=True,
@@ -55,7 +78,7 @@ def function_call(
     status: Any = MISSING,
 ) -> Event:
     """A ``function_call`` output item; ``id`` (``fc_...``) defaults to absent, ``call_id`` is identity."""
-    return _without_missing(type="function_call", id=id, call_id=call_id, name=name, arguments=arguments, status=status)
+    return without_missing(type="function_call", id=id, call_id=call_id, name=name, arguments=arguments, status=status)
 
 
 def message_item(id: Any = "msg_1", text: str = "") -> Event:  # the wire field is called id
@@ -71,7 +94,7 @@ def web_search_item(id: Any = "ws_1") -> Event:  # the wire field is called id
 
 def added(index: Any = 0, item: Any = MISSING, **function_fields: Any) -> Event:
     """``response.output_item.added``; without ``item``, a function_call built from ``function_fields``."""
-    return _without_missing(
+    return without_missing(
         type="response.output_item.added",
         sequence_number=0,
         output_index=index,
@@ -83,11 +106,11 @@ def item_done(index: Any = 0, item: Any = MISSING, **function_fields: Any) -> Ev
     """``response.output_item.done``; without ``item``, a completed function_call from ``function_fields``."""
     if item is MISSING:
         item = function_call(**{"status": "completed", **function_fields})
-    return _without_missing(type="response.output_item.done", sequence_number=0, output_index=index, item=item)
+    return without_missing(type="response.output_item.done", sequence_number=0, output_index=index, item=item)
 
 
 def delta(index: Any = 0, text: Any = "", item_id: Any = MISSING) -> Event:
-    return _without_missing(
+    return without_missing(
         type="response.function_call_arguments.delta",
         sequence_number=0,
         output_index=index,
@@ -98,7 +121,7 @@ def delta(index: Any = 0, text: Any = "", item_id: Any = MISSING) -> Event:
 
 def arguments_done(index: Any = 0, arguments: Any = "{}", item_id: Any = MISSING, name: Any = MISSING) -> Event:
     """``response.function_call_arguments.done`` (``name`` is carried by the newer API only)."""
-    return _without_missing(
+    return without_missing(
         type="response.function_call_arguments.done",
         sequence_number=0,
         output_index=index,
@@ -146,30 +169,29 @@ def call(
     name: Any = "f",
     pieces: Iterable[Any] = ('{"a":', "1}"),
     item_id: Any = MISSING,
+    *,
+    added_call_id: Any = MISSING,
 ) -> list[Event]:
-    """One call streamed the way the official API does: added (``""``), deltas, both done events."""
+    """One call streamed the way the official API does: added (``""``), deltas, both done events.
+
+    ``added_call_id``, if given, is the ``call_id`` of the added item only (a provider that changes it).
+    """
     pieces = list(pieces)
     whole = "".join(piece for piece in pieces if isinstance(piece, str))
+    first_id = call_id if added_call_id is MISSING else added_call_id
     return [
-        added(index, call_id=call_id, name=name, arguments="", id=item_id),
+        added(index, call_id=first_id, name=name, arguments="", id=item_id),
         *(delta(index, piece, item_id) for piece in pieces),
         arguments_done(index, whole, item_id),
         item_done(index, call_id=call_id, name=name, arguments=whole, id=item_id),
     ]
 
 
-def stream(*events: Any, end: Event | None = None, id: Any = "resp_1") -> list[Event]:
-    """``response.created``, the events (lists, nested too, are spliced in), then ``end`` (default
-    ``completed``)."""
-    return numbered([created(id), *flatten(events), completed(id=id) if end is None else end])
-
-
-def flatten(events: Iterable[Any]) -> list[Any]:
-    """The events of ``events``, with every list in it spliced in, at any depth."""
-    flat: list[Any] = []
-    for event in events:
-        flat.extend(flatten(event) if isinstance(event, list) else [event])
-    return flat
+def stream(*events: Any, end: Event | None = MISSING, id: Any = "resp_1") -> list[Event]:
+    """``response.created``, the events (lists, nested too, are spliced in), then ``end``: by default
+    ``completed``, ``None`` for none (a stream cut before its terminal event)."""
+    last = [completed(id=id)] if end is MISSING else [] if end is None else [end]
+    return numbered([created(id), *flatten(events), *last])
 
 
 def numbered(events: Iterable[Event]) -> list[Event]:

@@ -1,0 +1,68 @@
+"""``python -m etf_otel.testing``: the scripted LLM server, to try an integration without an API key.
+
+It binds 127.0.0.1 only, prints one base URL per protocol and serves until Ctrl-C. By default
+every streaming request gets two tool calls, and the follow-up carrying their results a text
+answer; ``--quirk NAME`` serves a named stream of the quirks tables instead (``--list`` names them).
+This is the one module of the testing package that prints: it is a command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from collections.abc import Sequence
+
+from etf_otel.testing._quirks import QUIRK_TABLES
+from etf_otel.testing._scripted import PATHS, quirk_responder, tool_turn_responder
+from etf_otel.testing._server import LocalChatServer
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m etf_otel.testing",
+        description="Serve scripted LLM streams (Chat Completions, Responses, Anthropic Messages) on 127.0.0.1.",
+    )
+    parser.add_argument("--port", type=int, default=8000, help="TCP port on 127.0.0.1 (default 8000; 0: any free)")
+    parser.add_argument("--quirk", metavar="NAME", help="serve the quirk stream NAME to every request (see --list)")
+    parser.add_argument("--list", action="store_true", help="list the quirk stream names per protocol and exit")
+    return parser
+
+
+def _list() -> None:
+    for protocol, table in QUIRK_TABLES.items():
+        print(f"{protocol}:")
+        for name in table:
+            print(f"  {name}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.list:
+        _list()
+        return 0
+    try:
+        responder = tool_turn_responder if args.quirk is None else quirk_responder(args.quirk)
+    except KeyError:
+        parser.error(f"no quirk stream named {args.quirk!r}; --list names them")
+    try:
+        server = LocalChatServer(port=args.port, responder=responder)
+    except OSError as error:
+        parser.exit(2, f"{parser.prog}: cannot listen on 127.0.0.1:{args.port}: {error.strerror or error}\n")
+    try:  # Ctrl-C may come at any moment, even before the first line is out
+        with server:
+            what = "two tool calls, then a text answer" if args.quirk is None else f"the quirk stream {args.quirk!r}"
+            print(f"scripted LLM server on 127.0.0.1:{server.port}, serving {what}; Ctrl-C stops it", flush=True)
+            for path, protocol in PATHS.items():
+                base = server.root_url if path == "/v1/messages" else server.base_url
+                print(f"{protocol:<20} base_url={base}  (POST {path})", flush=True)
+            threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

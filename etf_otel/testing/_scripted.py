@@ -1,0 +1,112 @@
+"""What ``python -m etf_otel.testing`` answers: a scripted tool-call turn per protocol, or a quirk stream.
+
+The point of the command is to try an integration without an API key: the application's own
+client, pointed at the server, must go through a whole tool-calling turn. So a request that
+carries no tool result gets two tool calls (``get_weather`` and ``get_time``, each streamed in
+two pieces), and the follow-up that sends their results back gets a short text answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final
+
+from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
+from etf_otel.testing import anthropic as a
+from etf_otel.testing import chat
+from etf_otel.testing import responses as r
+from etf_otel.testing._quirks import QUIRK_TABLES
+from etf_otel.testing._server import RecordedRequest, Responder, Script
+
+__all__ = ["ANSWER", "PATHS", "quirk_responder", "tool_turn_responder"]
+
+PATHS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "/v1/chat/completions": CHAT_COMPLETIONS.name,
+        "/v1/responses": RESPONSES.name,
+        "/v1/messages": ANTHROPIC_MESSAGES.name,
+    }
+)
+"""The streaming path of each protocol, by the protocol's name in :data:`etf_otel.protocols.PROTOCOLS`."""
+
+_NAMED = frozenset({RESPONSES.name, ANTHROPIC_MESSAGES.name})
+"""Protocols whose events carry an ``event:`` line."""
+
+_CALLS: Final = (
+    ("get_weather", ('{"city":', ' "Paris"}')),
+    ("get_time", ('{"timezone":', ' "Europe/Paris"}')),
+)
+ANSWER = "It is sunny in Paris, and 14:05 there."
+
+
+def _tool_calls(protocol: str) -> list[Any]:
+    if protocol == CHAT_COMPLETIONS.name:
+        chunks = []
+        for index, (name, (first, rest)) in enumerate(_CALLS):
+            chunks.append(chat.chunk(chat.fragment(index, f"call_{index + 1}", name, first, type="function")))
+            chunks.append(chat.chunk(chat.fragment(index, arguments=rest)))
+        return chat.finished(*chunks)
+    if protocol == RESPONSES.name:
+        calls = [r.call(i, f"call_{i + 1}", name, pieces, f"fc_{i + 1}") for i, (name, pieces) in enumerate(_CALLS)]
+        items = [r.function_call(f"call_{i + 1}", name, "".join(pieces), f"fc_{i + 1}", "completed")
+                 for i, (name, pieces) in enumerate(_CALLS)]  # fmt: skip
+        return r.stream(*calls, end=r.completed(items))
+    return a.stream(*(a.tool_call(i, f"toolu_{i + 1}", name, *pieces) for i, (name, pieces) in enumerate(_CALLS)))
+
+
+def _answer(protocol: str) -> list[Any]:
+    if protocol == CHAT_COMPLETIONS.name:
+        return chat.finished(chat.chunk(content=ANSWER), finish_reason="stop")
+    if protocol == RESPONSES.name:
+        message = {**r.message_item("msg_1", ANSWER), "status": "completed"}
+        return r.stream(r.added(0, item=message), r.item_done(0, item=message), end=r.completed([message]))
+    return a.stream(a.text_block(0, ANSWER), stop_reason="end_turn")
+
+
+def _has_tool_result(protocol: str, body: Any) -> bool:
+    """Whether the request sends tool results back (the follow-up of a tool-calling turn)."""
+    if not isinstance(body, Mapping):
+        return False
+    if protocol == RESPONSES.name:
+        items = body.get("input")
+        return isinstance(items, list) and any(_typed(item, "function_call_output") for item in items)
+    messages = body.get("messages")
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    if not isinstance(last, Mapping):
+        return False
+    if protocol == CHAT_COMPLETIONS.name:
+        return last.get("role") == "tool"
+    content = last.get("content")
+    return isinstance(content, list) and any(_typed(block, "tool_result") for block in content)
+
+
+def _typed(value: Any, kind: str) -> bool:
+    return isinstance(value, Mapping) and value.get("type") == kind
+
+
+def tool_turn_responder(request: RecordedRequest) -> Script | None:
+    """Two tool calls, or the text answer once the request carries their results."""
+    protocol = PATHS.get(request.path)
+    if protocol is None:
+        return None
+    events = _answer(protocol) if _has_tool_result(protocol, request.body) else _tool_calls(protocol)
+    return Script(events=events, named=protocol in _NAMED)
+
+
+def quirk_responder(name: str) -> Responder:
+    """Every request gets the quirk stream ``name`` of its protocol's table (``404`` if that table has none)."""
+    if not any(name in table for table in QUIRK_TABLES.values()):
+        raise KeyError(name)
+
+    def respond(request: RecordedRequest) -> Script | None:
+        protocol = PATHS.get(request.path)
+        if protocol is None:
+            return None
+        events: Sequence[Any] | None = QUIRK_TABLES.get(protocol, {}).get(name)
+        if events is None:
+            error = {"error": {"message": f"no {protocol} quirk stream named {name!r}", "type": "etf_local_sse"}}
+            return Script(events=[error], status=404)
+        return Script(events=events, named=protocol in _NAMED)
+
+    return respond
