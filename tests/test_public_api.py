@@ -29,7 +29,17 @@ import pytest
 import etf_otel
 
 PACKAGE_DIR = Path(etf_otel.__file__).resolve().parent
-PUBLIC_MODULES = frozenset({"attributes", "errors", "recordings", "integrations.langchain"})
+PUBLIC_MODULES = frozenset(
+    {
+        "attributes",
+        "errors",
+        "recordings",
+        "integrations.langchain",
+        "testing.anthropic",
+        "testing.chat",
+        "testing.responses",
+    }
+)
 """Modules that are API without being a package ``__init__`` (dotted, relative to ``etf_otel``)."""
 
 
@@ -82,7 +92,7 @@ def _imported(statement: ast.stmt) -> str | None:
 
 
 def public_names(module: ModuleType) -> set[str]:
-    """The names ``module`` exposes: its own definitions and re-exports, no submodule, no borrowed tool.
+    """The names ``module`` exposes: its own definitions and re-exports, no private submodule, no borrowed tool.
 
     A package ``__init__`` holds nothing but its API, so whatever it imports from ``etf_otel`` is
     a re-export; a plain module's imports are its tools unless its ``__all__`` lists them.
@@ -95,7 +105,8 @@ def public_names(module: ModuleType) -> set[str]:
         origin = _imported(statement)
         if name.startswith("_") or origin == "elsewhere" or (origin and not package and name not in listed):
             continue
-        if not isinstance(getattr(module, name, None), ModuleType):
+        value = getattr(module, name, None)
+        if not isinstance(value, ModuleType) or value.__name__ in API_MODULES:  # a public module it re-exports
             names.add(name)
     return names
 

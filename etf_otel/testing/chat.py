@@ -21,7 +21,7 @@ from etf_otel.testing._wire import MISSING
 
 __all__ = ["DONE", "MISSING", "case_stream", "chunk", "finished", "fragment"]
 
-CREATED = 1_700_000_000
+_CREATED = 1_700_000_000
 """A fixed ``created`` timestamp: chunks are reproducible byte for byte across runs."""
 
 
@@ -51,7 +51,7 @@ def chunk(
     choice: int = 0,
     id: str = "chatcmpl-1",  # the response id; tool-call ids belong in the fragments
     model: str = "etf-demo",
-    created: int = CREATED,
+    created: int = _CREATED,
 ) -> dict[str, Any]:
     """One ``chat.completion.chunk`` with a single choice.
 

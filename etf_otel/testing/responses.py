@@ -41,12 +41,12 @@ __all__ = [
     "web_search_item",
 ]
 
-Event = dict[str, Any]
+_Event = dict[str, Any]
 
 
 def response(
     id: Any = "resp_1", status: str = "in_progress", output: Any = MISSING, model: str = "etf-test", **extra: Any
-) -> Event:  # the wire field is called id
+) -> _Event:  # the wire field is called id
     """The ``response`` object of the lifecycle events (the SDK's required fields included)."""
     return without_missing(
         id=id,
@@ -62,11 +62,11 @@ def response(
     )
 
 
-def created(id: Any = "resp_1") -> Event:  # the wire field is called id
+def created(id: Any = "resp_1") -> _Event:  # the wire field is called id
     return {"type": "response.created", "sequence_number": 0, "response": response(id)}
 
 
-def in_progress(id: Any = "resp_1") -> Event:  # the wire field is called id
+def in_progress(id: Any = "resp_1") -> _Event:  # the wire field is called id
     return {"type": "response.in_progress", "sequence_number": 0, "response": response(id)}
 
 
@@ -76,23 +76,23 @@ def function_call(
     arguments: Any = "",
     id: Any = MISSING,  # the wire field is called id
     status: Any = MISSING,
-) -> Event:
+) -> _Event:
     """A ``function_call`` output item; ``id`` (``fc_...``) defaults to absent, ``call_id`` is identity."""
     return without_missing(type="function_call", id=id, call_id=call_id, name=name, arguments=arguments, status=status)
 
 
-def message_item(id: Any = "msg_1", text: str = "") -> Event:  # the wire field is called id
+def message_item(id: Any = "msg_1", text: str = "") -> _Event:  # the wire field is called id
     """An assistant ``message`` output item (not a slot)."""
     content = [{"type": "output_text", "text": text, "annotations": []}] if text else []
     return {"type": "message", "id": id, "role": "assistant", "status": "in_progress", "content": content}
 
 
-def web_search_item(id: Any = "ws_1") -> Event:  # the wire field is called id
+def web_search_item(id: Any = "ws_1") -> _Event:  # the wire field is called id
     """A built-in ``web_search_call`` item: the provider runs it, it is not a slot."""
     return {"type": "web_search_call", "id": id, "status": "in_progress", "action": {"type": "search", "query": "q"}}
 
 
-def added(index: Any = 0, item: Any = MISSING, **function_fields: Any) -> Event:
+def added(index: Any = 0, item: Any = MISSING, **function_fields: Any) -> _Event:
     """``response.output_item.added``; without ``item``, a function_call built from ``function_fields``."""
     return without_missing(
         type="response.output_item.added",
@@ -102,14 +102,14 @@ def added(index: Any = 0, item: Any = MISSING, **function_fields: Any) -> Event:
     )
 
 
-def item_done(index: Any = 0, item: Any = MISSING, **function_fields: Any) -> Event:
+def item_done(index: Any = 0, item: Any = MISSING, **function_fields: Any) -> _Event:
     """``response.output_item.done``; without ``item``, a completed function_call from ``function_fields``."""
     if item is MISSING:
         item = function_call(**{"status": "completed", **function_fields})
     return without_missing(type="response.output_item.done", sequence_number=0, output_index=index, item=item)
 
 
-def delta(index: Any = 0, text: Any = "", item_id: Any = MISSING) -> Event:
+def delta(index: Any = 0, text: Any = "", item_id: Any = MISSING) -> _Event:
     return without_missing(
         type="response.function_call_arguments.delta",
         sequence_number=0,
@@ -119,7 +119,7 @@ def delta(index: Any = 0, text: Any = "", item_id: Any = MISSING) -> Event:
     )
 
 
-def arguments_done(index: Any = 0, arguments: Any = "{}", item_id: Any = MISSING, name: Any = MISSING) -> Event:
+def arguments_done(index: Any = 0, arguments: Any = "{}", item_id: Any = MISSING, name: Any = MISSING) -> _Event:
     """``response.function_call_arguments.done`` (``name`` is carried by the newer API only)."""
     return without_missing(
         type="response.function_call_arguments.done",
@@ -131,7 +131,7 @@ def arguments_done(index: Any = 0, arguments: Any = "{}", item_id: Any = MISSING
     )
 
 
-def text_delta(index: int = 0, text: str = "hi", item_id: str = "msg_1") -> Event:
+def text_delta(index: int = 0, text: str = "hi", item_id: str = "msg_1") -> _Event:
     return {
         "type": "response.output_text.delta",
         "sequence_number": 0,
@@ -143,22 +143,22 @@ def text_delta(index: int = 0, text: str = "hi", item_id: str = "msg_1") -> Even
     }
 
 
-def completed(output: Any = MISSING, id: Any = "resp_1") -> Event:  # the wire field is called id
+def completed(output: Any = MISSING, id: Any = "resp_1") -> _Event:  # the wire field is called id
     return {"type": "response.completed", "sequence_number": 0, "response": response(id, "completed", output)}
 
 
-def incomplete(reason: Any = "max_output_tokens", output: Any = MISSING, id: Any = "resp_1") -> Event:
+def incomplete(reason: Any = "max_output_tokens", output: Any = MISSING, id: Any = "resp_1") -> _Event:
     details = None if reason is MISSING else {"reason": reason}
     body = response(id, "incomplete", output, incomplete_details=details)
     return {"type": "response.incomplete", "sequence_number": 0, "response": body}
 
 
-def failed(id: Any = "resp_1") -> Event:  # the wire field is called id
+def failed(id: Any = "resp_1") -> _Event:  # the wire field is called id
     body = response(id, "failed", error={"code": "server_error", "message": "boom"})
     return {"type": "response.failed", "sequence_number": 0, "response": body}
 
 
-def error(code: Any = "server_error", message: str = "boom") -> Event:
+def error(code: Any = "server_error", message: str = "boom") -> _Event:
     """The flat ``error`` event (no ``response`` in it)."""
     return {"type": "error", "sequence_number": 0, "code": code, "message": message, "param": None}
 
@@ -171,7 +171,7 @@ def call(
     item_id: Any = MISSING,
     *,
     added_call_id: Any = MISSING,
-) -> list[Event]:
+) -> list[_Event]:
     """One call streamed the way the official API does: added (``""``), deltas, both done events.
 
     ``added_call_id``, if given, is the ``call_id`` of the added item only (a provider that changes it).
@@ -187,14 +187,14 @@ def call(
     ]
 
 
-def stream(*events: Any, end: Event | None = MISSING, id: Any = "resp_1") -> list[Event]:
+def stream(*events: Any, end: _Event | None = MISSING, id: Any = "resp_1") -> list[_Event]:
     """``response.created``, the events (lists, nested too, are spliced in), then ``end``: by default
     ``completed``, ``None`` for none (a stream cut before its terminal event)."""
     last = [completed(id=id)] if end is MISSING else [] if end is None else [end]
     return numbered([created(id), *flatten(events), *last])
 
 
-def numbered(events: Iterable[Event]) -> list[Event]:
+def numbered(events: Iterable[_Event]) -> list[_Event]:
     """The events with ``sequence_number`` 0, 1, 2, ... (objects only; others pass through)."""
     out = []
     for number, event in enumerate(events):
