@@ -4,7 +4,14 @@ The server replays scripted SSE streams on 127.0.0.1 for the Chat Completions, R
 Anthropic Messages paths, so the real clients can be driven without an API key.
 """
 
-from etf_otel.testing._quirks import ANTHROPIC_QUIRK_STREAMS, QUIRK_STREAMS, QUIRK_TABLES, RESPONSES_QUIRK_STREAMS
+from etf_otel.testing._quirks import (
+    ANTHROPIC_QUIRK_STREAMS,
+    QUIRK_STREAMS,
+    QUIRK_TABLES,
+    RESPONSES_QUIRK_STREAMS,
+    register_quirk_table,
+    unregister_quirk_table,
+)
 from etf_otel.testing._server import DONE, LocalChatServer, RecordedRequest, Script, chunk
 
 __all__ = [
@@ -17,4 +24,6 @@ __all__ = [
     "RecordedRequest",
     "Script",
     "chunk",
+    "register_quirk_table",
+    "unregister_quirk_table",
 ]

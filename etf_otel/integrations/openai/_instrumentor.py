@@ -52,14 +52,11 @@ from etf_otel.integrations._common import (
     FollowUp,
     Method,
     PrefixConversations,
-    last_position,
-    string_or_none,
     unwrap_methods,
     wrap_methods,
 )
 from etf_otel.integrations.openai._responses import ResponsesWrappers, is_sdk_stream
-from etf_otel.protocols._base import field
-from etf_otel.protocols._chat_completions import DONE
+from etf_otel.protocols._chat_completions import CHAT_COMPLETIONS, DONE
 
 __all__ = ["FALLBACK_PROVIDER", "OpenAIInstrumentor", "detect_provider", "instrument_openai", "provider_of_client"]
 
@@ -107,20 +104,8 @@ def provider_of_client(client: object) -> str:
 
 
 def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
-    """``(position of the last assistant message, tool_call_ids of the tool messages after it)``.
-
-    ``None`` when the request has no assistant message: it starts a conversation. An
-    assistant message followed by no tool message at all answers none of its calls.
-    """
-    last_assistant = last_position(messages, "assistant")
-    if last_assistant is None:
-        return None
-    ids = [
-        string_or_none(field(message, "tool_call_id"))
-        for message in messages[last_assistant + 1 :]
-        if field(message, "role") == "tool"
-    ]
-    return last_assistant, ids
+    """The Chat Completions follow-up of a request's messages (:attr:`WireProtocol.follow_up`)."""
+    return CHAT_COMPLETIONS.follow_up(messages)
 
 
 class OpenAIInstrumentor(ClientInstrumentor):
