@@ -119,7 +119,9 @@ def _assembler_cell(comparison: AssemblerComparison) -> str:
 
 def build_table(section: Section) -> str:
     """One protocol's table (header, separator, a row per quirk stream), without a final newline."""
-    header = "| quirk | identity rules (reference assembler) | " + " | ".join(c for _, c in section.columns) + " |"
+    header = (
+        "| " + " | ".join(["quirk", "identity rules (reference assembler)", *(c for _, c in section.columns)]) + " |"
+    )
     lines = [header, "|---|---|" + "---|" * len(section.columns)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pydantic warns about the non-string arguments quirk
