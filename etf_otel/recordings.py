@@ -31,11 +31,13 @@ import io
 import json
 import sys
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Final
 
+from etf_otel import protocols
 from etf_otel.errors import RecordingError
+from etf_otel.protocols import WireProtocol
 from etf_otel.protocols._chat_completions import DONE
 
 __all__ = [
@@ -210,110 +212,35 @@ def _read_sse(data: bytes, name: str) -> Iterator[object]:
         raise RecordingError(f"{name}: SSE event {number + 1}: not UTF-8 text") from None
 
 
-# --- one streamed response ------------------------------------------------------------------------
-
-_RESPONSES_ENDS: Final = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
+# --- one streamed response ------------------------------------------------------------------------------------------
 
 
 def complete_body(event: object) -> str | None:
     """What ``event`` is when it is a complete, non-streamed response body, else ``None``.
 
-    Chat Completions: ``object: "chat.completion"``, or ``choices`` that all hold a ``message``
-    and no ``delta``; Responses: ``object: "response"`` without a ``type`` (every stream event
-    has one); Anthropic Messages: ``type: "message"`` (stream events are ``message_start``, ...).
+    Each registered protocol says what its bodies look like (:attr:`WireProtocol.complete_body`),
+    asked in registration order: Chat Completions ``object: "chat.completion"`` or ``choices``
+    that all hold a ``message`` and no ``delta``; Responses ``object: "response"`` without a
+    ``type``; Anthropic Messages ``type: "message"``.
     """
     if not isinstance(event, dict):
         return None
-    kind, choices = event.get("type"), event.get("choices")
-    if event.get("object") == "chat.completion" or (
-        kind is None
-        and isinstance(choices, list)
-        and choices
-        and all(isinstance(choice, dict) and "message" in choice and "delta" not in choice for choice in choices)
-    ):
-        return "a complete chat.completion body"
-    if event.get("object") == "response" and kind is None:
-        return "a complete Responses body (object: response)"
-    if kind == "message":
-        return "a complete Messages body (type: message)"
+    for protocol in protocols.registered():
+        body = protocol.complete_body(event)
+        if body is not None:
+            return body
     return None
 
 
-def later_responses(protocol: str, events: Sequence[object]) -> list[int]:
+def later_responses(protocol: WireProtocol | str, events: Sequence[object]) -> list[int]:
     """Where each response after the first starts (positions in ``events``); ``[]`` for one response.
 
-    A response ended by its terminal event and followed by another response's events:
-
-    * ``chat_completions``: a chunk after a ``[DONE]`` that followed chunks; without ``[DONE]``,
-      a chunk with another (non-empty) ``id`` than the response's, once every choice seen has a
-      finish reason, that carries one of those finished choices again;
-    * ``responses``: a ``response.created`` after ``response.completed``, ``.incomplete``,
-      ``.failed`` or ``error``;
-    * ``anthropic_messages``: a ``message_start`` after ``message_stop``, ``error`` or a
-      ``message_delta`` with a ``stop_reason``.
-
-    A second start *before* the first response ended is not counted here: that is a splice
-    inside one stream, which the protocol's adapter judges (a truncated response). Other
-    protocols are not checked (``[]``).
+    A response ended by its terminal event and followed by another response's events, as the
+    protocol's :attr:`WireProtocol.later_responses` tells them apart (for Chat Completions a
+    chunk after a ``[DONE]``, for Responses a ``response.created`` after an end, for Anthropic
+    a ``message_start`` after ``message_stop``). A second start *before* the first response
+    ended is not counted here: that is a splice inside one stream, which the protocol's adapter
+    judges (a truncated response). A name no protocol has is not checked (``[]``).
     """
-    if protocol == "chat_completions":
-        return _chat_starts(events)
-    if protocol == "responses":
-        return _typed_starts(events, "response.created", lambda event: event.get("type") in _RESPONSES_ENDS)
-    if protocol == "anthropic_messages":
-        return _typed_starts(events, "message_start", _anthropic_end)
-    return []
-
-
-def _anthropic_end(event: dict[str, object]) -> bool:
-    kind = event.get("type")
-    if kind in ("message_stop", "error"):
-        return True
-    delta = event.get("delta")
-    return kind == "message_delta" and isinstance(delta, dict) and delta.get("stop_reason") is not None
-
-
-def _typed_starts(events: Sequence[object], start: str, ends: Callable[[dict[str, object]], bool]) -> list[int]:
-    starts: list[int] = []
-    ended = False
-    for position, event in enumerate(events):
-        if not isinstance(event, dict):
-            continue
-        if ended and event.get("type") == start:
-            starts.append(position)
-            ended = False
-        elif ends(event):
-            ended = True
-    return starts
-
-
-def _chat_starts(events: Sequence[object]) -> list[int]:
-    starts: list[int] = []
-    done, started, response_id = False, False, ""  # started: a chunk of the current response came
-    seen: set[object] = set()
-    finished: set[object] = set()
-    for position, event in enumerate(events):
-        if event == DONE:
-            done = started  # a [DONE] before any chunk ends no response
-            continue
-        if not isinstance(event, dict) or "choices" not in event:
-            continue
-        started = True
-        raw_id = event.get("id")
-        chunk_id = raw_id if isinstance(raw_id, str) else ""
-        raw = event["choices"]
-        choices = [choice for choice in raw if isinstance(choice, dict)] if isinstance(raw, list) else []
-        indexes = [_choice_index(choice, at) for at, choice in enumerate(choices)]
-        another = bool(response_id and chunk_id and chunk_id != response_id)
-        if done or (another and seen and seen <= finished and finished.intersection(indexes)):
-            starts.append(position)
-            done, response_id, seen, finished = False, "", set(), set()
-        response_id = response_id or chunk_id
-        seen.update(indexes)
-        finished.update(index for index, choice in zip(indexes, choices, strict=True) if choice.get("finish_reason"))
-    return starts
-
-
-def _choice_index(choice: dict[str, object], position: int) -> object:
-    index = choice.get("index")
-    return index if type(index) is int else position
+    found = protocol if isinstance(protocol, WireProtocol) else protocols.PROTOCOLS.get(protocol)
+    return [] if found is None else found.later_responses(events)

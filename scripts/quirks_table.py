@@ -2,11 +2,12 @@
 """Write ``docs/quirks.md``: every quirk stream through every assembler, wrapped.
 
 Nothing in the tables is written by hand: each row is one named stream of
-``etf_otel.cli._replay_assemblers.QUIRK_TABLES`` (one table per wire protocol: Chat
-Completions, OpenAI Responses, Anthropic Messages), each cell what ``run_assembler``
-observed with the installed ``openai``, ``anthropic``, ``langchain-core`` and
-``langchain-openai`` (the divergence kinds are the ones the instrumentation recorded).
-``docs/quirks.md`` has a section per protocol. Run it from the repository root with the
+``etf_otel.testing.QUIRK_TABLES`` (one table per wire protocol: Chat Completions, OpenAI
+Responses, Anthropic Messages, and any protocol given a table with
+``etf_otel.testing.register_quirk_table``), each cell what ``run_assembler`` observed with
+the installed ``openai``, ``anthropic``, ``langchain-core`` and ``langchain-openai`` (the
+divergence kinds are the ones the instrumentation recorded). ``docs/quirks.md`` has a section
+per protocol, headed by its description's title. Run it from the repository root with the
 project's virtual environment: ``.venv/bin/python scripts/quirks_table.py`` (``--check``
 exits 1 when the page is out of date instead of writing it).
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from etf_otel import protocols  # noqa: E402
 from etf_otel.cli._replay_assemblers import AssemblerComparison, run_assembler  # noqa: E402
 from etf_otel.testing import QUIRK_TABLES  # noqa: E402
 
@@ -42,32 +44,34 @@ class Section:
     """``(assembler name, column header)`` after the rules' column."""
 
 
-def _sections() -> list[Section]:
+def _sdk_columns() -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
+    """What the tables of the protocols the SDK assemblers read say above them, and their columns."""
     openai, anthropic = version("openai"), version("anthropic")
     langchain = f"`langchain-core` {version('langchain-core')} + `langchain-openai` {version('langchain-openai')}"
-    return [
-        Section(
-            "chat_completions",
-            "Chat Completions",
+    return {
+        protocols.CHAT_COMPLETIONS.name: (
             "LangChain's arguments are parsed.",
             (("openai", f"`openai` {openai} `ChatCompletionStreamState`"), ("langchain", langchain)),
         ),
-        Section(
-            "responses",
-            "OpenAI Responses",
+        protocols.RESPONSES.name: (
             "The SDK's calls are the `function_call` items of `get_final_response().output`"
             " (`client.responses.stream(...)`). As the official API does, `response.completed` lists"
             " the calls in every stream unless the row says otherwise.",
             (("openai", f"`openai` {openai} `ResponseStreamState`"),),
         ),
-        Section(
-            "anthropic_messages",
-            "Anthropic Messages",
+        protocols.ANTHROPIC_MESSAGES.name: (
             "The SDK's calls are the `tool_use` blocks of `get_final_message()` (`client.messages.stream(...)`,"
             " which folds each event in with `accumulate_event`); their `input` is parsed.",
             (("anthropic", f"`anthropic` {anthropic} `accumulate_event` (`MessageStream`)"),),
         ),
-    ]
+    }
+
+
+def _sections() -> list[Section]:
+    """One section per protocol with a quirks table, in table order; a protocol no SDK assembler
+    reads gets the rules' column alone."""
+    sdk = _sdk_columns()
+    return [Section(name, protocols.get(name).heading, *sdk.get(name, ("", ()))) for name in QUIRK_TABLES]
 
 
 def _code(value: object) -> str:
@@ -111,7 +115,9 @@ def _assembler_cell(comparison: AssemblerComparison) -> str:
 
 def build_table(section: Section) -> str:
     """One protocol's table (header, separator, a row per quirk stream), without a final newline."""
-    header = "| quirk | identity rules (reference assembler) | " + " | ".join(c for _, c in section.columns) + " |"
+    header = (
+        "| " + " | ".join(["quirk", "identity rules (reference assembler)", *(c for _, c in section.columns)]) + " |"
+    )
     lines = [header, "|---|---|" + "---|" * len(section.columns)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pydantic warns about the non-string arguments quirk
@@ -136,14 +142,20 @@ def build_page(tables: dict[str, str]) -> str:
         "",
         "# Provider quirks and the assemblers people use",
         "",
-        "Each row is one named stream (`etf_otel.cli._replay_assemblers.QUIRK_TABLES`), run through the",
+        "Each row is one named stream (`etf_otel.testing.QUIRK_TABLES`), run through the",
         "identity rules of its protocol and through each library's own assembler, wrapped by etf-otel",
         "(`etf-otel replay FILE --assembler NAME` shows the same for a recording). Each cell: the calls as",
         "`id` `name` `arguments`, then the `etf.divergence.kind` values etf-otel recorded",
         "(`divergent_assembly`) for that assembler.",
     ]
     for section in _sections():
-        lines += ["", f"## {section.heading}", "", section.intro, "", tables[section.protocol]]
+        lines += [
+            "",
+            f"## {section.heading}",
+            "",
+            *([section.intro, ""] if section.intro else []),
+            tables[section.protocol],
+        ]
     return "\n".join(lines) + "\n"
 
 

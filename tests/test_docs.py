@@ -7,7 +7,7 @@
 * The identity table, the compatibility rules (with their call-span counters) and the divergence
   sub-kinds written in the docs are the code's, row by row; every compatibility rule is in the
   tables of docs/identity-rules.md and docs/protocols.md, with the same transition in both.
-* Every finish reason the code keeps (``KNOWN_FINISH_REASONS``) is listed where
+* Every finish reason the code keeps (``known_finish_reasons()``) is listed where
   ``gen_ai.response.finish_reasons`` is described (docs/telemetry.md, and README.md if it ever
   lists them again), and nothing else is listed there as one.
 * README.md is a front door: at most about 12 KB, its two commands as ``.ci/run`` and
@@ -26,7 +26,8 @@ import pytest
 
 from etf_otel.core._divergence import DivergenceKind
 from etf_otel.core._identity import STRICT_TABLE, CompatibilityRule, IdState, Incoming
-from etf_otel.core._vocabulary import KNOWN_FINISH_REASONS, OTHER_FINISH_REASON, ErrorCategory, Transition
+from etf_otel.core._vocabulary import OTHER_FINISH_REASON, ErrorCategory, Transition
+from etf_otel.protocols import known_finish_reasons
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -140,7 +141,7 @@ def documented_finish_reasons(description: str) -> tuple[set[str], set[str]]:
     Dotted names (``response.incomplete``) are the events a reason comes from, not reasons.
     """
     listed = {value for value in BACKTICKED_RE.findall(description) if PLAIN_VALUE_RE.match(value)}
-    return set(KNOWN_FINISH_REASONS) - listed, listed - set(KNOWN_FINISH_REASONS) - {OTHER_FINISH_REASON}
+    return known_finish_reasons() - listed, listed - known_finish_reasons() - {OTHER_FINISH_REASON}
 
 
 def scanned_files() -> list[Path]:
@@ -374,7 +375,7 @@ def test_a_finish_reason_list_in_the_readme_is_the_code_list() -> None:
 
 def test_the_finish_reason_and_rule_checks_report_what_is_missing() -> None:
     """The checks above can fail: a reason left out, a misspelled one, a rule left out or renamed."""
-    complete = " ".join(f"`{reason}`" for reason in sorted(KNOWN_FINISH_REASONS))
+    complete = " ".join(f"`{reason}`" for reason in sorted(known_finish_reasons()))
     assert documented_finish_reasons(f"{complete} `_OTHER` `response.incomplete`") == (set(), set())
     stale = complete.replace("`pause_turn`", "`pause`")
     assert documented_finish_reasons(stale) == ({"pause_turn"}, {"pause"})

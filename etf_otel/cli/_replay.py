@@ -70,11 +70,6 @@ example:
 More: docs/cli.md
 """
 
-_FOLLOWUP_SHAPES: Final = {
-    "chat_completions": "the messages list, or the request object holding it",
-    "responses": "the input list, or the request object holding it",
-    "anthropic_messages": "the messages list, or the request object holding it",
-}
 ASSEMBLER_NAMES: Final = ("openai", "anthropic", "langchain", "reference")
 """``--assembler`` names: ``replay_assemblers.ASSEMBLERS``, not imported here to keep the CLI's start fast."""
 
@@ -164,7 +159,7 @@ def _load(source: str, name: str | None) -> tuple[WireProtocol, list[object]]:
             raise RecordingError(
                 f"{label}: not a {protocol.name} recording: none of its events is one of that protocol's"
             )
-    starts = later_responses(protocol.name, events)
+    starts = later_responses(protocol, events)
     if starts:
         raise RecordingError(
             f"{label}: {len(starts) + 1} responses in one recording (the second starts at event {starts[0] + 1});"
@@ -194,8 +189,7 @@ def _result_ids(source: str, protocol: WireProtocol) -> list[str | None]:
     except (RecursionError, ValueError, TypeError, AttributeError, KeyError):
         ids = None
     if ids is None:
-        shape = _FOLLOWUP_SHAPES.get(protocol.name, "the request as the protocol sends it")
-        raise RecordingError(f"{label}: not a {protocol.name} next request ({shape})")
+        raise RecordingError(f"{label}: not a {protocol.name} next request ({protocol.followup_shape})")
     return [call_id if isinstance(call_id, str) else None for call_id in ids]
 
 

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult
-from etf_otel.core._vocabulary import bounded_finish_reason
+from etf_otel.protocols import bounded_finish_reason
 
 __all__ = ["ReplayReport", "build_report", "console_for", "displayable", "render_report", "write_json"]
 

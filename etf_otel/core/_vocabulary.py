@@ -10,6 +10,7 @@ attributes as their plain value without conversion.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -176,36 +177,18 @@ VALUE_OF: Final[dict[Enum, str]] = {
 descriptor (about 120 ns a read on CPython 3.11), a dict read a fraction of that. Members of
 different enums that are equal as strings share a key, and then their value too."""
 
-KNOWN_FINISH_REASONS = frozenset(
-    {
-        # Chat Completions finish_reason
-        "stop",
-        "length",
-        "tool_calls",
-        "content_filter",
-        "function_call",
-        "error",
-        # Responses incomplete_details.reason
-        "max_output_tokens",
-        # Anthropic stop_reason
-        "end_turn",
-        "tool_use",
-        "stop_sequence",
-        "max_tokens",
-        "model_context_window_exceeded",
-        "refusal",
-        "pause_turn",
-    }
-)
-"""The finish reasons the three protocols document; anything else is raw provider output."""
 OTHER: Final = "_OTHER"
 """The one value every bounded attribute falls back to for anything outside its closed set."""
 OTHER_FINISH_REASON: Final = OTHER
 
 
-def bounded_finish_reason(reason: str) -> str:
-    """A finish reason from the closed set, or ``_OTHER``: anything else is raw provider output."""
-    return reason if reason in KNOWN_FINISH_REASONS else OTHER_FINISH_REASON
+def bounded_finish_reason(reason: str, known: AbstractSet[str]) -> str:
+    """``reason`` when ``known`` holds it, else ``_OTHER``: anything else is raw provider output.
+
+    ``known`` is what the wire protocols document (``etf_otel.protocols.known_finish_reasons``):
+    the sets are theirs, so a new protocol brings its own.
+    """
+    return reason if reason in known else OTHER_FINISH_REASON
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
 from etf_otel import attributes as A
+from etf_otel import protocols
 from etf_otel.core._identity import ABSENT
 from etf_otel.core._linkage import Conversation, Finding
 from etf_otel.core._vocabulary import ErrorCategory, Phase
@@ -61,21 +62,18 @@ ToolFunction = Callable[..., Any]
 def call_fields(call: object) -> tuple[str | None, str | None, object]:
     """``(id, name, arguments)`` of a call as hosts receive it.
 
-    Our ToolCall, an OpenAI dict or object (``arguments`` text, or ``function.arguments``), a
-    Responses ``function_call`` item (``call_id``), or an Anthropic ``tool_use`` block whose
-    ``input`` is the parsed value. Arguments are the text when there is one, else the value.
+    A registered protocol's own shape, as its description reads it (an OpenAI dict or object
+    with ``function``, a Responses ``function_call`` item, an Anthropic ``tool_use`` block whose
+    ``input`` is the parsed value), else ``id``, ``name``, ``arguments`` (our ToolCall, a plain
+    dict). Arguments are the text when there is one, else the value.
     """
-    call_id = field(call, "id")
-    if field(call, "type") == "function_call":  # a Responses item: ``id`` is the item's alias
-        call_id = field(call, "call_id")
-    name = field(call, "name")
-    arguments = field(call, "arguments")
-    function = field(call, "function")
-    if function is not ABSENT and function is not None:
-        name = field(function, "name")
-        arguments = field(function, "arguments")
-    if arguments is ABSENT:
-        arguments = field(call, "input")
+    for protocol in protocols.registered():
+        fields = protocol.call_fields(call)
+        if fields is not None:
+            call_id, name, arguments = fields
+            break
+    else:
+        call_id, name, arguments = field(call, "id"), field(call, "name"), field(call, "arguments")
     return (
         call_id if isinstance(call_id, str) else None,
         name if isinstance(name, str) else None,

@@ -14,8 +14,9 @@ from opentelemetry.util.types import AttributeValue
 from etf_otel import attributes as A
 from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult, Rejection
-from etf_otel.core._vocabulary import VALUE_OF, ErrorCategory, StreamState, Transition, bounded_finish_reason
+from etf_otel.core._vocabulary import VALUE_OF, ErrorCategory, StreamState, Transition
 from etf_otel.instrumentation._safety import internal_errors_swallowed
+from etf_otel.protocols import bounded_finish_reason
 
 __all__ = [
     "COMPAT_SPAN_COUNTERS",

@@ -42,9 +42,9 @@ from etf_otel.core._lifecycle import SCOPE, LifecycleSlots
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS
 from etf_otel.core._vocabulary import ResponseEnd
-from etf_otel.protocols._base import WireProtocol, field
+from etf_otel.protocols._base import field
 
-__all__ = ["ANTHROPIC_MESSAGES", "EVENT_TYPES", "INCOMPLETE_STOP_REASONS", "AnthropicAssembler", "assemble"]
+__all__ = ["EVENT_TYPES", "INCOMPLETE_STOP_REASONS", "AnthropicAssembler", "assemble"]
 
 EVENT_TYPES: Final = frozenset(
     {
@@ -303,40 +303,3 @@ def assemble(events: Iterable[object], rules: IdentityRules | None = None) -> As
     for event in events:
         assembler.feed(event)
     return assembler.finish()
-
-
-def _recognizes(event: object) -> bool:
-    """An event object whose ``type`` is one of the stream's own (not ``error``, which is ambiguous)."""
-    kind = field(event, "type")
-    return isinstance(kind, str) and kind in EVENT_TYPES
-
-
-def _result_ids(followup: object) -> list[object] | None:
-    """The ``tool_use_id`` of each ``tool_result`` block after the last assistant message, in order.
-
-    Only the first user message after it may answer the calls: a result in any later
-    message is reported as ``None``, which linkage counts as ``orphaned_result`` (as it does
-    an id that is not a string). ``followup`` is the next request's ``messages`` list, or
-    the request object holding it.
-    """
-    messages = followup.get("messages") if isinstance(followup, dict) else followup
-    if not isinstance(messages, list) or not all(isinstance(message, dict) for message in messages):
-        return None
-    last_assistant = max((at for at, message in enumerate(messages) if message.get("role") == "assistant"), default=-1)
-    after = messages[last_assistant + 1 :]
-    first_user = next((message for message in after if message.get("role") == "user"), None)
-    ids: list[object] = []
-    for message in after:
-        content = message.get("content")
-        if isinstance(content, list):
-            for block in content:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    tool_use_id = block.get("tool_use_id")
-                    ids.append(tool_use_id if message is first_user and isinstance(tool_use_id, str) else None)
-    return ids
-
-
-ANTHROPIC_MESSAGES: Final = WireProtocol(
-    name="anthropic_messages", assembler=AnthropicAssembler, recognizes=_recognizes, result_ids=_result_ids
-)
-"""The Anthropic Messages protocol: slot key the content-block ``index``, identity the ``tool_use`` id."""

@@ -15,7 +15,7 @@ key apart from ``null``, which the identity rules depend on.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,7 +23,24 @@ from etf_otel.core._identity import ABSENT, IdentityRules
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import ResponseSlots
 
-__all__ = ["AssemblerFactory", "StreamAssembler", "WireProtocol", "field"]
+__all__ = [
+    "AssemblerFactory",
+    "CallFields",
+    "FollowUp",
+    "StreamAssembler",
+    "WireProtocol",
+    "field",
+    "last_position",
+    "typed_starts",
+]
+
+FollowUp = tuple[int, list[str | None]]
+"""``(position where the earlier request's messages end, the call ids the results answer)``.
+
+An id that is not a string is ``None``: linkage counts it as ``orphaned_result``."""
+
+CallFields = tuple[object, object, object]
+"""``(id, name, arguments)`` as read from a call object, unchecked (:data:`ABSENT` when missing)."""
 
 
 class StreamAssembler(Protocol):
@@ -59,9 +76,37 @@ class AssemblerFactory(Protocol):
     ) -> StreamAssembler: ...
 
 
+def _no_follow_up(messages: Sequence[object]) -> FollowUp | None:
+    """No message list of this protocol continues a conversation the integrations can link."""
+    return None
+
+
+def _no_body(event: object) -> str | None:
+    """No event of this protocol is mistaken for a complete body."""
+    return None
+
+
+def _one_response(events: Sequence[object]) -> list[int]:
+    """A recording of this protocol is not checked for a second response."""
+    return []
+
+
+def _slot_label(choice: int, index: int | None) -> str:
+    return "no open call" if index is None else f"slot {index}"
+
+
+def _no_call(call: object) -> CallFields | None:
+    """No call object of this protocol's own shape: hosts read ``id``, ``name``, ``arguments``."""
+    return None
+
+
 @dataclass(frozen=True)
 class WireProtocol:
-    """What the layers above need to know about one wire protocol."""
+    """What the layers above need to know about one wire protocol.
+
+    Only ``name``, ``assembler``, ``recognizes`` and ``result_ids`` are required; every other
+    field has a neutral default, so a protocol states only what it has.
+    """
 
     name: str
     """The protocol's value of ``etf.protocol`` and of ``replay --protocol``."""
@@ -74,6 +119,63 @@ class WireProtocol:
     it (or the part of it that holds the results); ``None`` when it is not of that shape.
     Linkage (``orphaned_result``, ``duplicate_result``, ``unanswered_call``) compares them
     with the proposals of the response."""
+    title: str = ""
+    """How people call it (a heading of docs/quirks.md); :attr:`heading` falls back to the name."""
+    finish_reasons: frozenset[str] = frozenset()
+    """The finish reasons the protocol documents: kept as they are in telemetry; any other
+    reason is raw provider output and becomes ``_OTHER``."""
+    followup_shape: str = "the request as the protocol sends it"
+    """What ``replay --followup`` expects, for the message that refuses anything else."""
+    follow_up: Callable[[Sequence[object]], FollowUp | None] = _no_follow_up
+    """The :data:`FollowUp` of a request's messages (dicts or SDK objects) as an SDK sends them;
+    ``None`` when they start a conversation or are not of this protocol's shape. The
+    integrations link conversations with it."""
+    complete_body: Callable[[object], str | None] = _no_body
+    """What a first event is when it is a complete, non-streamed response body of this
+    protocol (``"a complete ... body"``), else ``None``: ``replay`` refuses it."""
+    later_responses: Callable[[Sequence[object]], list[int]] = _one_response
+    """Where each response after the first starts in a recording (``[]`` for one): ``replay``
+    refuses several responses one after the other."""
+    slot_label: Callable[[int, int | None], str] = _slot_label
+    """How a slot ``(choice, index)`` is named to a reader (``index`` ``None``: fragments that
+    joined no slot); the lanes and the calls table of ``replay --html``."""
+    call_fields: Callable[[object], CallFields | None] = _no_call
+    """A call object as an application hands it to its tool host, when it has this protocol's
+    own shape (an OpenAI ``function`` object, a Responses item, a ``tool_use`` block); ``None``
+    for any other shape."""
+    request_path: str | None = None
+    """The HTTP path its streamed requests are posted to (the scripted server answers there)."""
+
+    @property
+    def heading(self) -> str:
+        """:attr:`title`, or the name when it has none."""
+        return self.title or self.name
+
+
+def last_position(messages: Sequence[object], role: str) -> int | None:
+    """The position of the last message with ``role``, ``None`` when there is none."""
+    for position in range(len(messages) - 1, -1, -1):
+        if field(messages[position], "role") == role:
+            return position
+    return None
+
+
+def typed_starts(events: Sequence[object], start: str, ends: Callable[[dict[str, object]], bool]) -> list[int]:
+    """Positions of each ``type: start`` event that follows an event ``ends`` accepts.
+
+    The :attr:`WireProtocol.later_responses` of protocols whose responses open with one event type.
+    """
+    starts: list[int] = []
+    ended = False
+    for position, event in enumerate(events):
+        if not isinstance(event, dict):
+            continue
+        if ended and event.get("type") == start:
+            starts.append(position)
+            ended = False
+        elif ends(event):
+            ended = True
+    return starts
 
 
 def field(obj: object, name: str) -> object:

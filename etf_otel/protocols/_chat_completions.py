@@ -17,13 +17,13 @@ it records a diagnostic and lets final validation reject the call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from etf_otel.core._identity import ABSENT, CompatibilityRule, IdentityRules
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS, ResponseSlots
-from etf_otel.protocols._base import WireProtocol, field
+from etf_otel.protocols._base import CallFields, FollowUp, WireProtocol, field, last_position
 
 __all__ = ["CHAT_COMPLETIONS", "DONE", "ReferenceAssembler", "assemble"]
 
@@ -221,7 +221,96 @@ def _result_ids(followup: object) -> list[object] | None:
     return [message.get("tool_call_id") for message in messages[last_assistant + 1 :] if message.get("role") == "tool"]
 
 
+def _follow_up(messages: Sequence[object]) -> FollowUp | None:
+    """``(position of the last assistant message, tool_call_ids of the tool messages after it)``.
+
+    ``None`` when the request has no assistant message: it starts a conversation. An
+    assistant message followed by no tool message at all answers none of its calls.
+    """
+    last_assistant = last_position(messages, "assistant")
+    if last_assistant is None:
+        return None
+    ids = [
+        field(message, "tool_call_id") for message in messages[last_assistant + 1 :] if field(message, "role") == "tool"
+    ]
+    return last_assistant, [call_id if isinstance(call_id, str) else None for call_id in ids]
+
+
+def _complete_body(event: object) -> str | None:
+    """``object: "chat.completion"``, or ``choices`` that all hold a ``message`` and no ``delta``."""
+    if not isinstance(event, dict):
+        return None
+    choices = event.get("choices")
+    if event.get("object") == "chat.completion" or (
+        event.get("type") is None
+        and isinstance(choices, list)
+        and choices
+        and all(isinstance(choice, dict) and "message" in choice and "delta" not in choice for choice in choices)
+    ):
+        return "a complete chat.completion body"
+    return None
+
+
+def _later_responses(events: Sequence[object]) -> list[int]:
+    """A chunk after a ``[DONE]`` that followed chunks; without ``[DONE]``, a chunk with another
+    (non-empty) ``id`` than the response's, once every choice seen has a finish reason, that
+    carries one of those finished choices again."""
+    starts: list[int] = []
+    done, started, response_id = False, False, ""  # started: a chunk of the current response came
+    seen: set[object] = set()
+    finished: set[object] = set()
+    for position, event in enumerate(events):
+        if event == DONE:
+            done = started  # a [DONE] before any chunk ends no response
+            continue
+        if not isinstance(event, dict) or "choices" not in event:
+            continue
+        started = True
+        raw_id = event.get("id")
+        chunk_id = raw_id if isinstance(raw_id, str) else ""
+        raw = event["choices"]
+        choices = [choice for choice in raw if isinstance(choice, dict)] if isinstance(raw, list) else []
+        indexes = [_choice_index(choice, at) for at, choice in enumerate(choices)]
+        another = bool(response_id and chunk_id and chunk_id != response_id)
+        if done or (another and seen and seen <= finished and finished.intersection(indexes)):
+            starts.append(position)
+            done, response_id, seen, finished = False, "", set(), set()
+        response_id = response_id or chunk_id
+        seen.update(indexes)
+        finished.update(index for index, choice in zip(indexes, choices, strict=True) if choice.get("finish_reason"))
+    return starts
+
+
+def _choice_index(choice: dict[str, object], position: int) -> object:
+    index = choice.get("index")
+    return index if type(index) is int else position
+
+
+def _slot_label(choice: int, index: int | None) -> str:
+    return f"no slot (choice {choice})" if index is None else f"choice {choice} \u00b7 tool_calls[{index}]"
+
+
+def _call_fields(call: object) -> CallFields | None:
+    """An OpenAI tool call (dict or SDK object): name and arguments text in its ``function``."""
+    function = field(call, "function")
+    if function is ABSENT or function is None:
+        return None
+    return field(call, "id"), field(function, "name"), field(function, "arguments")
+
+
 CHAT_COMPLETIONS: Final = WireProtocol(
-    name="chat_completions", assembler=ReferenceAssembler, recognizes=_recognizes, result_ids=_result_ids
+    name="chat_completions",
+    assembler=ReferenceAssembler,
+    recognizes=_recognizes,
+    result_ids=_result_ids,
+    title="Chat Completions",
+    finish_reasons=frozenset({"stop", "length", "tool_calls", "content_filter", "function_call", "error"}),
+    followup_shape="the messages list, or the request object holding it",
+    follow_up=_follow_up,
+    complete_body=_complete_body,
+    later_responses=_later_responses,
+    slot_label=_slot_label,
+    call_fields=_call_fields,
+    request_path="/v1/chat/completions",
 )
 """The Chat Completions protocol: slot key ``(choice, tool_calls[i].index)``, identity ``tool_calls[i].id``."""

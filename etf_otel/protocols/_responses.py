@@ -34,9 +34,9 @@ from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS
 from etf_otel.core._validation import resolved_arguments, same_arguments
 from etf_otel.core._vocabulary import ResponseEnd, Transition
-from etf_otel.protocols._base import WireProtocol, field
+from etf_otel.protocols._base import field
 
-__all__ = ["RESPONSES", "ResponsesAssembler"]
+__all__ = ["NOT_OBJECTS", "ResponsesAssembler"]
 
 _DELTA: Final = "response.function_call_arguments.delta"
 _ARGUMENTS_DONE: Final = "response.function_call_arguments.done"
@@ -49,7 +49,7 @@ _SHARED: Final = -2
 _MISSING: Final = object()
 _SDK_DELTA: Final = frozenset({"type", "output_index", "item_id", "delta"})
 
-_NOT_OBJECTS: Final = (str, bytes, bytearray, int, float, list, tuple)
+NOT_OBJECTS: Final = (str, bytes, bytearray, int, float, list, tuple)
 """JSON values (and the raw SSE payload types) that cannot be an event object."""
 
 _Early = tuple[str, object, object, object]  # a buffered event: (type, item_id, text, name)
@@ -129,7 +129,7 @@ class ResponsesAssembler:
                 if own is not _MISSING and ((item_id := event.get("item_id")) is None or item_id == own):
                     self._slots.fragment(SCOPE, index, ABSENT, ABSENT, event.get("delta", ABSENT))
                     return
-        elif event is None or isinstance(event, _NOT_OBJECTS):
+        elif event is None or isinstance(event, NOT_OBJECTS):
             self._ignored += 1
             return
         else:
@@ -361,39 +361,3 @@ _HANDLERS: Final[dict[str, Callable[[ResponsesAssembler, object], None]]] = {
     "error": ResponsesAssembler._on_failed,
 }
 """The event types this adapter lowers; every other type is ignored (and counted)."""
-
-
-def _recognizes(event: object) -> bool:
-    """An event object whose ``type`` starts with ``response.``. The flat ``error`` event is not claimed:
-    Anthropic streams send an ``error`` event too, and a stream that starts with an error holds no call
-    to check either way."""
-    if event is None or isinstance(event, _NOT_OBJECTS):
-        return False
-    kind = field(event, "type")
-    return isinstance(kind, str) and kind.startswith("response.")
-
-
-def _result_ids(followup: object) -> list[object] | None:
-    """``call_id`` of every ``function_call_output`` item of the next request's ``input``, in order.
-
-    ``followup`` is that ``input`` list, or the request object holding it. A text ``input`` is a
-    request that answers nothing (``[]``); anything else is not that shape (``None``). Items may
-    be SDK objects (``input += response.output`` is the common way to continue).
-    """
-    items = field(followup, "input") if isinstance(followup, dict) else followup
-    if isinstance(items, str):
-        return []
-    if not isinstance(items, list):
-        return None
-    ids: list[object] = []
-    for item in items:
-        if item is not None and not isinstance(item, _NOT_OBJECTS) and field(item, "type") == "function_call_output":
-            call_id = field(item, "call_id")
-            ids.append(None if call_id is ABSENT else call_id)
-    return ids
-
-
-RESPONSES: Final = WireProtocol(
-    name="responses", assembler=ResponsesAssembler, recognizes=_recognizes, result_ids=_result_ids
-)
-"""The Responses protocol: slot key ``output_index``, identity ``item.call_id`` (never the item id)."""

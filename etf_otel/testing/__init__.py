@@ -13,7 +13,14 @@ See ``docs/testing.md``. Importing this package needs no OpenTelemetry SDK; :fun
 
 from etf_otel.testing import anthropic, chat, responses
 from etf_otel.testing._capture import Capture, MetricPoint, capture
-from etf_otel.testing._quirks import ANTHROPIC_QUIRK_STREAMS, QUIRK_STREAMS, QUIRK_TABLES, RESPONSES_QUIRK_STREAMS
+from etf_otel.testing._quirks import (
+    ANTHROPIC_QUIRK_STREAMS,
+    QUIRK_STREAMS,
+    QUIRK_TABLES,
+    RESPONSES_QUIRK_STREAMS,
+    register_quirk_table,
+    unregister_quirk_table,
+)
 from etf_otel.testing._server import DONE, LocalChatServer, RecordedRequest, Responder, Script
 from etf_otel.testing._wire import MISSING
 
@@ -33,5 +40,7 @@ __all__ = [
     "anthropic",
     "capture",
     "chat",
+    "register_quirk_table",
     "responses",
+    "unregister_quirk_table",
 ]

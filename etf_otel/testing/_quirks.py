@@ -13,13 +13,21 @@ from functools import partial
 from types import MappingProxyType
 from typing import Any, Final
 
-from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
+from etf_otel import protocols
+from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES, WireProtocol
 from etf_otel.testing import anthropic as a
 from etf_otel.testing import chat
 from etf_otel.testing import responses as r
 from etf_otel.testing._wire import MISSING
 
-__all__ = ["ANTHROPIC_QUIRK_STREAMS", "QUIRK_STREAMS", "QUIRK_TABLES", "RESPONSES_QUIRK_STREAMS"]
+__all__ = [
+    "ANTHROPIC_QUIRK_STREAMS",
+    "QUIRK_STREAMS",
+    "QUIRK_TABLES",
+    "RESPONSES_QUIRK_STREAMS",
+    "register_quirk_table",
+    "unregister_quirk_table",
+]
 
 _chunk = partial(chat.chunk, id="chatcmpl-quirk", model="quirk", created=1)
 _fragment = chat.fragment
@@ -302,11 +310,32 @@ ANTHROPIC_QUIRK_STREAMS: dict[str, list[object]] = {
 }
 """Named recorded Anthropic Messages streams, one per quirk (the rows of the Anthropic quirks table)."""
 
-QUIRK_TABLES: Final[Mapping[str, Mapping[str, list[object]]]] = MappingProxyType(
-    {
-        CHAT_COMPLETIONS.name: QUIRK_STREAMS,
-        RESPONSES.name: RESPONSES_QUIRK_STREAMS,
-        ANTHROPIC_MESSAGES.name: ANTHROPIC_QUIRK_STREAMS,
-    }
-)
-"""The quirk streams of each protocol, each table's rows in order."""
+_TABLES: dict[str, Mapping[str, list[object]]] = {
+    CHAT_COMPLETIONS.name: QUIRK_STREAMS,
+    RESPONSES.name: RESPONSES_QUIRK_STREAMS,
+    ANTHROPIC_MESSAGES.name: ANTHROPIC_QUIRK_STREAMS,
+}
+_BUILT_IN: Final = frozenset(_TABLES)
+
+QUIRK_TABLES: Final[Mapping[str, Mapping[str, list[object]]]] = MappingProxyType(_TABLES)
+"""The quirk streams of each protocol by its name, each table's rows in order (a live, read-only
+view: :func:`register_quirk_table` adds the table of a protocol registered from outside)."""
+
+
+def register_quirk_table(protocol: WireProtocol | str, streams: Mapping[str, list[object]]) -> None:
+    """Give a registered protocol its quirks table: ``scripts/quirks_table.py`` then writes it.
+
+    ``ValueError`` when the protocol is not registered or already has a table.
+    """
+    name = protocols.get(protocol).name
+    if name in _TABLES:
+        raise ValueError(f"protocol {name!r} already has a quirks table")
+    _TABLES[name] = MappingProxyType(dict(streams))
+
+
+def unregister_quirk_table(protocol: WireProtocol | str) -> None:
+    """Remove a table :func:`register_quirk_table` added; ``ValueError`` for a built-in or a missing one."""
+    name = protocol.name if isinstance(protocol, WireProtocol) else protocol
+    if name in _BUILT_IN or name not in _TABLES:
+        raise ValueError(f"protocol {name!r} has no quirks table that can be removed")
+    del _TABLES[name]

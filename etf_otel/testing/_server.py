@@ -55,6 +55,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, TypeAlias, cast
 
+from etf_otel import protocols
 from etf_otel.protocols._chat_completions import DONE
 
 __all__ = ["DONE", "LocalChatServer", "RecordedRequest", "Responder", "Script"]
@@ -62,7 +63,7 @@ __all__ = ["DONE", "LocalChatServer", "RecordedRequest", "Responder", "Script"]
 _logger = logging.getLogger(__name__)
 
 
-_STREAMING_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
+_STREAMING_PATHS = protocols.REQUEST_PATHS  # each registered protocol's, read per request
 
 _POLL_INTERVAL = 0.05
 """How often ``serve_forever`` checks for shutdown; small so that :meth:`LocalChatServer.close` is prompt."""

@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -121,9 +120,12 @@ TOY_EVENTS: list[Any] = [
 
 
 @pytest.fixture
-def toy(monkeypatch: pytest.MonkeyPatch) -> Iterator[WireProtocol]:
-    monkeypatch.setattr(protocols, "PROTOCOLS", MappingProxyType({**protocols.PROTOCOLS, TOY.name: TOY}))
-    yield TOY
+def toy() -> Iterator[WireProtocol]:
+    protocols.register(TOY)
+    try:
+        yield TOY
+    finally:
+        protocols.unregister(TOY)
 
 
 # --- real protocols: one recording each, built with that protocol's event builders ---------------

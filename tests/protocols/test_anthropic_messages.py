@@ -20,8 +20,8 @@ from anthropic.types.beta import BetaRawMessageStreamEvent
 from etf_otel import ErrorCategory, IdentityRules, StreamState, Transition
 from etf_otel.core._lifecycle import LifecycleSlots
 from etf_otel.core._results import AssemblyResult
-from etf_otel.protocols import PROTOCOLS, StreamAssembler, detect, get
-from etf_otel.protocols._anthropic_messages import ANTHROPIC_MESSAGES, AnthropicAssembler, assemble
+from etf_otel.protocols import ANTHROPIC_MESSAGES, PROTOCOLS, StreamAssembler, detect, get
+from etf_otel.protocols._anthropic_messages import AnthropicAssembler, assemble
 from etf_otel.testing.anthropic import (
     MISSING,
     block,

@@ -82,7 +82,7 @@ class Tick:
 class ReplayTimeline:
     """What the page draws: the result, the ticks in arrival order, and the lanes in order of appearance."""
 
-    protocol: str
+    protocol: WireProtocol
     result: AssemblyResult
     events: int
     ticks: list[Tick] = field(default_factory=list)
@@ -172,11 +172,11 @@ def replay_timeline(protocol: WireProtocol, events: Sequence[object], allow: Seq
         spans.append((len(events), last, last, [(STREAM, "cut")]))
     elif not any(kind == "end" for *_, others in spans for _, kind in others):
         spans.append((len(events), last, last, [(STREAM, "end")]))  # an adapter that decides its end at finish
-    return _layout(protocol.name, result, len(events), spans)
+    return _layout(protocol, result, len(events), spans)
 
 
 def _layout(
-    protocol: str,
+    protocol: WireProtocol,
     result: AssemblyResult,
     count: int,
     spans: list[tuple[int, int, int, list[tuple[Lane, str]]]],

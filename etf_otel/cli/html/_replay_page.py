@@ -13,23 +13,17 @@ from typing import Final
 from etf_otel.cli.html._page import attribute, legend, page, text
 from etf_otel.cli.html._replay import SHAPES, STREAM, Lane, ReplayTimeline, Tick
 from etf_otel.core._results import AssemblyResult, ToolCall
-from etf_otel.core._vocabulary import bounded_finish_reason
+from etf_otel.protocols import WireProtocol, bounded_finish_reason
 
 __all__ = ["render_replay"]
 
 
-def _lane_name(protocol: str, lane: Lane) -> str:
-    choice, index = lane
-    if lane == STREAM:
-        return "response"
-    if index is None:
-        return f"no slot (choice {choice})" if protocol == "chat_completions" else "no open call"
-    if protocol == "chat_completions":
-        return f"choice {choice} \u00b7 tool_calls[{index}]"
-    return f"output_index {index}" if protocol == "responses" else f"content block {index}"
+def _lane_name(protocol: WireProtocol, lane: Lane) -> str:
+    """The response's own lane, else the slot as the protocol names it."""
+    return "response" if lane == STREAM else protocol.slot_label(*lane)
 
 
-def _detail(tick: Tick, protocol: str) -> str:
+def _detail(tick: Tick, protocol: WireProtocol) -> str:
     """The bounded description of a tick: what the details panel and the screen reader say."""
     where = _lane_name(protocol, tick.lane)
     diagnostic = tick.diagnostic
@@ -47,7 +41,7 @@ def _detail(tick: Tick, protocol: str) -> str:
     return "; ".join(parts)
 
 
-def _mark(tick: Tick, protocol: str, low: bool) -> str:
+def _mark(tick: Tick, protocol: WireProtocol, low: bool) -> str:
     shape, letter, _ = SHAPES[tick.kind]
     left = (tick.column - 1) * 30 + 3
     detail = _detail(tick, protocol)
@@ -70,7 +64,7 @@ def _calls_by_lane(result: AssemblyResult) -> dict[Lane, ToolCall]:
     return {(call.choice, call.index): call for call in result.calls}
 
 
-def _label(protocol: str, lane: Lane, call: ToolCall | None) -> str:
+def _label(protocol: WireProtocol, lane: Lane, call: ToolCall | None) -> str:
     name = _lane_name(protocol, lane)
     if call is None:
         return f'<div data-lane="{attribute(name)}"><div class="name">{text(name)}</div></div>'
@@ -173,7 +167,7 @@ def _transitions(result: AssemblyResult) -> dict[Lane, dict[str, int]]:
     return counts
 
 
-def _calls_table(result: AssemblyResult, protocol: str, show_arguments: bool) -> str:
+def _calls_table(result: AssemblyResult, protocol: WireProtocol, show_arguments: bool) -> str:
     head = "<tr><th>lane</th><th>name</th><th>preserved id</th><th>verdict</th><th>categories</th>"
     head += "<th>fragments</th><th>rejected</th><th>transitions</th>"
     head += "<th>arguments</th></tr>" if show_arguments else "</tr>"
@@ -215,7 +209,7 @@ def render_replay(timeline: ReplayTimeline, *, source: str, show_arguments: bool
         else '<span class="pill bad">\u2715 not dispatchable</span>'
     )
     facts = (
-        f"<li><b>protocol</b> {timeline.protocol}</li><li><b>stream</b> {result.state.value}</li>"
+        f"<li><b>protocol</b> {timeline.protocol.name}</li><li><b>stream</b> {result.state.value}</li>"
         f"<li><b>finish reasons</b> {text(reasons)}</li><li><b>events</b> {timeline.events}</li>"
         f"<li><b>fragments</b> {result.fragments}</li>"
         f"<li><b>calls</b> {len(result.calls)} ({proposed} proposed)</li><li>{verdict}</li>"

@@ -55,9 +55,6 @@ from etf_otel.instrumentation._switches import _disabled
 from etf_otel.integrations._conversation import (
     FollowUp,
     PrefixConversations,
-    last_position,
-    plain,
-    string_or_none,
 )
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
@@ -104,20 +101,8 @@ def provider_of_client(client: object) -> str:
 
 
 def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
-    """``(position of the last assistant message, the results the request gives its calls)``.
-
-    ``None`` when the request has no assistant message (it starts a conversation) or when its
-    messages are not of the Messages API's shape. The results are the ``tool_use_id`` of
-    every ``tool_result`` block after the assistant message, in order; one outside the first
-    user message after it, or whose id is not a string, is ``None`` (``orphaned_result``).
-    """
-    last_assistant = last_position(messages, "assistant")
-    if last_assistant is None:
-        return None
-    ids = ANTHROPIC_MESSAGES.result_ids([plain(message) for message in messages])
-    if ids is None:
-        return None
-    return last_assistant, [string_or_none(call_id) for call_id in ids]
+    """The Anthropic Messages follow-up of a request's messages (:attr:`WireProtocol.follow_up`)."""
+    return ANTHROPIC_MESSAGES.follow_up(messages)
 
 
 class _ObservedRequest:

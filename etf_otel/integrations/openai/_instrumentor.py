@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 from etf_otel.instrumentation._observer import ResponseObserver
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._streams import observer_of
-from etf_otel.integrations._conversation import FollowUp, PrefixConversations, last_position, string_or_none
+from etf_otel.integrations._conversation import FollowUp, PrefixConversations
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
@@ -58,7 +58,7 @@ from etf_otel.integrations._instrumentor_base import (
     wrap_methods,
 )
 from etf_otel.integrations.openai._responses import ResponsesWrappers, is_sdk_stream
-from etf_otel.protocols import field
+from etf_otel.protocols import CHAT_COMPLETIONS
 from etf_otel.protocols._chat_completions import DONE
 
 if TYPE_CHECKING:
@@ -110,20 +110,8 @@ def provider_of_client(client: object) -> str:
 
 
 def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
-    """``(position of the last assistant message, tool_call_ids of the tool messages after it)``.
-
-    ``None`` when the request has no assistant message: it starts a conversation. An
-    assistant message followed by no tool message at all answers none of its calls.
-    """
-    last_assistant = last_position(messages, "assistant")
-    if last_assistant is None:
-        return None
-    ids = [
-        string_or_none(field(message, "tool_call_id"))
-        for message in messages[last_assistant + 1 :]
-        if field(message, "role") == "tool"
-    ]
-    return last_assistant, ids
+    """The Chat Completions follow-up of a request's messages (:attr:`WireProtocol.follow_up`)."""
+    return CHAT_COMPLETIONS.follow_up(messages)
 
 
 class OpenAIInstrumentor(ClientInstrumentor):

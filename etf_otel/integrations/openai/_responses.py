@@ -102,7 +102,7 @@ def output_run_starts(items: Sequence[Any]) -> list[int]:
 
 def result_call_ids(items: Sequence[Any]) -> list[str | None]:
     """The ``call_id`` of every ``function_call_output`` item, in order (``None`` when not a string)."""
-    return [string_or_none(field(item, "call_id")) for item in items if field(item, "type") == "function_call_output"]
+    return [string_or_none(call_id) for call_id in RESPONSES.result_ids(list(items)) or ()]
 
 
 class _Thread:

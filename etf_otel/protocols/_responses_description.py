@@ -1,0 +1,90 @@
+"""The OpenAI Responses protocol as the layers above see it: :data:`RESPONSES`.
+
+Its adapter is :class:`~etf_otel.protocols._responses.ResponsesAssembler`; this module holds
+what is read outside a stream: which events are this protocol's, how a next request's
+``input`` carries results, what a complete body and a second response look like in a
+recording, how a ``function_call`` item reads as a call, and how a slot is named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from etf_otel.core._identity import ABSENT
+from etf_otel.protocols._base import CallFields, WireProtocol, field, typed_starts
+from etf_otel.protocols._responses import NOT_OBJECTS, ResponsesAssembler
+
+__all__ = ["RESPONSES"]
+
+_ENDS: Final = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
+
+
+def _recognizes(event: object) -> bool:
+    """An event object whose ``type`` starts with ``response.``. The flat ``error`` event is not claimed:
+    Anthropic streams send an ``error`` event too, and a stream that starts with an error holds no call
+    to check either way."""
+    if event is None or isinstance(event, NOT_OBJECTS):
+        return False
+    kind = field(event, "type")
+    return isinstance(kind, str) and kind.startswith("response.")
+
+
+def _result_ids(followup: object) -> list[object] | None:
+    """``call_id`` of every ``function_call_output`` item of the next request's ``input``, in order.
+
+    ``followup`` is that ``input`` list, or the request object holding it. A text ``input`` is a
+    request that answers nothing (``[]``); anything else is not that shape (``None``). Items may
+    be SDK objects (``input += response.output`` is the common way to continue).
+    """
+    items = field(followup, "input") if isinstance(followup, dict) else followup
+    if isinstance(items, str):
+        return []
+    if not isinstance(items, list):
+        return None
+    ids: list[object] = []
+    for item in items:
+        if item is not None and not isinstance(item, NOT_OBJECTS) and field(item, "type") == "function_call_output":
+            call_id = field(item, "call_id")
+            ids.append(None if call_id is ABSENT else call_id)
+    return ids
+
+
+def _complete_body(event: object) -> str | None:
+    """``object: "response"`` without a ``type``: every stream event has one."""
+    if isinstance(event, dict) and event.get("object") == "response" and event.get("type") is None:
+        return "a complete Responses body (object: response)"
+    return None
+
+
+def _later_responses(events: Sequence[object]) -> list[int]:
+    """A ``response.created`` after ``response.completed``, ``.incomplete``, ``.failed`` or ``error``."""
+    return typed_starts(events, "response.created", lambda event: event.get("type") in _ENDS)
+
+
+def _slot_label(choice: int, index: int | None) -> str:
+    return "no open call" if index is None else f"output_index {index}"
+
+
+def _call_fields(call: object) -> CallFields | None:
+    """A ``function_call`` output item: its ``call_id`` is the call's id, its ``id`` the item's alias."""
+    if field(call, "type") != "function_call":
+        return None
+    return field(call, "call_id"), field(call, "name"), field(call, "arguments")
+
+
+RESPONSES: Final = WireProtocol(
+    name="responses",
+    assembler=ResponsesAssembler,
+    recognizes=_recognizes,
+    result_ids=_result_ids,
+    title="OpenAI Responses",
+    finish_reasons=frozenset({"max_output_tokens", "content_filter"}),
+    followup_shape="the input list, or the request object holding it",
+    complete_body=_complete_body,
+    later_responses=_later_responses,
+    slot_label=_slot_label,
+    call_fields=_call_fields,
+    request_path="/v1/responses",
+)
+"""The Responses protocol: slot key ``output_index``, identity ``item.call_id`` (never the item id)."""
