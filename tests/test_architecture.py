@@ -73,6 +73,16 @@ PURE = {"core", "protocols"}
 IMPURE_STDLIB = set("threading _thread multiprocessing concurrent asyncio socket ssl select selectors".split())
 IMPURE_STDLIB |= set("io os sys pathlib shutil tempfile subprocess urllib http logging".split())
 NO_SDK = {"api", "core", "protocols", "errors", "attributes", "recordings", "instrumentation", "integrations"}
+LIBRARY = {"api", "core", "protocols", "errors", "attributes", "recordings", "instrumentation", "integrations"}
+LIBRARY |= {"audit", "testing"}
+BASE_DEPENDENCIES = {"opentelemetry", "wrapt", "typing_extensions"}
+SDK_PACKAGES = ("opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry.proto")  # the cli extra's
+LAZY_DEPENDENCIES = {
+    "integrations": {"openai", "anthropic", "mcp", "langchain_core", "langchain_openai", "pydantic"},
+    "recordings": {"sseclient"},  # SSE text, with the cli extra; JSON lines need nothing
+    "audit": {"chdb", "clickhouse_connect"},  # the SQL engines, each its own extra
+}
+EAGER_DEPENDENCIES = {"etf_otel.testing._pytest_plugin": {"pytest"}}  # loaded by pytest alone
 OUTPUT_ATTRIBUTES = {("sys", "exit"), ("sys", "stdout"), ("sys", "stderr"), ("os", "_exit")}
 OUTPUT_IMPORTS = ("sys.exit", "sys.stdout", "sys.stderr", "rich.console")
 MAY_PRINT = {f"{PKG}.testing.__main__"}  # a command outside the cli: ``python -m etf_otel.testing`` (the server)
@@ -92,6 +102,7 @@ class Import:
     target: str  # absolute; the submodule when `from pkg import sub` names one
     line: int
     type_only: bool  # under `if TYPE_CHECKING:`
+    lazy: bool = False  # inside a function: runs only when called
 
 
 def parse(root: Path) -> dict[str, Module]:
@@ -118,12 +129,23 @@ def _type_checking_nodes(tree: ast.Module) -> set[int]:
     return ids
 
 
+def _function_nodes(tree: ast.Module) -> set[int]:
+    return {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+
+
 def imports(root: Path) -> list[Import]:
     """Every import statement of every module, relative imports resolved, one entry per target."""
     mods = parse(root)
     found = []
     for mod in mods.values():
         typed = _type_checking_nodes(mod.tree)
+        deferred = _function_nodes(mod.tree)
         package = mod.name.split(".") if mod.is_package else mod.name.split(".")[:-1]
         for node in ast.walk(mod.tree):
             if isinstance(node, ast.Import):
@@ -136,7 +158,10 @@ def imports(root: Path) -> list[Import]:
                 targets = [t if t in mods or base not in mods else base for t in full] or [base]
             else:
                 continue
-            found += [Import(mod.name, t, node.lineno, id(node) in typed) for t in dict.fromkeys(targets)]
+            found += [
+                Import(mod.name, t, node.lineno, id(node) in typed, id(node) in deferred)
+                for t in dict.fromkeys(targets)
+            ]
     return found
 
 
@@ -222,6 +247,27 @@ def sdk_violations(root: Path) -> list[str]:
     ]
 
 
+def dependency_violations(root: Path) -> list[str]:
+    """Library layers import the standard library, the OpenTelemetry API, wrapt and typing_extensions
+    (the base install) and, inside a function only, the package a user installs to use that part (an
+    SDK for its integration, an extra for the SSE parser or a SQL engine): importing etf-otel never
+    needs what an application did not ask for."""
+    out = []
+    for imp in imports(root):
+        source = layer(imp.source)
+        top = imp.target.partition(".")[0]
+        if source not in LIBRARY or top == PKG or top in sys.stdlib_module_names:
+            continue
+        sdk = imp.target.startswith(SDK_PACKAGES)
+        if (top in BASE_DEPENDENCIES and not sdk) or top in EAGER_DEPENDENCIES.get(imp.source, ()):
+            continue
+        lazily = top in LAZY_DEPENDENCIES.get(source, ()) or (sdk and source == "testing")
+        if lazily and (imp.lazy or imp.type_only):
+            continue
+        out.append(f"{imp.source}:{imp.line} ({source}) imports {imp.target}")
+    return out
+
+
 def output_violations(root: Path) -> list[str]:
     """Only the cli prints or exits (print(), exit(), sys.exit, sys.stdout/stderr, rich consoles):
     a library that writes to the terminal or ends the process cannot be embedded."""
@@ -287,7 +333,7 @@ def test_no_import_cycles() -> None:
 
 @pytest.mark.parametrize(
     "check",
-    [layering_violations, purity_violations, sdk_violations, output_violations, size_violations],
+    [layering_violations, purity_violations, sdk_violations, dependency_violations, output_violations, size_violations],
     ids=lambda check: check.__name__.removesuffix("_violations"),
 )
 def test_rule(check: Callable[[Path], list[str]]) -> None:
@@ -310,6 +356,8 @@ FAKE = {
     "instrumentation/__init__.py": "from etf_otel.instrumentation.wrappers import wrap\n",
     "instrumentation/wrappers.py": "from etf_otel.instrumentation import telemetry\n\nwrap = telemetry\n",
     "attributes.py": "NAME = 'x'\n",
+    "integrations/__init__.py": "",
+    "integrations/sdk.py": "import openai\nimport wrapt\n\n\ndef later():\n    import anthropic\n",  # eager SDK import
     "instrumentation/telemetry.py": (
         "from typing import TYPE_CHECKING\n\nfrom etf_otel import attributes\n\n"
         "if TYPE_CHECKING:\n    from opentelemetry.sdk.trace import TracerProvider\n\n"
@@ -331,5 +379,9 @@ def test_checks_can_fail(tmp_path: Path) -> None:
     assert purity_violations(tmp_path) == ["etf_otel.core.a:1 imports threading"]
     sdk = "etf_otel.instrumentation.telemetry:6 imports opentelemetry.sdk.trace.TracerProvider"
     assert sdk_violations(tmp_path) == [sdk]  # TYPE_CHECKING imports count for layering
+    assert dependency_violations(tmp_path) == [
+        "etf_otel.instrumentation.telemetry:6 (instrumentation) imports opentelemetry.sdk.trace.TracerProvider",
+        "etf_otel.integrations.sdk:1 (integrations) imports openai",
+    ]
     assert output_violations(tmp_path) == ["etf_otel.core.b:4 print()", "etf_otel.testing.server:1 print()"]
     assert size_violations(tmp_path) == ["etf_otel.core.big:1 big(), 61 lines"]
