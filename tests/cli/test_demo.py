@@ -156,7 +156,7 @@ def test_demo_without_anthropic_skips_that_part_and_says_how_to_install_it() -> 
     run = _run("-c", WITHOUT_ANTHROPIC)
     assert run.returncode == 0, run.stdout + run.stderr
     skipped = [line for line in run.stdout.splitlines() if line.startswith("Anthropic Messages:")]
-    assert skipped == ["Anthropic Messages: skipped, no anthropic; pip install '.[openai,anthropic]'"]
+    assert skipped == ["Anthropic Messages: skipped, no anthropic; pip install 'etf-otel[demo]'"]
     assert "toolu_" not in run.stdout
     assert "OpenAI Responses:" in run.stdout
     assert "all cases behaved as the rules say" in run.stdout

@@ -7,7 +7,7 @@ uses): the table shows what the SDK alone would hand the app next to what the ru
 app runs the rules' proposals through an instrumented, guarded host; the next request's tool
 results are checked for linkage. Control (continuations omit the id) and target (``id: null``) must
 preserve the same ids and report; the other cases are dispatched or caught as they say. Then the
-OpenAI Responses and Anthropic parts (``demo_protocols``).
+OpenAI Responses and Anthropic parts (``_responses``, ``_anthropic``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from rich.console import Console
 from etf_otel import attributes as A
 from etf_otel.cli._exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 from etf_otel.cli._sdk_setup import SdkSetup, setup_sdk
-from etf_otel.cli.demo._protocols import (
+from etf_otel.cli.demo._anthropic import run_anthropic
+from etf_otel.cli.demo._cases import (
     DISPATCHED,
     READ,
     SAVE,
@@ -43,10 +44,9 @@ from etf_otel.cli.demo._protocols import (
     hand_to_host,
     print_part,
     print_protocols,
-    run_anthropic,
     run_case,
-    run_responses,
 )
+from etf_otel.cli.demo._responses import run_responses
 from etf_otel.core._results import AssemblyResult
 from etf_otel.integrations.openai._state import completion_calls
 from etf_otel.protocols._chat_completions import ReferenceAssembler

@@ -1,0 +1,184 @@
+"""``etf-otel demo``: what every protocol part shares: a case, running it, handing calls to the host, the summary.
+
+Each case shows what the SDK's own accumulator handed the app next to what the rules decided,
+read from the spans the case produced, and what the guarded host did with the calls the SDK handed over.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Tracer
+from rich.cells import cell_len
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from etf_otel import attributes as A
+from etf_otel.errors import GuardRefusedError
+from etf_otel.testing import LocalChatServer
+
+__all__ = [
+    "ANTHROPIC_MISSING",
+    "DISPATCHED",
+    "MODEL",
+    "READ",
+    "SAVE",
+    "USER",
+    "Part",
+    "ProtocolCase",
+    "describe_call",
+    "hand_to_host",
+    "print_part",
+    "print_protocols",
+    "run_case",
+]
+
+
+DISPATCHED = "dispatched"
+ANTHROPIC_MISSING = "Anthropic Messages: skipped, no anthropic; pip install 'etf-otel[demo]'"
+READ = '{"path": "source.txt"}'
+SAVE = '{"title": "Quarterly summary", "body": "revenue +12%"}'
+USER = "Read source.txt and save a short report."
+MODEL = "claude-sonnet-5-5"  # a model name the anthropic SDK does not warn about
+
+
+@dataclass
+class Part:
+    """What every part of the demo shares: the server, the telemetry, the demo's tool host (not wrapped)."""
+
+    server: LocalChatServer
+    tracer: Tracer
+    spans: InMemorySpanExporter
+    host: Any
+
+
+@dataclass
+class ProtocolCase:
+    name: str
+    expected: str  # DISPATCHED, or the category the rules must catch
+    sdk: str = "-"  # what the SDK alone handed the app
+    ran: list[str] = field(default_factory=list)  # tools the guarded host executed
+    refused: list[str] = field(default_factory=list)  # the guard's categories
+    categories: list[str] = field(default_factory=list)  # what the rules recorded
+    may_run: bool = False  # the case is about the result sent back, not the call
+
+    @property
+    def ok(self) -> bool:
+        if self.expected == DISPATCHED:
+            return not self.categories and not self.refused and bool(self.ran)
+        return self.expected in self.categories and (self.may_run or not self.ran)
+
+    @property
+    def decision(self) -> str:
+        text = "caught: " + ", ".join(self.categories) if self.categories else "proposed"
+        if self.ran:
+            text += "; host ran " + ", ".join(self.ran)
+        if self.refused:
+            text += "; guard refused: " + ", ".join(dict.fromkeys(self.refused))
+        return text
+
+
+def _rule_categories(spans: Sequence[ReadableSpan]) -> list[str]:
+    """The categories the rules recorded on the assembly spans (a guard refusal is not a rule's)."""
+    found: list[str] = []
+    for span in spans:
+        if span.name.startswith(A.SPAN_EXECUTE_TOOL):
+            continue
+        categories = (span.attributes or {}).get(A.ETF_TOOL_CALL_CATEGORIES)
+        found += [str(category) for category in categories] if isinstance(categories, (list, tuple)) else []
+        events = [event.attributes or {} for event in span.events]
+        found += [str(event[A.ETF_ERROR_CATEGORY]) for event in events if A.ETF_ERROR_CATEGORY in event]
+    return list(dict.fromkeys(found))
+
+
+def run_case(part: Part, protocol: str, case: ProtocolCase, body: Callable[[ProtocolCase], None]) -> ProtocolCase:
+    before = len(part.spans.get_finished_spans())
+    with part.tracer.start_as_current_span(f"agent {protocol} case {case.expected}"):
+        body(case)
+    case.categories = _rule_categories(part.spans.get_finished_spans()[before:])
+    return case
+
+
+def hand_to_host(case: ProtocolCase, host: Any, call: Any) -> str | None:
+    """Run one call as the SDK handed it to the app through the guarded host: its output, ``None`` if refused."""
+    try:
+        output = host.execute(call)
+    except GuardRefusedError as refused:
+        case.refused.append(refused.category.value)
+        return None
+    case.ran.append(call.name)
+    return str(output)
+
+
+def describe_call(call_id: object, name: object, arguments: object) -> str:
+    """``id name arguments`` of one call as an SDK handed it (``(no id)`` for a null id)."""
+    call_id = "(no id)" if call_id is None else call_id
+    return f"{call_id} {name} {arguments if isinstance(arguments, str) else json.dumps(arguments)}"
+
+
+# --- the summary -------------------------------------------------------------------------------------------
+
+
+COLUMNS = ("case", "the SDK alone hands the app", "etf-otel", "outcome")
+MIN_WIDTHS = (19, 21, 24, 7)  # 80 columns: "(max_output_tokens)", "`response.completed`",
+# "empty_after_established;" (the longest category and its separator) never break mid-word
+
+
+def _widths(total: int, rows: Sequence[Sequence[str]]) -> list[int]:
+    """Column widths for a ``total``-column console: each column's longest line, the minimums first."""
+    natural = [
+        max(cell_len(line) for cell in column for line in cell.split("\n")) for column in zip(*rows, strict=True)
+    ]
+    widths = [min(longest, least) for longest, least in zip(natural, MIN_WIDTHS, strict=True)]
+    spare = total - 3 * 3 - sum(widths)  # three rules of " │ "
+    while spare > 0 and any(width < longest for width, longest in zip(widths, natural, strict=True)):
+        for index, longest in enumerate(natural):
+            if spare > 0 and widths[index] < longest:
+                widths[index] += 1
+                spare -= 1
+    return widths
+
+
+def print_part(console: Console, title: str, cases: Sequence[ProtocolCase], sections: Sequence[int] = ()) -> None:
+    """One protocol's cases: the case, what the SDK alone handed the app, what etf-otel decided, ok or not.
+
+    A line is drawn after each row index in ``sections``. Ids and categories are never cut.
+    """
+    rows = [COLUMNS, *((case.name, case.sdk, case.decision, "ok") for case in cases)]
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for column, width in zip(COLUMNS, _widths(console.width, rows), strict=True):
+        table.add_column(column, width=width, overflow="fold")
+    for index, case in enumerate(cases):
+        decision = Text(case.decision)
+        if not case.ok:
+            decision.append(f"\nexpected: {case.expected}", style="red")
+        verdict = Text("ok", style="green") if case.ok else Text("WRONG", style="bold red")
+        table.add_row(Text(case.name), Text(case.sdk), decision, verdict, end_section=index in sections)
+    console.print()
+    console.print(table)
+
+
+def print_protocols(console: Console, responses: Sequence[ProtocolCase], anthropic: list[ProtocolCase] | str) -> None:
+    """The Responses and Anthropic sections (or why Anthropic was skipped); the max_tokens case also in words."""
+    print_part(console, "OpenAI Responses: client.responses.stream(...), real openai client", responses)
+    if isinstance(anthropic, str):
+        console.print()
+        console.print(Text(anthropic))
+        return
+    print_part(console, "Anthropic Messages: client.messages.stream(...), real anthropic client", anthropic)
+    for case in anthropic:
+        if case.expected == "incomplete_response":
+            sdk = case.sdk.replace("\n", " ")
+            refused = f"raised GuardRefusedError({', '.join(case.refused)})" if case.refused else "refused nothing"
+            words = (
+                f"max_tokens: the SDK's final message hands the app {sdk}, a valid-looking input; "
+                f"the rules: {', '.join(case.categories) or 'nothing'}; the guarded host {refused} "
+                f"and {'ran' if case.ran else 'never ran'} the tool."
+            )
+            console.print(Text(words))
