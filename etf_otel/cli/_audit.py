@@ -31,7 +31,7 @@ from etf_otel.audit._sources.phoenix import DEFAULT_PROJECT, PhoenixStats, iter_
 from etf_otel.audit._sources.sql import DEFAULT_DATABASE, ChdbEngine, ClickHouseEngine, TimeWindow
 from etf_otel.cli._audit_report import emit_audit_report, render_audit_report
 from etf_otel.cli._exit_codes import EXIT_BAD_INPUT
-from etf_otel.cli._replay_report import displayable
+from etf_otel.cli._text import displayable
 from etf_otel.cli.html._audit import write_audit_page
 from etf_otel.cli.html._page import HtmlWriteError
 from etf_otel.errors import OtlpInputError, PhoenixError, SqlAuditError

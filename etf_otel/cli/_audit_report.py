@@ -15,7 +15,7 @@ from rich.text import Text
 from etf_otel.audit._model import FindingKind
 from etf_otel.audit._report import INFORMATIONAL, AuditReport
 from etf_otel.cli._exit_codes import EXIT_FOUND, EXIT_OK
-from etf_otel.cli._replay_report import console_for, displayable, write_json
+from etf_otel.cli._text import console_for, displayable, write_json
 
 __all__ = ["TELEMETRY_KINDS", "emit_audit_report", "render_audit_report"]
 

@@ -22,14 +22,8 @@ from typing import TYPE_CHECKING, Final
 
 from etf_otel import protocols
 from etf_otel.cli._exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
-from etf_otel.cli._replay_report import (
-    build_report,
-    console_for,
-    displayable,
-    render_linkage,
-    render_report,
-    write_json,
-)
+from etf_otel.cli._replay_report import build_report, render_linkage, render_report
+from etf_otel.cli._text import console_for, displayable, write_json
 from etf_otel.cli.html._page import HtmlWriteError, write_page
 from etf_otel.core._identity import CompatibilityRule, IdentityRules
 from etf_otel.core._linkage import DEFAULT_MAX_PENDING, Conversation, Finding

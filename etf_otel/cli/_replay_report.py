@@ -12,26 +12,19 @@ terminal control, and whatever the output's encoding cannot hold is escaped, not
 
 from __future__ import annotations
 
-import codecs
-import json
-import os
-import re
-import sys
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import Any
 
 from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
 
+from etf_otel.cli._text import displayable, json_text
 from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult
 from etf_otel.protocols import bounded_finish_reason
 
-__all__ = ["ReplayReport", "build_report", "console_for", "displayable", "render_report", "write_json"]
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+__all__ = ["ReplayReport", "build_report", "render_report"]
 
 
 class StreamSummary(BaseModel):
@@ -92,100 +85,6 @@ class ReplayReport(BaseModel):
 
     def to_json(self, *, show_arguments: bool, ascii_only: bool = False) -> str:
         return json_text(self.to_dict(show_arguments=show_arguments), ascii_only=ascii_only)
-
-
-def json_text(document: object, *, ascii_only: bool = False) -> str:
-    """``document`` as compact JSON that any UTF-8 (or, with ``ascii_only``, ASCII) output takes.
-
-    Lone surrogates cannot be encoded as UTF-8; they are written as ``\\uXXXX`` escapes,
-    which every JSON parser reads back as the same string.
-    """
-    text = json.dumps(document, ensure_ascii=ascii_only, separators=(",", ":"), default=str)
-    return text if ascii_only else _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
-
-
-def write_json(document: object, stream: IO[str] | None = None) -> None:
-    """One JSON document on one line; ASCII with escapes when ``stream`` is not UTF-8."""
-    stream = stream if stream is not None else sys.stdout
-    try:
-        utf8 = codecs.lookup(getattr(stream, "encoding", None) or "utf-8").name == "utf-8"
-    except LookupError:
-        utf8 = False
-    _write(stream, json_text(document, ascii_only=not utf8) + "\n")
-
-
-def _write(stream: IO[str], text: str) -> None:
-    try:
-        stream.write(text)
-        stream.flush()
-    except BrokenPipeError:  # the reader left (``| head``): the exit code still tells the verdict
-        _silence_stdout()
-
-
-def _silence_stdout() -> None:
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
-def displayable(text: str) -> str:
-    """``text`` for a terminal: every non-printable character (control, format, surrogate,
-    separator other than space) as a visible escape, so ``call-a\\u200b`` never looks like
-    ``call-a`` and an ESC in an id never reaches the terminal."""
-    if text.isprintable():
-        return text
-    return "".join(char if char.isprintable() else _escape(char) for char in text)
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    if char in _ESCAPES:
-        return _ESCAPES[char]
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
-class _EncodableWriter:
-    """A text stream that escapes what its target's encoding cannot hold instead of raising."""
-
-    def __init__(self, target: IO[str]) -> None:
-        self._target = target
-        self.encoding = getattr(target, "encoding", None) or "utf-8"
-
-    def write(self, text: str) -> int:
-        try:
-            return self._target.write(text.encode(self.encoding, "backslashreplace").decode(self.encoding))
-        except LookupError:
-            return self._target.write(text.encode("ascii", "backslashreplace").decode("ascii"))
-
-    def flush(self) -> None:
-        self._target.flush()
-
-    def isatty(self) -> bool:
-        try:
-            return self._target.isatty()
-        except (AttributeError, OSError, ValueError):
-            return False
-
-    def fileno(self) -> int:
-        return self._target.fileno()
-
-
-class _ReplayConsole(Console):
-    def on_broken_pipe(self) -> None:
-        """The reader left (``| head``): stop writing, keep going, so the exit code is the verdict."""
-        self.quiet = True
-        _silence_stdout()
-
-
-def console_for(stream: IO[str] | None = None) -> Console:
-    """A console that prints model output literally: no markup, no emoji codes, no highlighting."""
-    target = stream if stream is not None else sys.stdout
-    return _ReplayConsole(file=_EncodableWriter(target), markup=False, emoji=False, highlight=False)  # type: ignore[arg-type]
 
 
 def linkage_report(findings: Sequence[Finding]) -> list[LinkageReport]:

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from etf_otel.cli._replay_report import displayable
+from etf_otel.cli._text import displayable
 from etf_otel.errors import EtfOtelError
 
 __all__ = ["HtmlWriteError", "attribute", "digest", "legend", "page", "text", "write_page"]
