@@ -98,6 +98,12 @@ def _slot_label(choice: int, index: int | None) -> str:
     return "no open call" if index is None else f"content block {index}"
 
 
+def _event_slot(event: object) -> int | None:
+    """A content block's ``index``: the block events name their slot with it."""
+    key = event.get("index") if isinstance(event, dict) else None
+    return key if type(key) is int else None
+
+
 def _call_fields(call: object) -> CallFields | None:
     """A ``tool_use`` block, or any call with an ``input`` and no ``arguments``: the parsed value.
 
@@ -135,5 +141,6 @@ ANTHROPIC_MESSAGES: Final = WireProtocol(
     slot_label=_slot_label,
     call_fields=_call_fields,
     request_path="/v1/messages",
+    event_slot=_event_slot,
 )
 """The Anthropic Messages protocol: slot key the content-block ``index``, identity the ``tool_use`` id."""

@@ -95,6 +95,16 @@ def _slot_label(choice: int, index: int | None) -> str:
     return "no open call" if index is None else f"slot {index}"
 
 
+def _no_event_slot(event: object) -> int | None:
+    """Events of this protocol name no lifecycle slot (Chat Completions: each fragment carries its index)."""
+    return None
+
+
+def _states_nothing(event: object) -> bool:
+    """No event of this protocol restates a call beyond what the slot model counts."""
+    return False
+
+
 def _no_call(call: object) -> CallFields | None:
     """No call object of this protocol's own shape: hosts read ``id``, ``name``, ``arguments``."""
     return None
@@ -145,6 +155,12 @@ class WireProtocol:
     for any other shape."""
     request_path: str | None = None
     """The HTTP path its streamed requests are posted to (the scripted server answers there)."""
+    event_slot: Callable[[object], int | None] = _no_event_slot
+    """The lifecycle slot an event names (``output_index``, a block ``index``): where
+    ``replay --html`` draws that event's snapshot and close marks."""
+    states_arguments: Callable[[object], bool] = _states_nothing
+    """Whether an event restates a call's whole arguments (a snapshot mark on ``replay --html``)
+    even when the slot model counts no new claim from it."""
 
     @property
     def heading(self) -> str:

@@ -73,6 +73,21 @@ def _call_fields(call: object) -> CallFields | None:
     return field(call, "call_id"), field(call, "name"), field(call, "arguments")
 
 
+def _event_slot(event: object) -> int | None:
+    key = event.get("output_index") if isinstance(event, dict) else None
+    return key if type(key) is int else None
+
+
+def _states_arguments(event: object) -> bool:
+    """``function_call_arguments.done`` carries the whole arguments; ``output_item.done`` the whole item."""
+    if not isinstance(event, dict):
+        return False
+    kind = event.get("type")
+    return kind == "response.function_call_arguments.done" or (
+        kind == "response.output_item.done" and isinstance(event.get("item"), dict)
+    )
+
+
 RESPONSES: Final = WireProtocol(
     name="responses",
     assembler=ResponsesAssembler,
@@ -86,5 +101,7 @@ RESPONSES: Final = WireProtocol(
     slot_label=_slot_label,
     call_fields=_call_fields,
     request_path="/v1/responses",
+    event_slot=_event_slot,
+    states_arguments=_states_arguments,
 )
 """The Responses protocol: slot key ``output_index``, identity ``item.call_id`` (never the item id)."""

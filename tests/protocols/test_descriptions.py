@@ -237,3 +237,38 @@ def test_base_helpers() -> None:
     assert last_position([SimpleNamespace(role="user")], "assistant") is None
     assert typed_starts([7, {"type": "end"}, {"type": "start"}], "start", lambda e: e["type"] == "end") == [2]
     assert ABSENT is protocols.field({}, "missing")
+
+
+# --- what replay --html reads per event -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("event", "responses", "anthropic"),
+    [
+        ({"type": "response.function_call_arguments.delta", "output_index": 2}, 2, None),
+        ({"type": "content_block_delta", "index": 1}, None, 1),
+        ({"output_index": True, "index": "1"}, None, None),  # a bool is no key, a string neither
+        ("[DONE]", None, None),
+    ],
+)
+def test_an_event_names_its_lifecycle_slot_by_the_protocols_own_key(event: Any, responses: Any, anthropic: Any) -> None:
+    assert (RESPONSES.event_slot(event), ANTHROPIC.event_slot(event), CHAT.event_slot(event)) == (
+        responses,
+        anthropic,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("event", "restates"),
+    [
+        ({"type": "response.function_call_arguments.done", "arguments": "{}"}, True),
+        ({"type": "response.output_item.done", "item": {"type": "function_call"}}, True),
+        ({"type": "response.output_item.done", "item": None}, False),
+        ({"type": "response.function_call_arguments.delta", "delta": "{}"}, False),
+        ("[DONE]", False),
+    ],
+)
+def test_only_the_responses_done_events_restate_a_whole_call(event: Any, restates: bool) -> None:
+    assert RESPONSES.states_arguments(event) is restates
+    assert ANTHROPIC.states_arguments(event) is False and CHAT.states_arguments(event) is False

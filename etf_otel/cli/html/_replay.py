@@ -58,12 +58,6 @@ SHAPES: Final[dict[str, tuple[str, str, str]]] = {
     "cut": ("s-hollow", "\u2702", "the stream stopped without a terminal event"),
 }
 
-_SNAPSHOT_EVENTS: Final = {
-    "response.function_call_arguments.done": "arguments",
-    "response.output_item.done": "item",
-}
-"""Events that state a call's whole arguments (Responses, Anthropic): drawn as snapshots."""
-
 
 @dataclass(frozen=True, slots=True)
 class Tick:
@@ -91,17 +85,6 @@ class ReplayTimeline:
     """Columns past :data:`MAX_COLUMNS` (or past the diagnostics cap), not drawn."""
 
 
-def _key_of(event: object) -> int | None:
-    """The lifecycle slot key an event names (``output_index``, Anthropic's block ``index``)."""
-    if not isinstance(event, dict):
-        return None
-    for name in ("output_index", "index"):
-        value = event.get(name)
-        if type(value) is int:
-            return value
-    return None
-
-
 def _slot_state(slots: object, key: int | None) -> tuple[int, int, bool] | None:
     if key is None or not isinstance(slots, LifecycleSlots):
         return None
@@ -112,7 +95,7 @@ def _slot_state(slots: object, key: int | None) -> tuple[int, int, bool] | None:
 
 
 def _lifecycle_events(
-    event: object, key: int | None, before: tuple[int, int, bool] | None, after: tuple[int, int, bool] | None
+    carries: bool, key: int | None, before: tuple[int, int, bool] | None, after: tuple[int, int, bool] | None
 ) -> list[str]:
     """The non-fragment marks of one event on a lifecycle slot: a snapshot, closes."""
     if key is None or after is None:
@@ -120,11 +103,6 @@ def _lifecycle_events(
     status_before, claims_before, _ = before if before is not None else (0, 0, False)
     status, claims, _ = after
     kinds: list[str] = []
-    kind = event.get("type") if isinstance(event, dict) else None
-    holder = _SNAPSHOT_EVENTS.get(kind) if isinstance(kind, str) else None
-    carries = holder == "arguments" or (
-        holder is not None and isinstance(event, dict) and isinstance(event.get(holder), dict)
-    )
     if claims > claims_before or carries:  # a placeholder ("", Anthropic's {}) states nothing yet
         kinds.append("snapshot")
     closed_now = status & ~status_before
@@ -151,7 +129,7 @@ def replay_timeline(protocol: WireProtocol, events: Sequence[object], allow: Seq
     spans: list[tuple[int, int, int, list[tuple[Lane, str]]]] = []  # (event, first fragment, last, others)
     for number, event in enumerate(events, start=1):
         first = slots.fragment_count
-        key = _key_of(event)
+        key = protocol.event_slot(event)
         before = _slot_state(slots, key)
         reasons, ended = len(slots.finish_reasons), slots.ended
         if event == DONE:
@@ -159,7 +137,8 @@ def replay_timeline(protocol: WireProtocol, events: Sequence[object], allow: Seq
         else:
             assembler.feed(event)
         others: list[tuple[Lane, str]] = [
-            ((0, key), kind) for kind in _lifecycle_events(event, key, before, _slot_state(slots, key))
+            ((0, key), kind)
+            for kind in _lifecycle_events(protocol.states_arguments(event), key, before, _slot_state(slots, key))
         ]
         stream = _stream_events(slots, reasons, ended)
         if event == DONE and "end" not in stream:  # Chat Completions' sentinel; the adapter decides at finish
