@@ -66,7 +66,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from etf_otel.integrations.openai import instrument_openai
-from etf_otel.testing import DONE, LocalChatServer, Script, chunk
+from etf_otel.testing import DONE, LocalChatServer, Script
+from etf_otel.testing.chat import chunk
 
 exporter = InMemorySpanExporter()
 provider = TracerProvider()
