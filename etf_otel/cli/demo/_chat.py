@@ -29,10 +29,12 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from rich.console import Console
+from rich.text import Text
 
 from etf_otel import attributes as A
 from etf_otel.cli._exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 from etf_otel.cli._sdk_setup import SdkSetup, setup_sdk
+from etf_otel.cli._text import console_for
 from etf_otel.cli.demo._anthropic import run_anthropic
 from etf_otel.cli.demo._cases import (
     DISPATCHED,
@@ -276,7 +278,7 @@ def run_demo(export: str | None = None, console: Console | None = None, *, otlp:
 
     from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor
 
-    console = console or Console()
+    console = console or console_for()
     summary_exporter = InMemorySpanExporter()
     summary_reader = InMemoryMetricReader()
     setup = _demo_setup(export, otlp, summary_reader)
@@ -359,7 +361,7 @@ def _print_summary(
     console: Console, run: DemoRun, spans: Sequence[ReadableSpan], reader: InMemoryMetricReader, setup: SdkSetup
 ) -> tuple[int, str]:
     """Print every part; the exit code by the rules, and what was not delivered to the destination (``""``: nothing)."""
-    console.print("[bold]etf-otel demo[/bold]: a synthetic agent reads a source and saves a report")
+    console.print(Text.assemble(("etf-otel demo", "bold"), ": a synthetic agent reads a source and saves a report"))
     title = "Chat Completions: real openai client, its accumulator ChatCompletionStreamState"
     print_part(console, title, run.chat, sections=(1, 4, len(run.chat) - 4))  # runs, SDK wrong, rejections, linkage
     same_ids = run.ids["control"] == run.ids["target"] and bool(run.ids["control"])
@@ -385,6 +387,7 @@ def _print_summary(
             console.print(f"  {span.name}: {shown}")
     cases: list[Any] = [*run.chat, *run.responses, *(run.anthropic if isinstance(run.anthropic, list) else [])]
     all_ok = all(case.ok for case in cases) and same_ids and same_report
-    verdict = "[green]all cases behaved as the rules say" if all_ok else "[red]some cases did not behave as expected"
-    console.print(f"\n[bold]{verdict}[/]")
+    verdict = "all cases behaved as the rules say" if all_ok else "some cases did not behave as expected"
+    console.print()
+    console.print(Text(verdict, style="bold green" if all_ok else "bold red"))
     return EXIT_OK if all_ok else EXIT_FOUND, undelivered
