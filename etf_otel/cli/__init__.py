@@ -16,7 +16,15 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code instead of exiting."""
+    """Run the command line; returns the exit code instead of exiting (130 when interrupted)."""
+    try:
+        return _start(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the command line starts: no traceback either
+        print("etf-otel: interrupted", file=sys.stderr)
+        return _exit_codes.EXIT_INTERRUPTED
+
+
+def _start(argv: Sequence[str] | None) -> int:
     try:
         from etf_otel.cli._main import main as run
     except ImportError as error:

@@ -31,7 +31,7 @@ from etf_otel.audit._sources.phoenix import DEFAULT_PROJECT, PhoenixStats, iter_
 from etf_otel.audit._sources.sql import DEFAULT_DATABASE, ChdbEngine, ClickHouseEngine, TimeWindow
 from etf_otel.cli._audit_report import emit_audit_report, render_audit_report
 from etf_otel.cli._exit_codes import EXIT_BAD_INPUT
-from etf_otel.cli._text import displayable
+from etf_otel.cli._text import TERMINAL_STDIN, displayable, stdin_is_terminal
 from etf_otel.cli.html._audit import write_audit_page
 from etf_otel.cli.html._page import HtmlWriteError
 from etf_otel.errors import OtlpInputError, PhoenixError, SqlAuditError
@@ -168,8 +168,8 @@ def run_audit(
         )
     if phoenix is not None or project is not None:
         return run_phoenix_audit(phoenix, project, paths, json_output=json_output, progress=progress, html=html)
-    if not paths:
-        return _fail("give at least one PATH, or --phoenix URL")
+    if not paths or (STDIN in paths and stdin_is_terminal()):
+        return _fail("give at least one PATH, or --phoenix URL" if not paths else TERMINAL_STDIN)
     return _run_files_audit(paths, json_output=json_output, progress=progress, html=html)
 
 

@@ -15,7 +15,7 @@ from rich.text import Text
 from etf_otel.audit._model import FindingKind
 from etf_otel.audit._report import INFORMATIONAL, AuditReport
 from etf_otel.cli._exit_codes import EXIT_FOUND, EXIT_OK
-from etf_otel.cli._text import console_for, displayable, write_json
+from etf_otel.cli._text import console_for, displayable, print_table, write_json
 
 __all__ = ["TELEMETRY_KINDS", "emit_audit_report", "render_audit_report"]
 
@@ -52,7 +52,7 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
     for kind, summary in report.sorted_kinds():
         shown = "\n".join(f"{displayable(name)} ({n})" for name, n in sorted(summary.categories.items())) or "-"
         table.add_row(Text(kind.value), Text(shown), Text(str(summary.count)), Text(str(summary.traces)))
-    console.print(table)
+    print_table(console, table)
     console.print("First trace ids:")
     for kind, summary in report.sorted_kinds():
         more = summary.traces - len(summary.first_traces)

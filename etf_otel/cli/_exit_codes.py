@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_FOUND", "EXIT_OK"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FOUND", "EXIT_INTERRUPTED", "EXIT_OK"]
 
 EXIT_OK: Final = 0
 """Success, and nothing was found."""
@@ -15,3 +15,5 @@ EXIT_FOUND: Final = 1
 """Integrity problems were found."""
 EXIT_BAD_INPUT: Final = 2
 """Bad usage or unreadable input (a one-line reason on stderr)."""
+EXIT_INTERRUPTED: Final = 130
+"""Interrupted (SIGINT, Ctrl-C), as shells report it: no verdict (one line on stderr)."""

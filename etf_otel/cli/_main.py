@@ -14,7 +14,7 @@ from typing import Final
 
 from etf_otel._version import __version__
 from etf_otel.cli._audit import add_audit_arguments, run_audit
-from etf_otel.cli._exit_codes import EXIT_BAD_INPUT
+from etf_otel.cli._exit_codes import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 from etf_otel.cli._replay import add_replay_arguments, run_replay
 
 __all__ = ["main"]
@@ -27,6 +27,7 @@ exit codes (every command):
   1  integrity problems were found
   2  bad usage or unusable input, with a one-line reason on stderr (also a
      missing package or an internal error: never 0 or 1)
+  130  interrupted (Ctrl-C, SIGINT): one line on stderr, no verdict
 
 example:
   etf-otel replay reply.sse --followup next-request.json
@@ -118,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else EXIT_BAD_INPUT
     try:
         return _run(args)
+    except KeyboardInterrupt:  # Ctrl-C: no verdict, and no traceback
+        _interrupted(args.command)
+        return EXIT_INTERRUPTED
     except ImportError as error:  # an optional package a command needs at run time
         name = (error.name or "").partition(".")[0]
         if not name or name == "etf_otel":
@@ -129,6 +133,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except Exception as error:  # a bug must not pass for a finding (1) nor for a clean result (0)
         return _crashed(args.command, error)
+
+
+def _interrupted(command: str) -> None:
+    try:
+        print(f"etf-otel {command}: interrupted", file=sys.stderr)
+    except (OSError, ValueError):  # stderr is gone too
+        pass
 
 
 def _crashed(command: str, error: BaseException) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import io
 import json
 import os
@@ -135,7 +136,10 @@ def _load(source: str, name: str | None) -> tuple[WireProtocol, list[object]]:
     try:
         events = list(parse_recording(data, label))
     except RecordingError:
-        body = _whole_document_body(data)  # a pretty-printed body is no JSON lines
+        document = _whole_document(data)  # a pretty-printed body is no JSON lines
+        if _is_traces(document):
+            raise RecordingError(_traces_hint(label)) from None
+        body = complete_body(document) if document is not None else None
         if body is None:
             raise
         raise RecordingError(_not_a_stream(label, body)) from None
@@ -145,6 +149,8 @@ def _load(source: str, name: str | None) -> tuple[WireProtocol, list[object]]:
     if name is None:
         protocol = protocols.detect(events[0]) if events else None
         if protocol is None:
+            if _is_traces(events[0] if events else None):
+                raise RecordingError(_traces_hint(label))
             supported = ", ".join(protocols.PROTOCOLS)
             raise RecordingError(f"{label}: not a recording of any supported protocol ({supported})")
     else:
@@ -162,12 +168,24 @@ def _load(source: str, name: str | None) -> tuple[WireProtocol, list[object]]:
     return protocol, events
 
 
-def _whole_document_body(data: bytes) -> str | None:
-    """What ``data`` is when it is one JSON document that is a complete response body."""
+def _whole_document(data: bytes) -> object:
+    """``data`` as one JSON document (``None`` when it is not one)."""
     try:
-        return complete_body(json.loads(data.decode("utf-8").lstrip("\ufeff")))
+        return json.loads(data.decode("utf-8").lstrip("\ufeff"))
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
+
+
+def _is_traces(document: object) -> bool:
+    """Whether ``document`` is exported telemetry (OTLP JSON spans), not a recorded response."""
+    if not isinstance(document, dict):
+        return False
+    return "resourceSpans" in document or "resourceMetrics" in document or {"traceId", "spanId"} <= document.keys()
+
+
+def _traces_hint(label: str) -> str:
+    path = "-" if label == display_name(STDIN) else label
+    return f"{label}: exported traces (OTLP JSON), not a recorded response: check them with etf-otel audit {path}"
 
 
 def _not_a_stream(label: str, body: str) -> str:
@@ -310,9 +328,10 @@ def _export(events: list[object], protocol: WireProtocol, args: argparse.Namespa
     written (a directory, a full disk) is an ``OSError`` for the caller, never the SDK
     exporters' logged tracebacks.
     """
-    text = _telemetry(events, protocol, args.allow)
     path = Path(args.export)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():  # as --html: a typo in the directory must not create a tree somewhere
+        raise FileNotFoundError(errno.ENOENT, f"no directory {os.fspath(path.parent) or '.'}")
+    text = _telemetry(events, protocol, args.allow)
     with open(path, "a", encoding="utf-8") as out:  # the OTLP JSON file exporters append too
         out.write(text)
 

@@ -45,6 +45,7 @@ from rich.table import Table
 from etf_otel import attributes as A
 from etf_otel import protocols
 from etf_otel.cli._replay_report import build_report
+from etf_otel.cli._text import cut, print_table, shown
 from etf_otel.core._identity import CompatibilityRule, IdentityRules
 from etf_otel.core._results import AssemblyResult
 from etf_otel.instrumentation._assemblers import ObservedAssembler
@@ -350,10 +351,10 @@ def _text(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, str):
-        return value
+        return cut(value)
     import json
 
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return cut(json.dumps(value, sort_keys=True, separators=(",", ":")))
 
 
 def render_comparison(comparison: AssemblerComparison, console: Console, *, show_arguments: bool = False) -> None:
@@ -379,7 +380,7 @@ def render_comparison(comparison: AssemblerComparison, console: Console, *, show
             row += [_text(call.id), _text(call.name), call.verdict.value]
             row.append("\n".join(category.value for category in call.categories) or "-")
             if show_arguments:
-                row.append(call.arguments)
+                row.append(shown(call.arguments))
         else:
             row += ["", "", "", ""] + ([""] if show_arguments else [])
         if position < len(theirs):
@@ -388,7 +389,7 @@ def render_comparison(comparison: AssemblerComparison, console: Console, *, show
         else:
             row += ["", ""] + ([""] if show_arguments else [])
         table.add_row(*row)
-    console.print(table)
+    print_table(console, table)
     if comparison.raised is not None:
         console.print(f"{comparison.assembler} raised {comparison.raised}")
     rejections = ", ".join(dict.fromkeys(rejection.category.value for rejection in comparison.rules.rejections))

@@ -6,8 +6,10 @@ as pydantic models so that the CLI, tests and users read the same schema.
 Ids, names, arguments and finish reasons are model output and may hold anything JSON can
 carry: lone surrogates, NUL and other control characters, bidi overrides, rich markup. The
 JSON document keeps them exactly (lone surrogates as ``\\uXXXX`` escapes, so the output is
-valid UTF-8); the table shows them through :func:`displayable`, never as markup or raw
-terminal control, and whatever the output's encoding cannot hold is escaped, not an error.
+valid UTF-8); the table shows them through :func:`shown` (cut past ``CELL_LIMIT`` characters
+with a marker, then :func:`displayable`), never as markup or raw terminal control, and
+whatever the output's encoding cannot hold is escaped, not an error. On a pipe each table row
+is one tab-separated line (:func:`print_table`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
 
-from etf_otel.cli._text import displayable, json_text
+from etf_otel.cli._text import displayable, json_text, print_table, shown
 from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult
 from etf_otel.protocols import bounded_finish_reason
@@ -140,7 +142,7 @@ def build_report(
 def render_report(report: ReplayReport, console: Console, *, show_arguments: bool = False) -> None:
     """Print the per-call table, the verdict and, with a next request, the linkage findings."""
     table = Table(title="tool calls", title_justify="left")
-    # Fold, never an ellipsis: an id cut short could hide what tells two ids apart.
+    # Fold, never rich's ellipsis: only a string past CELL_LIMIT is cut, with a marker that says so.
     for column in ("choice", "index", "id", "name", "fragments", "verdict", "categories"):
         table.add_column(column, overflow="fold")
     if show_arguments:
@@ -149,16 +151,16 @@ def render_report(report: ReplayReport, console: Console, *, show_arguments: boo
         row = [
             str(call.choice),
             str(call.index),
-            displayable(call.id) if call.id is not None else "-",
-            displayable(call.name) if call.name is not None else "-",
+            shown(call.id),
+            shown(call.name),
             str(call.fragments),
             call.verdict,
             "\n".join(call.categories) or "-",
         ]
         if show_arguments:
-            row.append(displayable(call.arguments or ""))
+            row.append(shown(call.arguments or ""))
         table.add_row(*row)
-    console.print(table)
+    print_table(console, table)
     unslotted = [r for r in report.rejections if r.index is None]
     for rejection in unslotted:
         where = f"choice {rejection.choice}" if rejection.choice is not None else "response"
@@ -184,7 +186,7 @@ def render_linkage(findings: Sequence[LinkageReport], console: Console, *, dispa
     table.add_column("id", overflow="fold")
     table.add_column("category")
     for finding in findings:
-        table.add_row(displayable(finding.id) if finding.id is not None else "-", finding.category)
-    console.print(table)
+        table.add_row(shown(finding.id), finding.category)
+    print_table(console, table)
     if not dispatchable:
         console.print("linkage: the response is not dispatchable, so it proposed nothing to answer")

@@ -9,6 +9,7 @@ variables, which are read only then (a collector configured in the shell is not 
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -116,7 +117,7 @@ def setup_sdk(
     Without either, the providers export nowhere but to ``extra_readers`` (and the span
     processors the caller adds), whatever the environment says. ``otlp`` without a
     configured endpoint is a ``ValueError`` (:data:`OTLP_MISSING`); an unwritable
-    ``export_path`` an ``OSError``.
+    ``export_path`` (or one in a directory that does not exist) an ``OSError``.
     """
     span_exporter: SpanExporter | None = None
     readers: list[MetricReader] = list(extra_readers)
@@ -124,7 +125,9 @@ def setup_sdk(
     if export_path is not None:
         from opentelemetry.exporter.otlp.json.file import FileMetricExporter, FileSpanExporter
 
-        Path(export_path).parent.mkdir(parents=True, exist_ok=True)
+        parent = Path(export_path).parent
+        if not parent.is_dir():  # as --html: a typo in the directory must not create a tree somewhere
+            raise FileNotFoundError(errno.ENOENT, f"no directory {os.fspath(parent) or '.'}")
         span_exporter = FileSpanExporter(str(export_path))
         readers.append(PeriodicExportingMetricReader(FileMetricExporter(str(export_path)), 60_000))
         destination = f"{export_path} (OTLP JSON lines)"

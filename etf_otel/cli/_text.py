@@ -13,11 +13,28 @@ import json
 import os
 import re
 import sys
-from typing import IO
+from typing import IO, Final
 
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-__all__ = ["console_for", "displayable", "json_text", "write_json"]
+__all__ = [
+    "CELL_LIMIT",
+    "TERMINAL_STDIN",
+    "console_for",
+    "cut",
+    "displayable",
+    "is_terminal",
+    "json_text",
+    "print_table",
+    "shown",
+    "stdin_is_terminal",
+    "write_json",
+]
+
+CELL_LIMIT: Final = 200
+"""Characters of one input string (an id, a name, arguments) a table shows; ``--json`` keeps it whole."""
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -78,6 +95,66 @@ def _escape(char: str) -> str:
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
+def cut(text: str, limit: int = CELL_LIMIT) -> str:
+    """``text``, or its first ``limit`` characters and a marker saying how many more there are.
+
+    A table shows what tells two ids apart in their first characters; a 10 MB id is shown cut,
+    in bounded time and memory, and the marker says the rest is there (``--json`` has it whole).
+    """
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[{len(text) - limit} more chars]"
+
+
+def shown(text: str | None, limit: int = CELL_LIMIT) -> str:
+    """An input string for a table cell: cut (:func:`cut`), then :func:`displayable`; ``-`` for none."""
+    return "-" if text is None else displayable(cut(text, limit))
+
+
+def is_terminal(stream: object) -> bool:
+    """Whether ``stream`` is a terminal (a pipe, a file or a closed stream is not)."""
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+TERMINAL_STDIN: Final = "<stdin>: standard input is a terminal; pipe or redirect the input into it"
+"""The one line of a command asked to read ``-`` from a terminal (``replay -`` says the same)."""
+
+
+def stdin_is_terminal() -> bool:
+    """Whether standard input is a terminal: a command reading ``-`` refuses to wait on one."""
+    return is_terminal(sys.stdin)
+
+
+def _cell(value: object) -> str:
+    plain = value.plain if isinstance(value, Text) else str(value)
+    return cut(plain.replace("\t", " ").replace("\n", "; "), CELL_LIMIT * 4)
+
+
+def print_table(console: Console, table: Table) -> None:
+    """``table`` as rich draws it on a terminal; on a pipe or a file, one record per line.
+
+    Piped (a CI log, ``| grep``, ``| less``), a table drawn for 80 columns would fold lines and
+    split words (``invalid_argu|ments``): there, as ``gh`` does, the title (if any), then the
+    header and each row on one line, columns separated by tabs, a cell's lines joined by ``; ``.
+    Every cell is bounded (:data:`CELL_LIMIT`), in either form.
+    """
+    if is_terminal(console.file):
+        console.print(table)
+        return
+    lines = [_cell(table.title)] if table.title else []
+    columns = table.columns
+    if table.show_header:
+        lines.append("\t".join(_cell(column.header) for column in columns))
+    lines += [
+        "\t".join(_cell(value) for value in row) for row in zip(*(column.cells for column in columns), strict=True)
+    ]
+    if not console.quiet:  # written as is: rich would expand the tabs into spaces
+        _write(console.file, "".join(f"{line}\n" for line in lines))
+
+
 class _EncodableWriter:
     """A text stream that escapes what its target's encoding cannot hold instead of raising."""
 
@@ -112,6 +189,13 @@ class _ReplayConsole(Console):
 
 
 def console_for(stream: IO[str] | None = None) -> Console:
-    """A console that prints model output literally: no markup, no emoji codes, no highlighting."""
+    """A console that prints model output literally (no markup, emoji codes, highlighting); piped, it never folds."""
     target = stream if stream is not None else sys.stdout
-    return _ReplayConsole(file=_EncodableWriter(target), markup=False, emoji=False, highlight=False)  # type: ignore[arg-type]
+    writer = _EncodableWriter(target)
+    return _ReplayConsole(
+        file=writer,  # type: ignore[arg-type]
+        markup=False,
+        emoji=False,
+        highlight=False,
+        soft_wrap=not writer.isatty(),  # piped: a line is never folded (``| grep`` finds it whole)
+    )

@@ -17,7 +17,12 @@ from etf_otel.protocols._responses import NOT_OBJECTS, ResponsesAssembler
 
 __all__ = ["RESPONSES"]
 
-_ENDS: Final = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
+_ENDS: Final = (
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+)  # a tuple: a `type` that is an object or array is compared, never hashed
 
 
 def _recognizes(event: object) -> bool:

@@ -13,7 +13,7 @@ the behaviour the report described:
 6. one output shape: ``--assembler --json`` is the ``--json`` document plus ``assembler``,
    tables show categories in both modes, audit kinds and categories have one name each,
    the audit's telemetry note only when it applies, ``replay`` reads gzip;
-7. tables fold at 80 columns when stdout is not a terminal, never ``…``.
+7. on a pipe, tables print one record per line, tab-separated, ids whole; on a terminal they fold.
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ from etf_otel.audit._model import FIXED_CATEGORY, FindingKind
 from etf_otel.core._vocabulary import ErrorCategory
 from etf_otel.testing.chat import chunk, finished, fragment
 
+from ._terminal import in_terminal
 from .test_cli_replay import ROOT, assert_report_shape, run, write_jsonl
 from .test_replay_protocols import CASE, FOLLOWUPS, SAMPLE_IDS, SAMPLES, column, refused
 
 ELLIPSIS = "…"
+BOX = set("━─┼╇┃│┏┓┗┛┡┩└┘")
 LONG_ID = "call_" + "x" * 70 + "_END"
 LONG_NAME = "a_really_long_function_name_" + "y" * 30 + "_END"
 
@@ -80,8 +82,10 @@ def test_export_to_a_full_disk_is_one_line_and_exit_2() -> None:
     assert one_line(done, "etf-otel replay: ") == "--export: cannot write /dev/full: No space left on device"
 
 
-def test_export_creates_missing_directories_and_appends(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    export = tmp_path / "new" / "dir" / "export.jsonl"
+def test_export_appends_and_refuses_a_missing_directory_as_html_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export = tmp_path / "export.jsonl"
     for _ in range(2):
         code, _, err = run(["replay", "--export", str(export), str(CASE)], capsys)
         assert (code, err) == (0, "")
@@ -89,6 +93,11 @@ def test_export_creates_missing_directories_and_appends(tmp_path: Path, capsys: 
     spans = [line for line in lines if "resourceSpans" in line]
     assert len(spans) == 2 and len(lines) == 4, "one spans and one metrics line per run, appended"
     assert all(json.loads(line) for line in lines)
+    missing = tmp_path / "new" / "dir"
+    for option, name in (("--export", "export.jsonl"), ("--html", "page.html")):
+        reason = refused(*run(["replay", option, str(missing / name), str(CASE)], capsys))
+        assert reason == f"{option}: cannot write {missing / name}: no directory {missing}"
+    assert not (tmp_path / "new").exists(), "a typo in the directory creates no tree"
 
 
 # --- row 2: an assembler whose library is missing -----------------------------------------------------
@@ -468,7 +477,7 @@ def test_gzip_on_standard_input() -> None:
     assert [call["id"] for call in json.loads(done.stdout)["calls"]] == ["call-a"]
 
 
-# --- row 7: tables fold at 80 columns when stdout is not a terminal ----------------------------------------
+# --- row 7: piped, one record per line; on a terminal, tables fold at its width -------------------------
 
 
 def assert_folded(out: str, width: int = 80) -> None:
@@ -476,9 +485,15 @@ def assert_folded(out: str, width: int = 80) -> None:
     assert max(len(line) for line in out.splitlines()) <= width
 
 
+def row_with(out: str, text: str) -> list[str]:
+    """The tab-separated cells of the one piped line holding ``text``."""
+    (line,) = [line for line in out.splitlines() if text in line]
+    return line.split("\t")
+
+
 @pytest.mark.parametrize("columns", ["80", None])
-def test_replay_tables_fold_at_80_columns_through_a_pipe(columns: str | None, tmp_path: Path) -> None:
-    """``etf-otel replay f | cat``: rich sizes a non-terminal at ``COLUMNS``, or 80 without it."""
+def test_piped_replay_tables_print_one_record_per_line_with_ids_whole(columns: str | None, tmp_path: Path) -> None:
+    """``etf-otel replay f | grep ID`` finds the row: no fold, no split word, whatever ``COLUMNS`` says."""
     env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
     if columns is not None:
         env["COLUMNS"] = columns
@@ -488,34 +503,52 @@ def test_replay_tables_fold_at_80_columns_through_a_pipe(columns: str | None, tm
 
     done = python_m("replay", str(path), env=env)
     assert (done.returncode, done.stderr) == (0, "")
-    assert_folded(done.stdout)
-    assert (column(done.stdout, 3), column(done.stdout, 4)) == (LONG_ID, LONG_NAME)
+    assert not BOX & set(done.stdout) and ELLIPSIS not in done.stdout
+    assert row_with(done.stdout, "choice") == ["choice", "index", "id", "name", "fragments", "verdict", "categories"]
+    assert row_with(done.stdout, LONG_ID) == ["0", "0", LONG_ID, LONG_NAME, "1", "proposed", "-"]
 
     done = python_m("replay", str(path), "--assembler", "reference", env=env)
     assert (done.returncode, done.stderr) == (0, "")
-    assert_folded(done.stdout)
-    assert [column(done.stdout, n) for n in (2, 3, 6, 7)] == [LONG_ID, LONG_NAME, LONG_ID, LONG_NAME]
+    assert [row_with(done.stdout, LONG_ID)[n - 1] for n in (2, 3, 6, 7)] == [LONG_ID, LONG_NAME, LONG_ID, LONG_NAME]
 
     done = python_m("replay", str(path), "--followup", str(followup), env=env)
     assert (done.returncode, done.stderr) == (1, "")
-    assert_folded(done.stdout)
     linkage = done.stdout.split("linkage (next request)")[1]
-    assert column(linkage, 1) == LONG_ID and "duplicate_result" in linkage
+    assert row_with(linkage, LONG_ID) == [LONG_ID, "duplicate_result"]
 
 
-def test_the_audit_table_folds_at_80_columns_and_prints_input_literally(
+def test_on_a_terminal_replay_tables_fold_at_its_width_never_cut(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "r.jsonl", finished(chunk(fragment(0, LONG_ID, LONG_NAME, "{}"))))
+    for args in ((), ("--assembler", "reference")):
+        shown = in_terminal("replay", str(path), *args, columns=80)
+        assert (shown.returncode, shown.stderr) == (0, "")
+        assert_folded(shown.stdout)
+        assert (column(shown.stdout, 2 if args else 3), column(shown.stdout, 3 if args else 4)) == (LONG_ID, LONG_NAME)
+
+
+def test_the_piped_audit_table_is_one_line_per_kind_and_prints_input_literally(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Categories of recorded violations are input: long ones fold, markup and control are shown as text."""
+    """Categories of recorded violations are input: shown whole on one line, markup and control as text."""
     monkeypatch.setenv("COLUMNS", "80")
     hostile = "[/x]" + "c" * 70 + "\x1b[31m"
     spans = [otlp_span(trace, trace, category=hostile if trace == 1 else "id_conflict") for trace in range(1, 9)]
     path = otlp_file(tmp_path / "spans.jsonl", spans)
     code, out, err = run(["audit", "--no-progress", str(path)], capsys)
     assert (code, err) == (1, ""), "a crash (rich markup) would be exit 1 with a traceback"
-    assert_folded(out)
-    assert "\x1b" not in out
-    assert column(out, 2).replace(" ", "").startswith("[/x]" + "c" * 70 + "\\x1b[31m(1)")
+    assert "\x1b" not in out and ELLIPSIS not in out and not BOX & set(out)
+    assert row_with(out, "count") == ["kind", "category", "count", "traces"]
+    (cell,) = [cell for cell in row_with(out, "c" * 70) if "c" * 70 in cell]
+    assert cell.startswith("[/x]" + "c" * 70 + "\\x1b[31m (1); ")
     for trace in range(1, 6):
         assert f"    {trace:032x}\n" in out, "trace ids are printed whole"
     assert "and 3 more" in out
+
+
+def test_on_a_terminal_the_audit_table_folds_at_80_columns(tmp_path: Path) -> None:
+    hostile = "[/x]" + "c" * 70 + "\x1b[31m"
+    spans = [otlp_span(trace, trace, category=hostile if trace == 1 else "id_conflict") for trace in range(1, 9)]
+    shown = in_terminal("audit", "--no-progress", str(otlp_file(tmp_path / "spans.jsonl", spans)), columns=80)
+    assert shown.returncode == 1, shown.stderr
+    assert_folded(shown.stdout)
+    assert column(shown.stdout, 2).replace(" ", "").startswith("[/x]" + "c" * 70 + "\\x1b[31m(1)")

@@ -1,4 +1,7 @@
-"""``etf-otel demo`` as a new user runs it: a subprocess, no server, the real openai and anthropic clients."""
+"""``etf-otel demo`` as a new user runs it: a subprocess, no server, the real openai and anthropic clients.
+
+Piped (as here), each case is one tab-separated line; on a terminal (a pty) the tables fit its width.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from ._terminal import in_terminal
 
 # Each case: (the start of what the SDK alone hands the app, or None: not checked; the start of etf-otel's decision).
 CASES = {
@@ -53,6 +58,43 @@ CASES = {
     ),
     "block index reused by a second call": ("toolu_a3 read_source", "caught: id_conflict"),
 }
+VALID = "valid, ran"
+CAUGHT = "caught, not run"
+FLAGGED = "ran; result flagged"  # the call was right: the result sent back was not
+OUTCOMES = {name: VALID for name in list(CASES)[:5]} | {
+    "tool result for an unknown id": FLAGGED,
+    "call without a tool result": FLAGGED,
+    "two results for one call": FLAGGED,
+    "valid call, result sent by call_id": VALID,
+    "result sent with the fc_ item id": FLAGGED,
+    "valid call, tool_use block to the host": VALID,
+}
+HEADINGS = [
+    "Chat Completions: real openai client, its accumulator ChatCompletionStreamState",
+    "the case study: read a source, save a report (two ids, three fragments each)",
+    "where the SDK alone goes wrong and the rules accept the call",
+    "rejections: the rules catch the call, the guarded host refuses it",
+    "the next request: results checked against the proposals",
+    "OpenAI Responses: client.responses.stream(...), real openai client",
+    "a result sent back by the wrong id, a response cut short",
+    "Anthropic Messages: client.messages.stream(...), real anthropic client",
+    "tool_use blocks cut or reused",
+]
+# What happens next without etf-otel: the providers' own error texts, where they refuse the next request.
+CHAT_ORPHANED = (
+    "400 \"Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.\""
+)
+NEXT = {
+    "id repeated on every fragment": f"its result for call-d1call-d1call-d1 (an id never issued): {CHAT_ORPHANED}",
+    "second id on the same index": f"its result for call-r1call-r2 (an id never issued): {CHAT_ORPHANED}",
+    "tool result for an unknown id": CHAT_ORPHANED,
+    "call without a tool result": 'The following tool_call_ids did not have response messages: call-l2"',
+    "two results for one call": "400 \"Duplicate value for 'tool_call_id'\"",
+    "stream ends mid-arguments, no finish_reason": "a tool run with arguments that were cut",
+    "call_id changed in response.completed": '400 "No tool call found for function call output with call_id call_9."',
+    "result sent with the fc_ item id": '400 "No tool call found for function call output with call_id fc_r4."',
+    "path parameter cut by max_tokens": "read_source runs with {}: a tool run with arguments that were cut",
+}
 WITHOUT_ANTHROPIC = (
     "import sys; sys.modules['anthropic'] = None\n"  # `import anthropic` raises ImportError
     "from etf_otel.cli import main; sys.exit(main(['demo']))"
@@ -72,6 +114,7 @@ NOWHERE = "http://127.0.0.1:9"  # the discard port: nothing listens there
 
 
 def _run(*args: str, columns: int = 200, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` with stdout on a pipe (one record per line)."""
     return subprocess.run(
         [sys.executable, *args],
         capture_output=True,
@@ -86,9 +129,9 @@ def _demo(*args: str, columns: int = 200, **env: str) -> subprocess.CompletedPro
 
 
 def _cells(out: str) -> dict[str, list[str]]:
-    """The first line of every row of the three tables, by case name: its cells."""
-    rows = [[cell.strip() for cell in line.split("│")] for line in out.splitlines() if line.count("│") == 3]
-    return {cells[0]: cells for cells in rows if cells[0]}
+    """Every piped row of the tables (tab-separated: case, without etf-otel, with etf-otel, outcome), by case."""
+    rows = [line.split("\t") for line in out.splitlines() if line.count("\t") == 3]
+    return {cells[0]: cells for cells in rows if cells[0] != "case"}
 
 
 @pytest.fixture(scope="module")
@@ -109,22 +152,40 @@ def test_demo_runs_every_case_and_says_so(wide: str) -> None:
 
 
 def test_demo_shows_what_the_sdk_hands_the_app_next_to_the_rules(wide: str) -> None:
-    """Each protocol has its labelled section; each case is one row: the SDK alone, the rules, ok."""
+    """Each group has its heading, in order; each case is one line: the SDK alone and what happens next,
+    the rules, and an outcome that says what it means (never ``ok`` on a rejection)."""
     lines = wide.splitlines()
-    chat = next(i for i, line in enumerate(lines) if line.startswith("Chat Completions:"))
-    responses = next(i for i, line in enumerate(lines) if line.startswith("OpenAI Responses:"))
-    anthropic = next(i for i, line in enumerate(lines) if line.startswith("Anthropic Messages:"))
-    assert chat < responses < anthropic
+    positions = [lines.index(heading) for heading in HEADINGS]
+    assert positions == sorted(positions), "headings in order, each on a line of its own"
     rows = _cells(wide)
     assert set(CASES) <= set(rows), set(CASES) - set(rows)
     for name, (sdk, decision) in CASES.items():
         cells = rows[name]
         assert cells[1].startswith(sdk), (name, cells)
+        assert "; then: " in cells[1], (name, cells)
         assert cells[2].startswith(decision), (name, cells)
-        assert cells[3] == "ok", (name, cells)
+        assert cells[3] == OUTCOMES.get(name, CAUGHT), (name, cells)
     assert "result sent for fc_r4, unchecked" in wide
     assert "result sent for call-never-proposed, unchecked" in wide
     assert "toolu_a4 save_report {}" in wide  # the reused block index split into a second call
+
+
+def test_demo_says_what_happens_next_without_etf_otel_in_the_providers_words(wide: str) -> None:
+    rows = _cells(wide)
+    for name, text in NEXT.items():
+        assert text in rows[name][1].split("; then: ", 1)[1], (name, rows[name][1])
+
+
+def test_demo_ends_with_a_readable_summary_not_python_dicts(wide: str) -> None:
+    assert "{'" not in wide and "': " not in wide
+    summary = wide.split("call-read-1 in the telemetry (control run, then target run):\n")[1].splitlines()[:4]
+    assert summary == [
+        "  assemble_tool_call read_source: id call-read-1, verdict proposed, 3 fragments",
+        "  execute_tool read_source: id call-read-1, the host ran it",
+        "  assemble_tool_call read_source: id call-read-1, verdict proposed, 3 fragments, 2 continuations with"
+        " id: null kept the id",
+        "  execute_tool read_source: id call-read-1, the host ran it",
+    ]
 
 
 def test_demo_max_tokens_case_shows_the_sdks_empty_input_and_the_refusal(wide: str) -> None:
@@ -136,20 +197,21 @@ def test_demo_max_tokens_case_shows_the_sdks_empty_input_and_the_refusal(wide: s
     )
 
 
-def test_demo_fits_80_columns_and_never_breaks_a_word(wide: str) -> None:
-    """At 80 columns every line fits, and the text is the 200-column text wrapped at spaces only."""
-    run = _demo(columns=80)
-    assert run.returncode == 0, run.stdout + run.stderr
-    lines = run.stdout.splitlines()
+def test_demo_fits_an_80_column_terminal_and_never_breaks_a_word() -> None:
+    """On a terminal 80 columns wide every line fits, and the text is the 200-column text wrapped at spaces only."""
+    narrow, wide = in_terminal("demo", columns=80), in_terminal("demo", columns=200)
+    assert (narrow.returncode, narrow.stderr, wide.returncode) == (0, "", 0), narrow.stdout + narrow.stderr
+    lines = narrow.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80, max(lines, key=len)
     # the report digest is shortened on purpose; nothing else may be cut
-    assert "…" not in re.sub(r"sha256 [0-9a-f]{12}…", "", run.stdout)
+    assert "…" not in re.sub(r"sha256 [0-9a-f]{12}…", "", narrow.stdout)
 
     def words(out: str) -> Counter[str]:  # box drawing aside: a word broken mid-word changes the count
         return Counter(word for word in out.replace("│", " ").replace("┃", " ").split() if not set(word) <= BOX)
 
-    assert words(run.stdout) == words(wide)
-    assert "all cases behaved as the rules say" in run.stdout
+    assert words(narrow.stdout) == words(wide.stdout)
+    assert "all cases behaved as the rules say" in narrow.stdout
+    assert "caught," in narrow.stdout and " ok " not in narrow.stdout
 
 
 def test_demo_without_anthropic_skips_that_part_and_says_how_to_install_it() -> None:
@@ -166,6 +228,7 @@ def test_demo_says_which_case_went_wrong_and_exits_1() -> None:
     run = _run("-c", ONE_WRONG_CLAIM)
     assert run.returncode == 1, run.stdout + run.stderr
     assert _cells(run.stdout)["id repeated on every fragment"][3] == "WRONG"
+    assert _cells(run.stdout)["type: null on a continuation"][3] == VALID
     assert "expected: id_conflict" in run.stdout
     assert "some cases did not behave as expected" in run.stdout
 
@@ -184,6 +247,11 @@ def test_demo_unwritable_export_is_one_line_and_exit_2(tmp_path: Path) -> None:
     run = _demo("--export", str(tmp_path))  # a directory
     assert (run.returncode, run.stdout) == (2, "")
     assert run.stderr == f"etf-otel demo: cannot write --export {tmp_path}: Is a directory\n"
+    missing = tmp_path / "no" / "such"
+    run = _demo("--export", str(missing / "demo.jsonl"))  # refused as --html refuses it, never created
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr == f"etf-otel demo: cannot write --export {missing / 'demo.jsonl'}: no directory {missing}\n"
+    assert not (tmp_path / "no").exists()
 
 
 def test_demo_otlp_to_nothing_listening_says_so_and_exits_2() -> None:

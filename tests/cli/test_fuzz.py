@@ -1075,3 +1075,64 @@ def test_a_64_mb_stream_in_small_fragments_holds_no_more_than_the_cap() -> None:
     assert peak <= MEMORY_BOUND, (
         f"peak {peak / 2**20:.1f} MiB for a cap of {DEFAULT_MAX_ARGUMENT_CHARS / 2**20:.0f} Mi chars"
     )
+
+
+# --- replay over the three protocols: typed events whose fields hold anything ----------------------
+
+_PROTOCOL_TYPES = {
+    "responses": (
+        "response.created", "response.output_item.added", "response.function_call_arguments.delta",
+        "response.function_call_arguments.done", "response.output_item.done", "response.completed",
+        "response.incomplete", "response.failed", "error",
+    ),
+    "anthropic_messages": (
+        "message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta",
+        "message_stop", "error", "ping",
+    ),
+}  # fmt: skip
+_STARTS = {
+    "responses": {"type": "response.created", "response": {"id": "resp_1", "output": []}},
+    "anthropic_messages": {"type": "message_start", "message": {"id": "msg_1", "content": []}},
+    "chat_completions": {"object": "chat.completion.chunk", "choices": []},
+}
+_FIELDS = (
+    "type", "output_index", "content_index", "index", "item_id", "item", "delta", "arguments", "response",
+    "content_block", "message", "usage", "choices", "id", "call_id", "name", "input", "partial_json", "stop_reason",
+)  # fmt: skip
+odd_values = json_values | st.sampled_from(({"a": 1}, [1, "x"], ["response.completed"], {"type": "x"}, 10**30, -1))
+
+
+def _typed_event(protocol: str) -> st.SearchStrategy[dict[str, Any]]:
+    """An event of ``protocol``: a known type (or an object, an array, anything) and fields of any JSON value."""
+    if protocol == "chat_completions":
+        kind: st.SearchStrategy[Any] = st.just("chat.completion.chunk") | odd_values
+        return st.builds(
+            lambda k, rest: {"object": k, **rest},
+            kind,
+            st.dictionaries(st.sampled_from(_FIELDS), odd_values, max_size=4),
+        )
+    kind = st.sampled_from(_PROTOCOL_TYPES[protocol]) | odd_values
+    return st.builds(
+        lambda k, rest: {**rest, "type": k}, kind, st.dictionaries(st.sampled_from(_FIELDS), odd_values, max_size=4)
+    )
+
+
+protocol_recordings = st.sampled_from(tuple(_STARTS)).flatmap(
+    lambda protocol: st.tuples(st.just(protocol), st.lists(_typed_event(protocol), max_size=6))
+)
+
+
+@budget(100)
+@given(protocol_recordings, st.booleans(), st.booleans())
+def test_replay_of_any_protocol_with_hostile_typed_events_never_raises(
+    recording: tuple[str, list[dict[str, Any]]], as_json: bool, named: bool
+) -> None:
+    """A Responses or Anthropic event whose `type` is an object or array, any field of any type: a verdict or exit 2."""
+    CASES["replay_protocols"] += 1
+    protocol, events = recording
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "recording.jsonl")
+        path.write_text("\n".join(json.dumps(e) for e in [_STARTS[protocol], *events]) + "\n", encoding="utf-8")
+        extra = ["--protocol", protocol] if named else []
+        code, _, err = run_cli("replay", str(path), *extra, *(["--json"] if as_json else []))
+    assert_clean_exit(code, err, "replay")

@@ -176,3 +176,31 @@ def test_an_unwritable_html_path_is_one_line_and_exit_2(
     code, out, err = run(["replay", str(PARALLEL), "--html", target], capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("etf-otel replay: --html") and reason in err, err
+
+
+def test_a_snapshot_that_contradicted_the_deltas_is_red_and_says_so() -> None:
+    stream = RESPONSES_QUIRK_STREAMS["call_id changed in response.completed"]
+    timeline = replay_timeline(protocols.get("responses"), stream, [])
+    assert any("snapshot_mismatch" in (c.value for c in call.categories) for call in timeline.result.calls)
+    document = render_replay(timeline, source="mismatch", show_arguments=False)
+    (mark,) = re.findall(
+        r'<span class="mark [^"]*t-snapshot_mismatch"[^>]*data-kind="snapshot_mismatch"[^>]*>', document
+    )
+    assert "snapshot_mismatch: the provider&#x27;s whole arguments contradicted its deltas" in mark
+    after = document[document.index(mark) + len(mark) :]
+    assert re.match(r'S</span><span class="cat[^"]*"[^>]*>snapshot_mismatch</span>', after), "labelled on the lane"
+    assert re.search(r"\.t-reject, \.t-snapshot_mismatch \{ --c: #b3261e; \}", document), "red, as a rejection"
+    clean = render_replay(
+        replay_timeline(protocols.get("responses"), RESPONSES_QUIRK_STREAMS["clean multi-call stream"], []),
+        source="clean",
+        show_arguments=False,
+    )
+    assert 'data-kind="snapshot_mismatch"' not in clean and 'data-kind="snapshot"' in clean
+
+
+def test_table_cells_never_wrap_mid_word() -> None:
+    stream = RESPONSES_QUIRK_STREAMS["clean multi-call stream"]
+    document = render_replay(replay_timeline(protocols.get("responses"), stream, []), source="s", show_arguments=False)
+    rule = re.search(r"table\.data th, table\.data td \{[^}]*\}", document)
+    assert rule is not None and "overflow-wrap: normal" in rule.group() and "anywhere" not in rule.group()
+    assert re.search(r"table\.data \{[^}]*overflow-x: auto", document), "a wide table scrolls instead"

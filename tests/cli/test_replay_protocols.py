@@ -25,6 +25,7 @@ from etf_otel.protocols import WireProtocol
 from etf_otel.testing import anthropic, responses
 from etf_otel.testing.chat import chunk, finished, fragment
 
+from ._terminal import in_terminal
 from .test_cli_replay import RECORDINGS, ROOT, assert_report_shape, run, run_json, write_jsonl
 
 CASE = RECORDINGS / "case-target.jsonl"  # proposes call-a (read_page)
@@ -310,7 +311,6 @@ OTLP_LINE = json.dumps({"resourceSpans": [{"resource": {"attributes": []}, "scop
         (b"", "jsonl"),
         (b"\n\n  \n", "jsonl"),
         (b'{"foo": 1}\n', "jsonl"),
-        (OTLP_LINE.encode() + b"\n", "jsonl"),
         (b'{"type": "unknown.event"}\n', "jsonl"),
         (b'data: {"foo": 1}\n\n', "sse"),
         (b": keep-alive only\n\n", "sse"),
@@ -690,18 +690,26 @@ def test_an_output_that_cannot_encode_the_strings_gets_escapes(extra: list[str],
 
 
 def column(out: str, number: int) -> str:
-    """The text of table column ``number`` (from 1), its folded lines joined."""
-    return "".join(line.split("│")[number].strip() for line in out.splitlines() if line.startswith("│"))
+    """The text of table column ``number`` (from 1): a terminal's folded lines joined, or a pipe's
+    tab-separated rows (the line after a title is the header) joined."""
+    lines = out.splitlines()
+    if any(line.startswith("│") for line in lines):
+        return "".join(line.split("│")[number].strip() for line in lines if line.startswith("│"))
+    cells, previous_tabbed = [], False
+    for line in lines:
+        tabbed = "\t" in line
+        if tabbed and previous_tabbed:
+            cells.append(line.split("\t")[number - 1])
+        previous_tabbed = tabbed
+    return "".join(cells)
 
 
-def test_at_80_columns_a_long_id_is_folded_never_cut_short(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("COLUMNS", "80")
+def test_on_an_80_column_terminal_a_long_id_is_folded_never_cut_short(tmp_path: Path) -> None:
     long_id, long_name = "call_" + "x" * 60 + "_END", "a_really_long_function_name_for_testing"
     path = write_jsonl(tmp_path / "r.jsonl", finished(chunk(fragment(0, long_id, long_name, "{}"))))
-    code, out, err = run(["replay", str(path)], capsys)
-    assert (code, err) == (0, "")
+    shown = in_terminal("replay", str(path), columns=80)
+    assert (shown.returncode, shown.stderr) == (0, "")
+    out = shown.stdout
     assert max(len(line) for line in out.splitlines()) <= 80
     assert "…" not in out
     assert (column(out, 3), column(out, 4), column(out, 6)) == (long_id, long_name, "proposed")

@@ -20,6 +20,8 @@ from rich.table import Table
 from rich.text import Text
 
 from etf_otel import attributes as A
+from etf_otel.cli._text import print_table
+from etf_otel.cli.demo._next import next_without
 from etf_otel.errors import GuardRefusedError
 from etf_otel.testing import LocalChatServer
 
@@ -37,6 +39,7 @@ __all__ = [
     "print_part",
     "print_protocols",
     "run_case",
+    "span_words",
 ]
 
 
@@ -73,6 +76,15 @@ class ProtocolCase:
         if self.expected == DISPATCHED:
             return not self.categories and not self.refused and bool(self.ran)
         return self.expected in self.categories and (self.may_run or not self.ran)
+
+    @property
+    def outcome(self) -> str:
+        """What the row means, in words of at most 7 letters (the column is 7 wide at 80 columns)."""
+        if not self.ok:
+            return "WRONG"
+        if self.expected == DISPATCHED:
+            return "valid, ran"
+        return "ran; result flagged" if self.may_run else "caught, not run"
 
     @property
     def decision(self) -> str:
@@ -122,20 +134,38 @@ def describe_call(call_id: object, name: object, arguments: object) -> str:
     return f"{call_id} {name} {arguments if isinstance(arguments, str) else json.dumps(arguments)}"
 
 
+def span_words(attributes: dict[str, Any]) -> str:
+    """What one span of the call says, in words (the attribute names are in docs/telemetry.md)."""
+    words = [f"id {attributes.get(A.GEN_AI_TOOL_CALL_ID)}"]
+    if A.ETF_TOOL_CALL_VERDICT in attributes:
+        words.append(f"verdict {attributes[A.ETF_TOOL_CALL_VERDICT]}")
+    if A.ETF_TOOL_CALL_FRAGMENTS in attributes:
+        words.append(f"{attributes[A.ETF_TOOL_CALL_FRAGMENTS]} fragments")
+    kept = attributes.get(A.ETF_ID_KEPT_NULL)
+    if kept:
+        words.append(f"{kept} continuations with id: null kept the id")
+    if attributes.get(A.GEN_AI_OPERATION_NAME) == "execute_tool":
+        words.append("the host ran it")
+    return ", ".join(words)
+
+
 # --- the summary -------------------------------------------------------------------------------------------
 
 
-COLUMNS = ("case", "the SDK alone hands the app", "etf-otel", "outcome")
+COLUMNS = ("case", "without etf-otel: the SDK hands the app, then", "with etf-otel", "outcome")
 MIN_WIDTHS = (19, 21, 24, 7)  # 80 columns: "(max_output_tokens)", "`response.completed`",
-# "empty_after_established;" (the longest category and its separator) never break mid-word
+# "empty_after_established;" (the longest category and its separator) never break mid-word; outcome words <= 7
+Group = tuple[str, Sequence["ProtocolCase"]]
+"""A heading and its cases."""
 
 
 def _widths(total: int, rows: Sequence[Sequence[str]]) -> list[int]:
-    """Column widths for a ``total``-column console: each column's longest line, the minimums first."""
+    """Column widths for a ``total``-column console: each column's longest word first, then its longest line."""
+    words = [max(cell_len(word) for cell in column for word in cell.split()) for column in zip(*rows, strict=True)]
     natural = [
         max(cell_len(line) for cell in column for line in cell.split("\n")) for column in zip(*rows, strict=True)
     ]
-    widths = [min(longest, least) for longest, least in zip(natural, MIN_WIDTHS, strict=True)]
+    widths = [max(min(longest, least), word) for longest, least, word in zip(natural, MIN_WIDTHS, words, strict=True)]
     spare = total - 3 * 3 - sum(widths)  # three rules of " │ "
     while spare > 0 and any(width < longest for width, longest in zip(widths, natural, strict=True)):
         for index, longest in enumerate(natural):
@@ -145,33 +175,41 @@ def _widths(total: int, rows: Sequence[Sequence[str]]) -> list[int]:
     return widths
 
 
-def print_part(console: Console, title: str, cases: Sequence[ProtocolCase], sections: Sequence[int] = ()) -> None:
-    """One protocol's cases: the case, what the SDK alone handed the app, what etf-otel decided, ok or not.
+def _without(case: ProtocolCase) -> str:
+    return f"{case.sdk}\nthen: {next_without(case.name)}"
 
-    A line is drawn after each row index in ``sections``. Ids and categories are never cut.
-    """
-    rows = [COLUMNS, *((case.name, case.sdk, case.decision, "ok") for case in cases)]
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    for column, width in zip(COLUMNS, _widths(console.width, rows), strict=True):
-        table.add_column(column, width=width, overflow="fold")
-    for index, case in enumerate(cases):
-        decision = Text(case.decision)
-        if not case.ok:
-            decision.append(f"\nexpected: {case.expected}", style="red")
-        verdict = Text("ok", style="green") if case.ok else Text("WRONG", style="bold red")
-        table.add_row(Text(case.name), Text(case.sdk), decision, verdict, end_section=index in sections)
+
+def print_part(console: Console, title: str, groups: Sequence[Group]) -> None:
+    """One protocol's cases, group by group under its heading: the case, what the SDK alone hands the app
+    and what happens next, what etf-otel decided, and the outcome in words. Ids and categories are never cut."""
+    cases = [case for _, group in groups for case in group]
+    rows = [COLUMNS, *((case.name, _without(case), case.decision, case.outcome) for case in cases)]
+    widths = _widths(console.width, rows)
     console.print()
-    console.print(table)
+    console.print(Text(title, style="bold"))
+    for number, (heading, group) in enumerate(groups):
+        table = Table(title=heading, title_justify="left", show_edge=False, pad_edge=False, show_header=number == 0)
+        for column, width in zip(COLUMNS, widths, strict=True):
+            table.add_column(column, width=width, overflow="fold")
+        for case in group:
+            decision = Text(case.decision)
+            if not case.ok:
+                decision.append(f"\nexpected: {case.expected}", style="red")
+            outcome = Text(case.outcome, style="green" if case.ok else "bold red")
+            table.add_row(Text(case.name), Text(_without(case)), decision, outcome)
+        print_table(console, table)
 
 
 def print_protocols(console: Console, responses: Sequence[ProtocolCase], anthropic: list[ProtocolCase] | str) -> None:
     """The Responses and Anthropic sections (or why Anthropic was skipped); the max_tokens case also in words."""
-    print_part(console, "OpenAI Responses: client.responses.stream(...), real openai client", responses)
+    title = "OpenAI Responses: client.responses.stream(...), real openai client"
+    print_part(console, title, [("a result sent back by the wrong id, a response cut short", responses)])
     if isinstance(anthropic, str):
         console.print()
         console.print(Text(anthropic))
         return
-    print_part(console, "Anthropic Messages: client.messages.stream(...), real anthropic client", anthropic)
+    title = "Anthropic Messages: client.messages.stream(...), real anthropic client"
+    print_part(console, title, [("tool_use blocks cut or reused", anthropic)])
     for case in anthropic:
         if case.expected == "incomplete_response":
             sdk = case.sdk.replace("\n", " ")

@@ -29,10 +29,12 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from rich.console import Console
+from rich.text import Text
 
 from etf_otel import attributes as A
 from etf_otel.cli._exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 from etf_otel.cli._sdk_setup import SdkSetup, setup_sdk
+from etf_otel.cli._text import console_for
 from etf_otel.cli.demo._anthropic import run_anthropic
 from etf_otel.cli.demo._cases import (
     DISPATCHED,
@@ -45,6 +47,7 @@ from etf_otel.cli.demo._cases import (
     print_part,
     print_protocols,
     run_case,
+    span_words,
 )
 from etf_otel.cli.demo._responses import run_responses
 from etf_otel.core._results import AssemblyResult
@@ -276,7 +279,7 @@ def run_demo(export: str | None = None, console: Console | None = None, *, otlp:
 
     from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor
 
-    console = console or Console()
+    console = console or console_for()
     summary_exporter = InMemorySpanExporter()
     summary_reader = InMemoryMetricReader()
     setup = _demo_setup(export, otlp, summary_reader)
@@ -359,9 +362,16 @@ def _print_summary(
     console: Console, run: DemoRun, spans: Sequence[ReadableSpan], reader: InMemoryMetricReader, setup: SdkSetup
 ) -> tuple[int, str]:
     """Print every part; the exit code by the rules, and what was not delivered to the destination (``""``: nothing)."""
-    console.print("[bold]etf-otel demo[/bold]: a synthetic agent reads a source and saves a report")
+    console.print(Text.assemble(("etf-otel demo", "bold"), ": a synthetic agent reads a source and saves a report"))
     title = "Chat Completions: real openai client, its accumulator ChatCompletionStreamState"
-    print_part(console, title, run.chat, sections=(1, 4, len(run.chat) - 4))  # runs, SDK wrong, rejections, linkage
+    chat = run.chat
+    groups = [
+        ("the case study: read a source, save a report (two ids, three fragments each)", chat[:2]),
+        ("where the SDK alone goes wrong and the rules accept the call", chat[2:5]),
+        ("rejections: the rules catch the call, the guarded host refuses it", chat[5:-3]),
+        ("the next request: results checked against the proposals", chat[-3:]),
+    ]
+    print_part(console, title, groups)
     same_ids = run.ids["control"] == run.ids["target"] and bool(run.ids["control"])
     reports = run.reports
     same_report = bool(reports.get("control")) and reports.get("control") == reports.get("target")
@@ -378,13 +388,12 @@ def _print_summary(
     console.print(where)
     target_spans = [s for s in spans if (s.attributes or {}).get(A.GEN_AI_TOOL_CALL_ID) == "call-read-1"]
     if target_spans:
-        console.print("\nspans of call-read-1 (both runs):")
+        console.print("\ncall-read-1 in the telemetry (control run, then target run):")
         for span in target_spans:
-            attributes = dict(span.attributes or {})
-            shown = {key: attributes[key] for key in sorted(attributes) if key.startswith(("etf.", "gen_ai.", "error"))}
-            console.print(f"  {span.name}: {shown}")
+            console.print(f"  {span.name}: {span_words(dict(span.attributes or {}))}")
     cases: list[Any] = [*run.chat, *run.responses, *(run.anthropic if isinstance(run.anthropic, list) else [])]
     all_ok = all(case.ok for case in cases) and same_ids and same_report
-    verdict = "[green]all cases behaved as the rules say" if all_ok else "[red]some cases did not behave as expected"
-    console.print(f"\n[bold]{verdict}[/]")
+    verdict = "all cases behaved as the rules say" if all_ok else "some cases did not behave as expected"
+    console.print()
+    console.print(Text(verdict, style="bold green" if all_ok else "bold red"))
     return EXIT_OK if all_ok else EXIT_FOUND, undelivered

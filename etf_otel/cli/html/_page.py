@@ -54,9 +54,9 @@ code, .mono { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, mo
 .pill { display: inline-block; padding: 1px 8px; border-radius: 10px; border: 1px solid currentColor;
   font-weight: 600; white-space: nowrap; }
 .pill.ok { color: var(--ok); } .pill.bad { color: var(--bad); } .pill.warn { color: var(--warn); }
-table.data { border-collapse: collapse; margin: 6px 0 12px; }
+table.data { border-collapse: collapse; margin: 6px 0 12px; display: block; max-width: 100%; overflow-x: auto; }
 table.data th, table.data td { border: 1px solid var(--line); padding: 3px 8px; text-align: left;
-  vertical-align: top; overflow-wrap: anywhere; }
+  vertical-align: top; overflow-wrap: normal; word-break: normal; }
 .row > div, summary code, .facts li { overflow-wrap: anywhere; }
 table.data th { background: #f3f3f6; font-weight: 600; } td.num { text-align: right; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 14px; margin: 6px 0 10px; padding: 6px 10px; font-size: 12px;
@@ -83,7 +83,7 @@ table.data th { background: #f3f3f6; font-weight: 600; } td.num { text-align: ri
 .t-keep_omitted { --c: #44618f; } .t-keep_null { --c: #2856b8; }
 .t-keep_identical { --c: #5a49a8; } .t-keep_empty { --c: #6b6f7a; }
 .t-infer_index, .t-buffer_early, .t-drop_late { --c: #a86400; }
-.t-reject { --c: #b3261e; } .t-snapshot { --c: #7a3e9d; }
+.t-reject, .t-snapshot_mismatch { --c: #b3261e; } .t-snapshot { --c: #7a3e9d; }
 .t-close, .t-arguments_closed { --c: #333; } .t-end { --c: #111; } .t-finish { --c: #555; }
 .timeline { display: grid; grid-template-columns: minmax(170px, 230px) 1fr minmax(150px, 210px);
   border: 1px solid var(--line); border-radius: 6px; }
@@ -123,7 +123,7 @@ details.trace > summary:focus { outline: 3px solid #111; outline-offset: 2px; }
   .pill { white-space: normal; }
   .track { page-break-inside: avoid; }
   .mark { print-color-adjust: exact; -webkit-print-color-adjust: exact; }
-  .bar, .t-reject { print-color-adjust: exact; -webkit-print-color-adjust: exact; }
+  .bar, .t-reject, .t-snapshot_mismatch { print-color-adjust: exact; -webkit-print-color-adjust: exact; }
   details.trace { page-break-inside: avoid; }
 }
 """

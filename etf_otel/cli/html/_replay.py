@@ -51,6 +51,7 @@ SHAPES: Final[dict[str, tuple[str, str, str]]] = {
     Transition.DROP_LATE.value: ("s-diamond", "D", "late delta set aside (compatibility rule)"),
     Transition.REJECT.value: ("s-octagon", "\u2715", "rejected: its category is written under it"),
     "snapshot": ("s-tag", "S", "the provider stated the whole arguments"),
+    "snapshot_mismatch": ("s-tag", "S", "snapshot_mismatch: the provider's whole arguments contradicted its deltas"),
     "arguments_closed": ("s-bar", ")", "argument stream closed"),
     "close": ("s-bar", "]", "call closed"),
     "finish": ("s-tag", "F", "finish reason received"),

@@ -8,11 +8,13 @@ and names its bounded diagnostics (``aria-label``, and the details panel of the 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Final
 
 from etf_otel.cli.html._page import attribute, legend, page, text
 from etf_otel.cli.html._replay import SHAPES, STREAM, Lane, ReplayTimeline, Tick
 from etf_otel.core._results import AssemblyResult, ToolCall
+from etf_otel.core._vocabulary import ErrorCategory
 from etf_otel.protocols import WireProtocol, bounded_finish_reason
 
 __all__ = ["render_replay"]
@@ -53,11 +55,23 @@ def _mark(tick: Tick, protocol: WireProtocol, low: bool) -> str:
         f' data-kind="{tick.kind}"{fragment}{data} aria-label="{attribute(detail)}" title="{attribute(detail)}"'
         f' data-detail="{attribute(detail)}">{text(letter)}</span>'
     )
+    if category is None and tick.kind == "snapshot_mismatch":
+        category = ErrorCategory.SNAPSHOT_MISMATCH
     if category is not None:
         mark += (
             f'<span class="cat{" low" if low else ""}" style="left:{left}px" aria-hidden="true">{category.value}</span>'
         )
     return mark
+
+
+def _contradicting(ticks: list[Tick], call: ToolCall | None) -> list[Tick]:
+    """``ticks``, the last snapshot of a call rejected for ``snapshot_mismatch`` marked as the contradiction."""
+    if call is None or ErrorCategory.SNAPSHOT_MISMATCH not in call.categories:
+        return ticks
+    last = max((n for n, tick in enumerate(ticks) if tick.kind == "snapshot"), default=None)
+    if last is None:
+        return ticks
+    return [*ticks[:last], dataclasses.replace(ticks[last], kind="snapshot_mismatch"), *ticks[last + 1 :]]
 
 
 def _calls_by_lane(result: AssemblyResult) -> dict[Lane, ToolCall]:
@@ -133,7 +147,7 @@ def _timeline(timeline: ReplayTimeline) -> str:
         call = calls.get(lane)
         labels.append(_label(protocol, lane, call))
         marks, rejected = [], 0
-        for tick in by_lane[lane]:
+        for tick in _contradicting(by_lane[lane], call):
             low = tick.diagnostic is not None and tick.diagnostic.category is not None and rejected % 2 == 1
             rejected += tick.diagnostic is not None and tick.diagnostic.category is not None
             marks.append(_mark(tick, protocol, low))
