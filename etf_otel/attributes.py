@@ -35,8 +35,10 @@ __all__ = [
     "ETF_ID_KIND",
     "ETF_ID_PRIOR_PRESENT",
     "ETF_ID_TRANSITION",
+    "ETF_LINKAGE_AMBIGUOUS",
     "ETF_LINKAGE_ANSWERED_IDS",
     "ETF_LINKAGE_ANSWERED_IDS_DROPPED",
+    "ETF_LINKAGE_ORPHAN_REASON",
     "ETF_MCP_MATCH",
     "ETF_MCP_META_REJECTED",
     "ETF_PROTOCOL",
@@ -75,6 +77,11 @@ __all__ = [
     "METRIC_STREAMS",
     "METRIC_TOOL_CALLS",
     "OPERATION_EXECUTE_TOOL",
+    "ORPHAN_CONCATENATED_IDS",
+    "ORPHAN_REASONS",
+    "ORPHAN_REJECTED_CALL",
+    "ORPHAN_REJECTED_INCOMING_ID",
+    "ORPHAN_UNKNOWN",
     "SPAN_ASSEMBLE_RESPONSE",
     "SPAN_ASSEMBLE_TOOL_CALL",
     "SPAN_EXECUTE_TOOL",
@@ -143,6 +150,22 @@ ETF_LINKAGE_ANSWERED_IDS: Final = "etf.linkage.answered_ids"
 conversation: the previous response's proposals that request answered (preserved, proposed ids only)."""
 ETF_LINKAGE_ANSWERED_IDS_DROPPED: Final = "etf.linkage.answered_ids_dropped"
 """Answered proposals beyond the bound of ``etf.linkage.answered_ids`` (only when non-zero)."""
+ETF_LINKAGE_AMBIGUOUS: Final = "etf.linkage.ambiguous"
+"""``true`` on the ``assemble_response`` span of a request that carried results but whose evidence
+(call ids, ``previous_response_id``, message prefix) pointed to no single earlier response: that
+request was not judged (no linkage violation)."""
+ETF_LINKAGE_ORPHAN_REASON: Final = "etf.linkage.orphan_reason"
+"""On an ``orphaned_result`` violation event and audit finding: why the result's id matches no
+proposal, one of :data:`ORPHAN_REASONS`."""
+ORPHAN_CONCATENATED_IDS: Final = "concatenated_ids"
+"""The id is two or more of the response's proposal ids run together (the ``openai`` SDK's accumulator)."""
+ORPHAN_REJECTED_CALL: Final = "rejected_call"
+"""The id of a call the identity rules rejected."""
+ORPHAN_REJECTED_INCOMING_ID: Final = "rejected_incoming_id"
+"""An incoming id the rules refused to establish (such as a conflicting second id of a call)."""
+ORPHAN_UNKNOWN: Final = "unknown"
+"""None of the above (an id the model or the application made up)."""
+ORPHAN_REASONS: Final = (ORPHAN_CONCATENATED_IDS, ORPHAN_REJECTED_CALL, ORPHAN_REJECTED_INCOMING_ID, ORPHAN_UNKNOWN)
 
 # --- tool hosts in other processes: MCP (docs/mcp.md) ------------------------------------------
 MCP_META_TOOL_CALL_ID: Final = "io.github.etf-otel/tool_call_id"

@@ -26,10 +26,14 @@ DEFAULT_MAX_PENDING = 256
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One linkage problem. ``call_id`` is set only when it is a preserved, proposed id."""
+    """One linkage problem. ``call_id`` is set only when it is a preserved, proposed id.
+
+    ``reason``: why a result is orphaned (``etf.linkage.orphan_reason``), when the caller that
+    matched it knows; a bounded value, never an id."""
 
     category: ErrorCategory
     call_id: str | None = None
+    reason: str | None = None
 
 
 class Conversation:

@@ -59,6 +59,7 @@ class ResponseObserver:
         "_done",
         "_findings",
         "_lock",
+        "linkage_ambiguous",
         "_parent",
         "_protocol",
         "_started_ns",
@@ -89,6 +90,8 @@ class ResponseObserver:
         self._findings: list[Finding] = []
         self._answered: tuple[str, ...] = ()
         self._at_eof: Callable[[], None] | None = None
+        self.linkage_ambiguous = False
+        """Set by an integration whose request carried results it could link to no single response."""
         if conversation is not None:
             with internal_errors_swallowed("settling the previous response"):
                 self._findings, self._answered = linkage.settle(conversation, tool_message_ids)
@@ -153,6 +156,7 @@ class ResponseObserver:
                 self._findings,
                 self._protocol,
                 self._answered,
+                self.linkage_ambiguous,
             )
             open_calls.note(self.telemetry, result.calls)  # what an MCP client matches call_tool to (docs/mcp.md)
             return result

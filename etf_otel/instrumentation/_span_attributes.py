@@ -101,17 +101,20 @@ def finding_attributes(finding: Finding) -> dict[str, AttributeValue]:
     attributes: dict[str, AttributeValue] = {A.ETF_ERROR_CATEGORY: finding.category.value}
     if finding.call_id is not None:  # only ever a preserved, proposed id
         attributes[A.GEN_AI_TOOL_CALL_ID] = finding.call_id
+    if finding.reason is not None:  # one of A.ORPHAN_REASONS
+        attributes[A.ETF_LINKAGE_ORPHAN_REASON] = finding.reason
     return attributes
 
 
-def answered_attributes(answered: Sequence[str], limit: int) -> dict[str, AttributeValue]:
+def answered_attributes(answered: Sequence[str], limit: int, ambiguous: bool = False) -> dict[str, AttributeValue]:
     """The settlement evidence of a new request, for its ``assemble_response`` span (docs/telemetry.md).
 
     ``answered`` are the previous response's proposals the request answered (preserved, proposed
     ids only: :meth:`~etf_otel.core._linkage.Conversation.settle`); at most ``limit`` are kept,
-    the rest counted. Nothing when the request answered nothing."""
+    the rest counted. Nothing when the request answered nothing. ``ambiguous``: the request was
+    not judged, its evidence pointing to no single response (``etf.linkage.ambiguous``)."""
     if not answered:
-        return {}
+        return {A.ETF_LINKAGE_AMBIGUOUS: True} if ambiguous else {}
     attributes: dict[str, AttributeValue] = {}
     kept = list(answered[: max(limit, 0)])
     if kept:

@@ -122,11 +122,11 @@ class Telemetry:
         findings: Sequence[Finding] = (),
         protocol: str | None = None,
         answered: Sequence[str] = (),
+        ambiguous: bool = False,
     ) -> None:
         """Emit the spans and metrics of one finalized response. ``findings`` (counted already) and ``answered``
         settled the previous response: events and ``etf.linkage.answered_ids`` on this one's span now.
-
-        ``protocol`` (``etf.protocol``) goes to the response span and ``etf.streams`` only."""
+        ``ambiguous``: not judged (``etf.linkage.ambiguous``). ``protocol``: to the span and ``etf.streams`` only."""
         ended_ns = time.time_ns()
         if base is None:
             base = self._base
@@ -141,7 +141,7 @@ class Telemetry:
                 error_type == INCOMPLETE,
             )
         attributes = response_attributes(result, state, base, protocol, error_type)
-        attributes.update(answered_attributes(answered, self.max_answered_ids))
+        attributes.update(answered_attributes(answered, self.max_answered_ids, ambiguous))
         stream_span = self.tracer.start_span(
             A.SPAN_ASSEMBLE_RESPONSE,
             context=parent,

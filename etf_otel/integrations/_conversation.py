@@ -1,8 +1,24 @@
-"""The linkage of a request to the conversation it continues, by the prefix of its messages.
+"""The linkage of a request to the response it answers, by the evidence the request carries.
+
+A follow-up request finds the response whose calls it answers in this order, first match wins
+(docs/protocols.md, "Linkage across turns"):
+
+1. the call ids of its last assistant turn: the recent response that proposed them;
+2. ``previous_response_id`` (Responses): the response with that id;
+3. the message prefix (the messages before the last assistant turn, as a SHA-256 fingerprint),
+   only when exactly one recent request of this process had it.
+
+Evidence that points to several conversations (two identical first requests, a provider that
+numbers its ids ``call_0`` in every response) is no match; when nothing points to exactly one
+response the request is not judged and its span says so (``etf.linkage.ambiguous``), never a
+violation. Only the latest response of a conversation is settled: a request that continues an
+older one (a retry, a branch) is not judged either.
 
 Requests are read, never changed: only lists and tuples of messages are read, since reading
 an iterator would consume what the SDK is about to send. No content is kept, only SHA-256
-fingerprints.
+fingerprints and the call ids the responses proposed (which their spans carry anyway). Every
+index is bounded (least recently used first out) and guarded by its own lock, so threads and
+asyncio tasks may share one instrumentor.
 """
 
 from __future__ import annotations
@@ -11,21 +27,30 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import Any, Final, Generic, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any, Final, Generic, NamedTuple, TypeVar
 
-from etf_otel.core._linkage import Conversation
+from etf_otel import attributes as A
+from etf_otel.core._linkage import Conversation, Finding
+from etf_otel.core._vocabulary import ErrorCategory
 from etf_otel.protocols import field
 
 __all__ = [
+    "AMBIGUOUS",
     "DEFAULT_MAX_CONVERSATIONS",
+    "ConversationIndex",
     "FollowUp",
+    "Linked",
+    "LinkedConversation",
     "LruIndex",
     "PrefixConversations",
+    "concatenated",
     "digests",
     "fingerprint",
     "last_position",
     "plain",
+    "string_ids",
     "string_or_none",
 ]
 
@@ -55,10 +80,24 @@ class LruIndex(Generic[_K, _V]):
 
     def put(self, key: _K, value: _V) -> None:
         with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
+            self._put(key, value)
+
+    def claim(self, key: _K, value: _V, taken: Callable[[_V, _K], bool], ambiguous: _V) -> None:
+        """Map ``key`` to ``value``, or to ``ambiguous`` when another value still ``taken`` holds it."""
+        with self._lock:
+            held = self._items.get(key)
+            if held is not None and held is not value and (held is ambiguous or taken(held, key)):
+                value = ambiguous
+            self._put(key, value)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _put(self, key: _K, value: _V) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self._capacity:
+            self._items.popitem(last=False)
 
 
 def plain(value: Any) -> Any:
@@ -99,35 +138,257 @@ def string_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-class PrefixConversations:
-    """Conversations recognised by the messages of their requests (at most ``capacity`` remembered).
+class LinkedConversation(Conversation):
+    """A conversation that tells its index the call ids of its latest response, and why a result is orphaned.
 
-    A follow-up request repeats an earlier request's messages, then the assistant message,
-    then the results: the messages before the last assistant message must be exactly the
-    messages of an earlier request. ``split`` reads a request's :data:`FollowUp` (``None``
-    when it has no assistant message: it starts a conversation).
+    ``open_ids``: the proposals of its latest response while they await settlement (empty once
+    settled). ``request_key`` / ``response_id``: its latest request's fingerprint and (Responses)
+    its latest response's id, the other evidence a follow-up may carry.
     """
 
-    def __init__(self, capacity: int, split: Callable[[Sequence[Any]], FollowUp | None]) -> None:
-        self._index: LruIndex[bytes, Conversation] = LruIndex(capacity)
-        self._split = split
+    __slots__ = ("_index", "claimed", "indexed_ids", "open_ids", "request_key", "response_id")
 
-    def link(self, messages: object) -> tuple[Conversation | None, list[str | None] | None]:
-        """The conversation a request continues (a new one when none matches) and the results it carries.
+    def __init__(self, index: ConversationIndex | None) -> None:
+        super().__init__()
+        self._index = index
+        self.open_ids: frozenset[str] = frozenset()
+        self.indexed_ids: tuple[str, ...] = ()
+        """The ids its index knows it by: those of its latest response with calls."""
+        self.claimed = False
+        """A request was judged against the latest response already (another one is a retry: not judged)."""
+        self.request_key: bytes | None = None
+        self.response_id: str | None = None
+
+    def proposed(self, call_ids: Iterable[str]) -> None:
+        ids = list(call_ids)
+        super().proposed(ids)
+        self.open_ids = frozenset(self.pending)
+        self.claimed = False
+        if self._index is not None:
+            self._index.proposed(self, ids)
+
+    def settle(self, tool_message_ids: Iterable[object] | None = None) -> tuple[list[Finding], tuple[str, ...]]:
+        self.open_ids = frozenset()
+        if tool_message_ids is None or self._index is None:
+            return super().settle(tool_message_ids)
+        ids = list(tool_message_ids)
+        pending = frozenset(self.pending)
+        findings, settled = super().settle(ids)
+        orphans = [call_id for call_id in ids if not isinstance(call_id, str) or call_id not in pending]
+        if not orphans:
+            return findings, settled
+        reasons = iter([self._index.orphan_reason(call_id, pending) for call_id in orphans])
+        return [
+            replace(finding, reason=next(reasons)) if finding.category is ErrorCategory.ORPHANED_RESULT else finding
+            for finding in findings
+        ], settled
+
+
+AMBIGUOUS: Final = LinkedConversation(None)
+"""What an index holds for evidence that more than one live conversation has."""
+
+
+class Linked(NamedTuple):
+    """What a request's evidence decided.
+
+    ``conversation``: the one its response joins (``None``: not linked at all); ``result_ids``:
+    the results that settle that conversation's latest response (``None``: not judged);
+    ``ambiguous``: it carried evidence that pointed to no single response.
+    """
+
+    conversation: LinkedConversation | None
+    result_ids: list[str | None] | None = None
+    ambiguous: bool = False
+
+
+Candidate = tuple[LinkedConversation | None, Callable[[LinkedConversation], bool]]
+"""What one piece of evidence found (``None``, a conversation or :data:`AMBIGUOUS`), and whether
+the request continues that conversation's latest response."""
+
+
+def _holds_request(held: LinkedConversation, key: bytes) -> bool:
+    return held.request_key == key
+
+
+class ConversationIndex:
+    """The recent conversations of one instrumentor, by the evidence a follow-up may carry.
+
+    The call ids of the latest responses of the ``capacity`` conversations that proposed last,
+    request fingerprints and response ids (``capacity`` each), least recently used first out.
+    ``rejected(call_id)`` tells whether the rules rejected a call with that id (``rejected_call``).
+    """
+
+    def __init__(self, capacity: int, rejected: Callable[[str], bool] | None = None) -> None:
+        self._capacity = capacity
+        self._holders: dict[str, list[LinkedConversation]] = {}  # call id -> conversations that proposed it
+        self._proposing: OrderedDict[LinkedConversation, None] = OrderedDict()
+        self._by_request: LruIndex[bytes, LinkedConversation] = LruIndex(capacity)
+        self._by_response: LruIndex[str, LinkedConversation] = LruIndex(capacity)
+        self._rejected = rejected
+        self._lock = threading.Lock()
+
+    def new(self) -> LinkedConversation:
+        return LinkedConversation(self)
+
+    # --- what conversations tell it --------------------------------------------------------------------------
+
+    def proposed(self, conversation: LinkedConversation, call_ids: Iterable[str]) -> None:
+        """``conversation``'s latest response proposed ``call_ids``: they replace its earlier ones."""
+        with self._lock:
+            self._forget_ids(conversation)
+            conversation.indexed_ids = ids = tuple(call_ids)
+            for call_id in ids:
+                holders = self._holders.setdefault(call_id, [])
+                holders[:] = [holder for holder in holders if call_id in holder.open_ids]
+                holders.append(conversation)
+            self._proposing[conversation] = None
+            self._proposing.move_to_end(conversation)
+            while len(self._proposing) > self._capacity:
+                self._forget_ids(self._proposing.popitem(last=False)[0])
+
+    def _forget_ids(self, conversation: LinkedConversation) -> None:
+        for call_id in conversation.indexed_ids:
+            holders = self._holders.get(call_id)
+            if holders is not None and conversation in holders:
+                holders.remove(conversation)
+                if not holders:
+                    del self._holders[call_id]
+        conversation.indexed_ids = ()
+
+    def requested(self, conversation: LinkedConversation, key: bytes) -> None:
+        conversation.request_key = key
+        self._by_request.claim(key, conversation, _holds_request, AMBIGUOUS)
+
+    def responded(self, conversation: LinkedConversation, response_id: str) -> None:
+        conversation.response_id = response_id
+        self._by_response.put(response_id, conversation)
+
+    # --- evidence ---------------------------------------------------------------------------------------------
+
+    def by_ids(self, call_ids: Sequence[str]) -> Candidate:
+        """The conversation whose responses proposed ``call_ids`` (:data:`AMBIGUOUS` when several)."""
+        found: LinkedConversation | None = None
+        with self._lock:
+            for call_id in call_ids:
+                holders = self._holders.get(call_id, ())
+                live = [holder for holder in holders if call_id in holder.open_ids]
+                if len(live) > 1:
+                    return AMBIGUOUS, _never
+                held = live[0] if live else holders[-1] if holders else None  # else: an older response
+                if held is None:
+                    continue
+                if found is not None and held is not found:
+                    return AMBIGUOUS, _never
+                found = held
+        return found, lambda conversation: any(call_id in conversation.open_ids for call_id in call_ids)
+
+    def by_response(self, response_id: str) -> Candidate:
+        return self._by_response.get(response_id), lambda conversation: conversation.response_id == response_id
+
+    def by_request(self, key: bytes) -> Candidate:
+        """The one conversation whose request had the fingerprint ``key`` (:data:`AMBIGUOUS` when several)."""
+        return self._by_request.get(key), lambda conversation: conversation.request_key == key
+
+    def first_match(self, candidates: Iterable[Candidate]) -> tuple[LinkedConversation | None, bool, int]:
+        """The conversation whose latest response the first decisive evidence names, whether any evidence
+        was ambiguous, and the position of the deciding candidate.
+
+        ``None`` (not ambiguous): no evidence found anything, or it named an older response (a
+        retry, a branch) or one another request was judged against already.
+        """
+        ambiguous = False
+        for position, (found, latest) in enumerate(candidates):
+            if found is AMBIGUOUS:
+                ambiguous = True
+            elif found is not None:
+                with self._lock:
+                    if not latest(found) or found.claimed:
+                        return None, False, position
+                    found.claimed = True
+                return found, False, position
+        return None, ambiguous, -1
+
+    def orphan_reason(self, call_id: object, proposals: frozenset[str]) -> str:
+        """Why ``call_id`` matches none of ``proposals`` (one of ``ORPHAN_REASONS``)."""
+        if not isinstance(call_id, str):
+            return A.ORPHAN_UNKNOWN
+        if concatenated(call_id, proposals):
+            return A.ORPHAN_CONCATENATED_IDS
+        if self._rejected is not None and self._rejected(call_id):
+            return A.ORPHAN_REJECTED_CALL
+        return A.ORPHAN_UNKNOWN
+
+
+def _never(conversation: LinkedConversation) -> bool:
+    return False
+
+
+MAX_CONCATENATED_CHARS: Final = 4096
+"""A longer id is not taken apart (``concatenated_ids`` costs its length times the proposals)."""
+
+
+def concatenated(call_id: str, proposals: Iterable[str]) -> bool:
+    """Whether ``call_id`` is two or more of ``proposals`` run together (as the ``openai`` SDK merges calls)."""
+    if len(call_id) > MAX_CONCATENATED_CHARS:
+        return False
+    ids = [proposal for proposal in set(proposals) if proposal and len(proposal) < len(call_id)]
+    pieces = [-1] * (len(call_id) + 1)  # the most proposals that run together up to each position
+    pieces[0] = 0
+    for position in range(len(call_id)):
+        if pieces[position] < 0:
+            continue
+        for proposal in ids:
+            if call_id.startswith(proposal, position):
+                end = position + len(proposal)
+                pieces[end] = max(pieces[end], pieces[position] + 1)
+    return pieces[-1] >= 2
+
+
+class PrefixConversations:
+    """Chat-shaped requests (Chat Completions, Anthropic Messages) linked to the response they answer.
+
+    ``split`` reads a request's :data:`FollowUp` (``None`` when it has no assistant message: it
+    starts a conversation); ``turn_ids`` the call ids of an assistant message.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        split: Callable[[Sequence[Any]], FollowUp | None],
+        turn_ids: Callable[[Any], list[str]],
+        rejected: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.index = ConversationIndex(capacity, rejected)
+        self._split = split
+        self._turn_ids = turn_ids
+
+    def link(self, messages: object) -> Linked:
+        """The conversation a request continues (a new one when none), and the results it is judged by.
 
         Only a list or tuple is read: messages given as an iterator (a generator) would be
         consumed before the SDK sends them, so that request gets no linkage.
         """
         if not isinstance(messages, (list, tuple)):
-            return None, None
+            return Linked(None)
         message_digests = digests(messages)
-        conversation: Conversation | None = None
-        result_ids: list[str | None] | None = None
+        linked = Linked(None)
         follow_up = self._split(messages)
         if follow_up is not None:
             position, result_ids = follow_up
-            conversation = self._index.get(fingerprint(message_digests[:position]))
-        if conversation is None:
-            conversation, result_ids = Conversation(), None
-        self._index.put(fingerprint(message_digests), conversation)
-        return conversation, result_ids
+            index = self.index
+            found, ambiguous, _ = index.first_match(
+                (
+                    index.by_ids(self._turn_ids(messages[position])),
+                    index.by_request(fingerprint(message_digests[:position])),
+                )
+            )
+            linked = Linked(found, result_ids if found is not None else None, ambiguous)
+        if linked.conversation is None:
+            linked = Linked(self.index.new(), None, linked.ambiguous)
+        self.index.requested(linked.conversation, fingerprint(message_digests))  # type: ignore[arg-type]
+        return linked
+
+
+def string_ids(values: Iterable[object]) -> list[str]:
+    """The non-empty strings of ``values``, in order (call ids as a request carries them)."""
+    return [value for value in values if isinstance(value, str) and value]

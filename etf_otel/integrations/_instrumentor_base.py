@@ -24,6 +24,7 @@ from etf_otel.core._identity import CompatibilityRule
 from etf_otel.core._linkage import Conversation
 from etf_otel.instrumentation._config import environment_max_conversations
 from etf_otel.instrumentation._setup import Instrumentation
+from etf_otel.instrumentation._streams import observer_of
 from etf_otel.integrations._conversation import DEFAULT_MAX_CONVERSATIONS
 from etf_otel.protocols import CHAT_COMPLETIONS, WireProtocol
 
@@ -36,6 +37,7 @@ __all__ = [
     "Method",
     "Prepared",
     "instrumented",
+    "rejected_by",
     "remove_own_wrapper",
     "report_unknown_options",
     "unwrap_methods",
@@ -144,20 +146,36 @@ class Prepared:
     result_ids: list[str | None] | None = None
     """The ids of the results it carries, which settle the conversation's previous response."""
     protocol: WireProtocol = CHAT_COMPLETIONS
-    thread: Any = None
-    """The Responses API's own record of the conversation (``None``: a new one)."""
     request_key: bytes | None = None
     """The Responses API's fingerprint of the request's input."""
+    ambiguous: bool = False
+    """It carried results whose evidence pointed to no single response (``etf.linkage.ambiguous``)."""
 
     def observe(self, instrumentation: Instrumentation, stream: Any) -> Any:
         """``stream`` observed as this request decided (``Instrumentation.stream``)."""
-        return instrumentation.stream(
+        observed = instrumentation.stream(
             stream,
             conversation=self.conversation,
             provider_name=self.provider_name,
             tool_message_ids=self.result_ids,
             protocol=self.protocol,
         )
+        if self.ambiguous:
+            observer = observer_of(observed)
+            if observer is not None:
+                observer.linkage_ambiguous = True
+        return observed
+
+
+def rejected_by(instrumentation: Instrumentation) -> Callable[[str], bool]:
+    """Whether the rules rejected a call with that id, as the setup's proposal registry remembers."""
+    proposals = instrumentation.telemetry.proposals
+
+    def rejected(call_id: str) -> bool:
+        record = proposals.get(call_id)
+        return record is not None and not record.dispatchable
+
+    return rejected
 
 
 def wrap_methods(module: str | ModuleType, methods: Sequence[Method]) -> None:

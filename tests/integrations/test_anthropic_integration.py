@@ -666,7 +666,7 @@ def violations(span: ReadableSpan) -> list[dict[str, Any]]:
     [
         pytest.param(
             [user(tool_result("toolu_a"), tool_result("toolu_b"), tool_result("toolu_zzz"))],
-            [{"etf.error.category": "orphaned_result"}],
+            [{"etf.error.category": "orphaned_result", "etf.linkage.orphan_reason": "unknown"}],
             id="orphaned_result",
         ),
         pytest.param(
@@ -682,7 +682,7 @@ def violations(span: ReadableSpan) -> list[dict[str, Any]]:
         pytest.param(
             [user(tool_result("toolu_a")), user(tool_result("toolu_b"))],
             [
-                {"etf.error.category": "orphaned_result"},
+                {"etf.error.category": "orphaned_result", "etf.linkage.orphan_reason": "unknown"},
                 {"etf.error.category": "unanswered_call", "gen_ai.tool.call.id": "toolu_b"},
             ],
             id="result_in_a_later_message",
@@ -742,9 +742,9 @@ def test_clean_conversation_built_from_the_sdks_final_messages(etf: Etf, server:
 
 
 def test_unrelated_conversations_are_not_linked(etf: Etf, server: LocalChatServer, client: Any) -> None:
-    """A follow-up whose prefix matches no earlier request is not checked (nothing to link it to)."""
+    """A follow-up whose call ids and prefix match no earlier response is not checked (nothing to link it to)."""
     etf.instrument()
-    other = [{"role": "user", "content": "something else"}, assistant_turn("toolu_a"), user(tool_result("toolu_x"))]
+    other = [{"role": "user", "content": "something else"}, assistant_turn("toolu_q"), user(tool_result("toolu_x"))]
     converse(server, client, [(USER, proposing("toolu_a")), (other, TEXT_ONLY)])
     assert all(violations(span) == [] for span in etf.captured.spans("assemble_response"))
     assert "etf.integrity.violations" not in etf.captured.metrics()
@@ -784,15 +784,15 @@ def test_messages_given_as_a_generator_are_sent_unread(
 
 
 @pytest.mark.parametrize(
-    ("events", "refusals"),
+    ("events", "refusals", "reasons"),
     [
-        pytest.param(MAX_TOKENS_EMPTY, ["incomplete_response"], id="max_tokens"),
+        pytest.param(MAX_TOKENS_EMPTY, ["incomplete_response"], ["rejected_call"], id="max_tokens"),
         # The SDK's final message has a second block, toolu_02, that the rules never accepted.
-        pytest.param(REUSED_INDEX, ["id_conflict", "orphaned_result"], id="id_conflict"),
+        pytest.param(REUSED_INDEX, ["id_conflict", "orphaned_result"], ["rejected_call", "unknown"], id="id_conflict"),
     ],
 )
 def test_guard_refuses_the_calls_of_a_rejected_message(
-    etf: Etf, server: LocalChatServer, client: Any, events: list[Any], refusals: list[str]
+    etf: Etf, server: LocalChatServer, client: Any, events: list[Any], refusals: list[str], reasons: list[str]
 ) -> None:
     instrumentor = etf.instrument()
     assert instrumentor.instrumentation is not None
@@ -816,7 +816,7 @@ def test_guard_refuses_the_calls_of_a_rejected_message(
 
     # What the host must send back (docs/protocols.md): an is_error result for every tool_use of the
     # assistant message, in the first user message after it. The request goes out unchanged; as the
-    # refused calls were never proposals, linkage reports each result as orphaned.
+    # refused calls were never proposals, linkage reports each result as orphaned (a rejected call's id).
     follow_up = [
         *USER,
         {"role": "assistant", "content": final.content},
@@ -826,7 +826,9 @@ def test_guard_refuses_the_calls_of_a_rejected_message(
     assert consume(client, follow_up).error is None
     assert server.requests[-1].body["messages"][-1]["content"][0]["is_error"] is True
     second = etf.captured.spans("assemble_response")[-1]
-    assert violations(second) == [{"etf.error.category": "orphaned_result"}] * len(calls)
+    assert violations(second) == [
+        {"etf.error.category": "orphaned_result", "etf.linkage.orphan_reason": reason} for reason in reasons
+    ]
 
 
 def test_guard_lets_a_proposed_call_run(etf: Etf, server: LocalChatServer, client: Any) -> None:

@@ -667,7 +667,7 @@ def last_response(captured: Captured) -> ReadableSpan:
     [
         pytest.param(
             [tool_message("call-a"), tool_message("call-b"), tool_message("call-zzz")],
-            [{"etf.error.category": "orphaned_result"}],
+            [{"etf.error.category": "orphaned_result", "etf.linkage.orphan_reason": "unknown"}],
             id="orphaned_result",
         ),
         pytest.param(
@@ -731,9 +731,9 @@ def test_clean_multi_turn_conversation_reports_nothing(etf: Etf, server: LocalCh
 
 
 def test_unrelated_conversations_are_not_linked(etf: Etf, server: LocalChatServer, client: Any) -> None:
-    """A follow-up whose prefix matches no earlier request is not checked (nothing to link it to)."""
+    """A follow-up whose call ids and prefix match no earlier response is not checked (nothing to link it to)."""
     etf.instrument()
-    other = [{"role": "user", "content": "something else"}, assistant_turn("call-a"), tool_message("call-x")]
+    other = [{"role": "user", "content": "something else"}, assistant_turn("call-q"), tool_message("call-x")]
     converse(server, client, [(USER, proposing("call-a")), (other, TEXT_ONLY)])
     assert all(violations(span) == [] for span in etf.captured.spans("assemble_response"))
     assert "etf.integrity.violations" not in etf.captured.metrics()

@@ -440,7 +440,7 @@ TWO_CALLS = proposing(("call_a", "fc_a"), ("call_b", "fc_b"))
         pytest.param(
             [function_call_output("fc_a"), function_call_output("call_b")],
             [
-                {"etf.error.category": "orphaned_result"},
+                {"etf.error.category": "orphaned_result", "etf.linkage.orphan_reason": "unknown"},
                 {"etf.error.category": "unanswered_call", "gen_ai.tool.call.id": "call_a"},
             ],
             id="item_id_instead_of_call_id",
@@ -490,7 +490,7 @@ def test_linkage_by_previous_response_id(etf: Etf, server: LocalChatServer, mode
     first, second = etf.captured.spans("assemble_response")
     assert violations(first) == []
     assert violations(second) == [
-        {"etf.error.category": "orphaned_result"},
+        {"etf.error.category": "orphaned_result", "etf.linkage.orphan_reason": "unknown"},
         {"etf.error.category": "unanswered_call", "gen_ai.tool.call.id": "call_a"},
         {"etf.error.category": "unanswered_call", "gen_ai.tool.call.id": "call_b"},
     ]
@@ -588,7 +588,7 @@ def test_previous_response_that_is_not_the_latest_is_not_checked(etf: Etf, serve
 
 def test_unrelated_input_is_not_linked(etf: Etf, server: LocalChatServer) -> None:
     etf.instrument()
-    other = [{"role": "user", "content": "something else"}, function_call("call_a", "fc_a"), function_call_output("x")]
+    other = [{"role": "user", "content": "something else"}, function_call("call_q", "fc_q"), function_call_output("x")]
     converse(server, [({"input": USER}, TWO_CALLS), ({"input": other}, TEXT_ONLY)])
     assert all(violations(span) == [] for span in etf.captured.spans("assemble_response"))
 
@@ -616,7 +616,9 @@ def test_rejected_response_proposed_nothing(etf: Etf, server: LocalChatServer) -
     etf.instrument()
     again = [*USER, function_call("call_a", "fc_a"), function_call_output("call_a")]
     converse(server, [({"input": USER}, REJECTED), ({"input": again}, TEXT_ONLY)])
-    assert violations(last_response(etf.captured)) == [{"etf.error.category": "orphaned_result"}]
+    assert violations(last_response(etf.captured)) == [
+        {"etf.error.category": "orphaned_result", "etf.linkage.orphan_reason": "rejected_call"}
+    ]
 
 
 @pytest.mark.parametrize(

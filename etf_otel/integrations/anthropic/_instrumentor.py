@@ -23,10 +23,10 @@ overrides it.
 Linkage across turns (docs/protocols.md). The results of a response's calls must all be
 ``tool_result`` blocks of the **first** user message after the assistant message that
 holds the calls. A follow-up request carries the earlier request's messages, the assistant
-message, then that user message: "same conversation" is decided by the prefix, as for the
-``openai`` client (the messages before the last assistant message must be exactly the
-messages of an earlier streamed request, compared by a SHA-256 fingerprint; no content is
-kept). The ``tool_use_id`` of each ``tool_result`` block after the assistant message is then
+message, then that user message: the response it answers is the one that proposed the
+``tool_use`` ids of that assistant message, else, as for the ``openai`` client, the one whose
+request had exactly the messages before it, when only one did (a SHA-256 fingerprint; no
+content is kept). The ``tool_use_id`` of each ``tool_result`` block after the assistant message is then
 checked against that response's proposals before the request is sent, without changing it:
 an id that was not proposed, or any result in a later message, is ``orphaned_result``; two
 results for one id ``duplicate_result``; a proposal with no result in the first user message
@@ -52,20 +52,18 @@ from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _disabled
-from etf_otel.integrations._conversation import (
-    FollowUp,
-    PrefixConversations,
-)
+from etf_otel.integrations._conversation import FollowUp, PrefixConversations, string_ids
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
     Method,
     Prepared,
     instrumented,
+    rejected_by,
     unwrap_methods,
     wrap_methods,
 )
-from etf_otel.protocols import ANTHROPIC_MESSAGES
+from etf_otel.protocols import ANTHROPIC_MESSAGES, field
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -103,6 +101,14 @@ def provider_of_client(client: object) -> str:
 def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
     """The Anthropic Messages follow-up of a request's messages (:attr:`WireProtocol.follow_up`)."""
     return ANTHROPIC_MESSAGES.follow_up(messages)
+
+
+def turn_call_ids(message: Any) -> list[str]:
+    """The ``id`` of each ``tool_use`` block of an assistant message (the evidence of the response it answers)."""
+    content = field(message, "content")
+    if not isinstance(content, (list, tuple)):
+        return []
+    return string_ids(field(block, "id") for block in content if field(block, "type") == "tool_use")
 
 
 class _ObservedRequest:
@@ -147,8 +153,10 @@ class AnthropicInstrumentor(ClientInstrumentor):
             _logger.warning("etf-otel: %s; the anthropic client is not instrumented", conflict)
             return
         self._stream_types = (anthropic.Stream, anthropic.AsyncStream)
-        _, capacity = self._set_up(kwargs)
-        self._conversations = PrefixConversations(capacity, split_follow_up)
+        instrumentation, capacity = self._set_up(kwargs)
+        self._conversations = PrefixConversations(
+            capacity, split_follow_up, turn_call_ids, rejected_by(instrumentation)
+        )
         wrap_methods(messages, self._methods())
 
     def _uninstrument(self, **kwargs: Any) -> None:
@@ -173,8 +181,10 @@ class AnthropicInstrumentor(ClientInstrumentor):
             if self._instrumentation is None or _disabled():
                 return None
             provider = self._provider_override or provider_of_client(getattr(instance, "_client", None))
-            conversation, result_ids = self._conversations.link(kwargs.get("messages"))
-            return Prepared(provider, conversation, result_ids, ANTHROPIC_MESSAGES)
+            linked = self._conversations.link(kwargs.get("messages"))
+            return Prepared(
+                provider, linked.conversation, linked.result_ids, ANTHROPIC_MESSAGES, ambiguous=linked.ambiguous
+            )
         return None
 
     # --- the stream -------------------------------------------------------------------------------------------

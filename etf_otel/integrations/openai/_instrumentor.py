@@ -16,13 +16,14 @@ what the application iterates is unchanged.
 
 Linkage across turns. A follow-up request of the same conversation carries the previous
 request's messages, then the assistant message with ``tool_calls``, then one
-``role: "tool"`` message per answered call. "Same conversation" is decided by that
-prefix: the messages before the last assistant message must be exactly the messages of an
-earlier streamed request (compared by a SHA-256 fingerprint; no content is kept). The
+``role: "tool"`` message per answered call. The response it answers is the one that proposed
+the ``tool_calls[].id`` of that assistant message, else the one whose request had exactly the
+messages before it, when only one did (:mod:`etf_otel.integrations._conversation`). The
 tool messages after it (none at all when the app skipped them) are then checked against
-that response's proposals before the request is sent, without changing it. At most ``max_conversations`` are remembered
-(least recently used first out). Only a list or tuple of messages is read: messages given as
-an iterator (a generator) are left for the SDK to send, and that request is not linked.
+that response's proposals before the request is sent, without changing it. At most
+``max_conversations`` are remembered (least recently used first out). Only a list or tuple of
+messages is read: messages given as an iterator (a generator) are left for the SDK to send,
+and that request is not linked.
 
 ``gen_ai.provider.name``. A configured ``provider_name`` (option or
 ``OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME``) wins. Otherwise the client says it
@@ -47,18 +48,19 @@ from urllib.parse import urlsplit
 from etf_otel.instrumentation._observer import ResponseObserver
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._streams import observer_of
-from etf_otel.integrations._conversation import FollowUp, PrefixConversations
+from etf_otel.integrations._conversation import FollowUp, PrefixConversations, string_ids
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
     Method,
     Prepared,
     instrumented,
+    rejected_by,
     unwrap_methods,
     wrap_methods,
 )
 from etf_otel.integrations.openai._responses import ResponsesWrappers, is_sdk_stream
-from etf_otel.protocols import CHAT_COMPLETIONS
+from etf_otel.protocols import CHAT_COMPLETIONS, field
 from etf_otel.protocols._chat_completions import DONE
 
 if TYPE_CHECKING:
@@ -114,6 +116,12 @@ def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
     return CHAT_COMPLETIONS.follow_up(messages)
 
 
+def turn_call_ids(message: Any) -> list[str]:
+    """The ``tool_calls[].id`` of an assistant message (the evidence of the response it answers)."""
+    calls = field(message, "tool_calls")
+    return string_ids(field(call, "id") for call in calls) if isinstance(calls, (list, tuple)) else []
+
+
 class OpenAIInstrumentor(ClientInstrumentor):
     """Instruments ``openai`` streamed Chat Completions and Responses with etf-otel.
 
@@ -132,7 +140,9 @@ class OpenAIInstrumentor(ClientInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         instrumentation, capacity = self._set_up(kwargs)
         self._last_provider: tuple[object, object, str] | None = None
-        self._conversations = PrefixConversations(capacity, split_follow_up)
+        self._conversations = PrefixConversations(
+            capacity, split_follow_up, turn_call_ids, rejected_by(instrumentation)
+        )
         wrap_methods(_MODULE, self._methods())
         self._responses = ResponsesWrappers(instrumentation, self._provider_for, capacity)
         self._responses.wrap()
@@ -172,8 +182,8 @@ class OpenAIInstrumentor(ClientInstrumentor):
             if self._instrumentation is None or not kwargs.get("stream"):
                 return None
             provider = self._provider_for(instance)
-            conversation, tool_ids = self._conversations.link(kwargs.get("messages"))
-            return Prepared(provider, conversation, tool_ids)
+            linked = self._conversations.link(kwargs.get("messages"))
+            return Prepared(provider, linked.conversation, linked.result_ids, ambiguous=linked.ambiguous)
         return None
 
     def _observe(self, result: Any, prepared: Prepared) -> Any:

@@ -17,20 +17,22 @@ clients:
 
 Linkage across turns. The results of a response are the
 ``function_call_output`` items of the next request, matched by ``call_id`` (an ``fc_``
-item id there is an ``orphaned_result``). The next request is recognised in one of two ways:
+item id there is an ``orphaned_result``). The response the next request answers is found by
+what it carries, first match wins (:mod:`etf_otel.integrations._conversation`):
 
-* it names ``previous_response_id``: the response with that id, taken from the
-  ``response.created`` event as it passed through the stream, and every
-  ``function_call_output`` of the new input answers it;
-* otherwise by prefix, like the Chat Completions fingerprints: the new ``input`` repeats
-  an earlier request's input items, then that response's output items (``function_call``,
-  ``reasoning``, assistant messages, ...), then the outputs. Each run of output items is
-  tried, the latest first, as the end of an earlier request's input (a SHA-256 of the
-  items; no content is kept); the ``function_call_output`` items after it answer.
+* the ``call_id`` of the ``function_call`` items of its last run of output items: the
+  response that proposed them; the ``function_call_output`` items after that run answer it;
+* ``previous_response_id``: the response with that id, taken from the ``response.created``
+  event as it passed through the stream; every ``function_call_output`` of the input answers;
+* by prefix: the new ``input`` repeats an earlier request's input items, then that
+  response's output items (``function_call``, ``reasoning``, assistant messages, ...), then
+  the outputs. Each run of output items is tried, the latest first, as the end of an earlier
+  request's input (a SHA-256 of the items; no content is kept), when exactly one earlier
+  request had it; the ``function_call_output`` items after it answer.
 
 Only the latest response of a conversation can be settled: a request that continues an
 older one (a retry, a branch) is not checked, rather than compared with proposals that
-were never its own. Both indexes keep at most ``max_conversations`` entries (least
+were never its own. Every index keeps at most ``max_conversations`` conversations (least
 recently used first out).
 """
 
@@ -40,14 +42,22 @@ import itertools
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Final
 
-from etf_otel.core._linkage import Conversation
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._setup import Instrumentation
-from etf_otel.integrations._conversation import LruIndex, digests, fingerprint, string_or_none
-from etf_otel.integrations._instrumentor_base import Method, Prepared, unwrap_methods, wrap_methods
+from etf_otel.integrations._conversation import (
+    Candidate,
+    ConversationIndex,
+    Linked,
+    LinkedConversation,
+    digests,
+    fingerprint,
+    string_ids,
+    string_or_none,
+)
+from etf_otel.integrations._instrumentor_base import Method, Prepared, rejected_by, unwrap_methods, wrap_methods
 from etf_otel.protocols import RESPONSES, field
 
-__all__ = ["ResponsesWrappers", "is_sdk_stream", "output_run_starts", "result_call_ids"]
+__all__ = ["ResponsesWrappers", "function_call_ids", "is_sdk_stream", "output_run_starts", "result_call_ids"]
 
 _MODULE: Final = "openai.resources.responses.responses"
 _CREATED: Final = "response.created"
@@ -105,15 +115,9 @@ def result_call_ids(items: Sequence[Any]) -> list[str | None]:
     return [string_or_none(call_id) for call_id in RESPONSES.result_ids(list(items)) or ()]
 
 
-class _Thread:
-    """One conversation and what its latest request and response were (the only ones it can settle)."""
-
-    __slots__ = ("conversation", "request_key", "response_id")
-
-    def __init__(self) -> None:
-        self.conversation = Conversation()
-        self.request_key: bytes | None = None
-        self.response_id: str | None = None
+def function_call_ids(items: Sequence[Any]) -> list[str]:
+    """The ``call_id`` of every ``function_call`` item (the evidence of the response they came from)."""
+    return string_ids(field(item, "call_id") for item in items if field(item, "type") == "function_call")
 
 
 class ResponsesWrappers:
@@ -127,8 +131,7 @@ class ResponsesWrappers:
     ) -> None:
         self._instrumentation: Instrumentation | None = instrumentation
         self._provider_for = provider_for
-        self._by_input: LruIndex[bytes, _Thread] = LruIndex(max_conversations)
-        self._by_response: LruIndex[str, _Thread] = LruIndex(max_conversations)
+        self.index = ConversationIndex(max_conversations, rejected_by(instrumentation))
         self._wrapped = False
 
     # --- patching ---------------------------------------------------------------------------
@@ -191,24 +194,30 @@ class ResponsesWrappers:
             provider = self._provider_for(instance)
             items = input_items(kwargs.get("input"))
             item_digests = digests(items)
-            thread: _Thread | None = None
-            result_ids: list[str | None] | None = None
-            previous = kwargs.get("previous_response_id")
-            if isinstance(previous, str) and previous:
-                candidate = self._by_response.get(previous)
-                if candidate is not None and candidate.response_id == previous:
-                    thread, result_ids = candidate, result_call_ids(items)
-            else:
-                for start in reversed(output_run_starts(items)):
-                    prefix = fingerprint(item_digests[:start])
-                    candidate = self._by_input.get(prefix)
-                    if candidate is not None:
-                        if candidate.request_key == prefix:
-                            thread, result_ids = candidate, result_call_ids(items[start:])
-                        break
+            linked = self._link(items, item_digests, kwargs.get("previous_response_id"))
             request_key = fingerprint(item_digests) if items else None
-            return Prepared(provider, None, result_ids, RESPONSES, thread=thread, request_key=request_key)
+            return Prepared(
+                provider, linked.conversation, linked.result_ids, RESPONSES, request_key, ambiguous=linked.ambiguous
+            )
         return None
+
+    def _link(self, items: list[Any], item_digests: list[bytes], previous: object) -> Linked:
+        """The evidence of a request, in order: the call ids of its last run of output items, its
+        ``previous_response_id``, then each run of output items (the latest first) as the end of an
+        earlier request's input."""
+        index = self.index
+        starts = output_run_starts(items)
+        evidence: list[tuple[Candidate, int]] = []  # where the results it decides start
+        if starts:
+            evidence.append((index.by_ids(function_call_ids(items[starts[-1] :])), starts[-1]))
+        if isinstance(previous, str) and previous:
+            evidence.append((index.by_response(previous), 0))
+        else:
+            evidence.extend((index.by_request(fingerprint(item_digests[:start])), start) for start in reversed(starts))
+        found, ambiguous, position = index.first_match(candidate for candidate, _ in evidence)
+        if found is None:
+            return Linked(None, None, ambiguous)
+        return Linked(found, result_call_ids(items[evidence[position][1] :]))
 
     def _prepare_replay(self, instance: Any, kwargs: dict[str, Any]) -> Prepared | None:
         """A stored response streamed again from its first event: a new conversation, no results."""
@@ -227,23 +236,23 @@ class ResponsesWrappers:
             instrumentation = self._instrumentation
             if instrumentation is None or not is_sdk_stream(result):
                 return result
-            thread: _Thread = prepared.thread if prepared.thread is not None else _Thread()
-            prepared.conversation = thread.conversation  # result_ids are None for a new conversation
+            conversation = prepared.conversation
+            if not isinstance(conversation, LinkedConversation):
+                conversation = prepared.conversation = self.index.new()  # result_ids are None for it
             observed = prepared.observe(instrumentation, result)
             if observed is result:
                 return result  # not observed (disabled, suppressed): nothing to link either
             # The request reached the model: it is now the conversation's latest.
-            thread.request_key = prepared.request_key
-            thread.response_id = None
+            conversation.response_id = None
+            conversation.request_key = None
             if prepared.request_key is not None:
-                self._by_input.put(prepared.request_key, thread)
-            _watch_response_id(result, self._started(thread))
+                self.index.requested(conversation, prepared.request_key)
+            _watch_response_id(result, self._started(conversation))
         return observed
 
-    def _started(self, thread: _Thread) -> Callable[[str], None]:
+    def _started(self, conversation: LinkedConversation) -> Callable[[str], None]:
         def started(response_id: str) -> None:
-            thread.response_id = response_id
-            self._by_response.put(response_id, thread)
+            self.index.responded(conversation, response_id)
 
         return started
 
