@@ -43,6 +43,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from etf_otel.audit._model import AuditFinding, FindingKind, SpanData
+from etf_otel.audit._sources.sql_values import clean, string_map
 from etf_otel.errors import SqlAuditError
 
 __all__ = [
@@ -153,22 +154,6 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
-def _any_string(value: object) -> str:
-    """An attribute value as the exporter stores it (``pcommon.Value.AsString``)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        text = repr(value)
-        return format(Decimal(text), "f") if "e" in text else text.removesuffix(".0")
-    if value is None:
-        return ""
-    return json.dumps(value, separators=(",", ":"), sort_keys=isinstance(value, dict))
-
-
 _ROW_TYPES = {
     "TimestampNs": "Int64",
     "TraceId": "String",
@@ -176,6 +161,7 @@ _ROW_TYPES = {
     "ParentSpanId": "String",
     "SpanName": "String",
     "ServiceName": "String",
+    "ScopeName": "String",
     "ResourceAttributes": "Map(String, String)",
     "SpanAttributes": "Map(String, String)",
     "Duration": "UInt64",
@@ -201,35 +187,35 @@ _SELECTED = [
 ]
 
 
-def _string_map(attributes: dict[str, object]) -> dict[str, str]:
-    return {key: _any_string(value) for key, value in attributes.items()}
-
-
 def to_row(span: SpanData) -> dict[str, Any]:
     """One ``otel_traces`` row for ``span``, as the exporter writes it.
 
-    ``SpanData`` has no span kind, scope or event times: ``SpanKind`` and ``ScopeName`` stay empty and
-    event timestamps are the span's start (the audit reads none of them).
+    ``SpanData`` has no span kind or event times: ``SpanKind`` stays empty and event timestamps are the
+    span's start (the audit reads neither). Lone surrogates become U+FFFD (``sql_values.clean``).
     """
-    return {
-        "TimestampNs": span.start_ns,
-        "TraceId": span.trace_id,
-        "SpanId": span.span_id,
-        "ParentSpanId": span.parent_span_id or "",
-        "SpanName": span.name,
-        "ServiceName": span.service or "",
-        "ResourceAttributes": {"service.name": span.service} if span.service else {},
-        "SpanAttributes": _string_map(span.attributes),
-        "Duration": max(span.end_ns - span.start_ns, 0),
-        "StatusCode": _STATUS.get(span.status_code, "Unset"),
-        "Events.TimestampNs": [span.start_ns] * len(span.events),
-        "Events.Name": [name for name, _ in span.events],
-        "Events.Attributes": [_string_map(attributes) for _, attributes in span.events],
-        "Links.TraceId": [trace_id for trace_id, _ in span.links],
-        "Links.SpanId": [span_id for _, span_id in span.links],
-        "Links.TraceState": [""] * len(span.links),
-        "Links.Attributes": [{} for _ in span.links],
-    }
+    row: dict[str, Any] = clean(
+        {
+            "TimestampNs": span.start_ns,
+            "TraceId": span.trace_id,
+            "SpanId": span.span_id,
+            "ParentSpanId": span.parent_span_id or "",
+            "SpanName": span.name,
+            "ServiceName": span.service or "",
+            "ScopeName": span.scope or "",
+            "ResourceAttributes": {"service.name": span.service} if span.service else {},
+            "SpanAttributes": string_map(span.attributes),
+            "Duration": max(span.end_ns - span.start_ns, 0),
+            "StatusCode": _STATUS.get(span.status_code, "Unset"),
+            "Events.TimestampNs": [span.start_ns] * len(span.events),
+            "Events.Name": [name for name, _ in span.events],
+            "Events.Attributes": [string_map(attributes) for _, attributes in span.events],
+            "Links.TraceId": [trace_id for trace_id, _ in span.links],
+            "Links.SpanId": [span_id for _, span_id in span.links],
+            "Links.TraceState": [""] * len(span.links),
+            "Links.Attributes": [{} for _ in span.links],
+        }
+    )
+    return row
 
 
 class ChdbEngine:
@@ -335,6 +321,13 @@ def _one_line(error: BaseException) -> str:
 
 
 _KIND_ORDER = {kind.value: index for index, kind in enumerate(FindingKind)}
+_ETF_SPAN = (
+    "SpanName IN ('assemble_response', 'assemble_tool_call') OR startsWith(SpanName, 'assemble_tool_call ')"
+    " OR ScopeName = 'etf_otel' OR startsWith(ScopeName, 'etf_otel.')"
+    " OR arrayExists(k -> startsWith(k, 'etf.'), mapKeys(SpanAttributes))"
+    " OR arrayExists(n -> startsWith(n, 'etf.'), `Events.Name`)"
+)
+"""A span etf-otel wrote, as ``etf_otel.audit._foreign.is_etf_span`` tells."""
 
 
 def _findings(rows: list[list[Any]]) -> Iterator[tuple[str, AuditFinding]]:
@@ -353,6 +346,8 @@ class SqlFindings:
 
     spans: int = 0
     traces: int = 0
+    duplicate_spans: int = 0
+    etf_spans: int = 0
     groups: list[list[AuditFinding]] = field(default_factory=list)
     """The findings of each checked trace, one list per trace, in a stable order (never empty lists)."""
 
@@ -368,13 +363,15 @@ def sql_findings(
     window = window or TimeWindow()
     params: dict[str, Any] = {"database": database, "table": table, **window.params()}
     counts = engine.query(
-        "SELECT count(), uniqExact(TraceId) FROM {database:Identifier}.{table:Identifier}"
+        f"SELECT uniqExact(TraceId, SpanId), uniqExact(TraceId), count(), countIf({_ETF_SPAN})"
+        " FROM {database:Identifier}.{table:Identifier}"
         " WHERE TraceId IN (SELECT TraceId FROM {database:Identifier}.{table:Identifier}"
         " WHERE Timestamp >= fromUnixTimestamp64Nano({since_ns:Int64})"
         " AND Timestamp < fromUnixTimestamp64Nano({until_ns:Int64}))",
         params,
     )
     found = SqlFindings(int(counts[0][0]), int(counts[0][1]))
+    found.duplicate_spans, found.etf_spans = int(counts[0][2]) - found.spans, int(counts[0][3])
     rows: list[list[Any]] = []
     for statement in statements(read_sql("audit_findings.sql")):
         rows = engine.query(statement, params)
