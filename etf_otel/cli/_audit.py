@@ -69,7 +69,8 @@ exit codes:
   2  nothing to audit, unusable input or usage, one line on stderr: a file that is
      not OTLP JSON, an unreachable server, no span from etf-otel at all
 
-example: etf-otel audit traces/ --json
+example:
+  etf-otel audit traces/ --json
 More: docs/cli.md
 """
 

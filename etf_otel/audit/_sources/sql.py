@@ -17,8 +17,12 @@ Where the two audits can differ (documented, and kept out of the agreement test)
 some ties by the order spans arrive in, which a table does not have; SQL breaks them by start time, then
 span id. That concerns which referencing span ``missing_span``'s ``detail`` names, which span an
 ``orphaned_tool_message`` found on several spans is reported on, which sibling's first category an
-``executed_rejected`` of a response blocked by several rejected siblings carries, and proposals or
-executions with equal start times. The exporter's ``Map(String, String)`` also loses attribute types: an
+``executed_rejected`` of a response blocked by several rejected siblings carries (and the category of a
+``recorded_rejection``), and proposals or executions with equal start times. An execution matched by id to
+a proposal of another trace is counted per trace of its findings by the Python audit after every trace is
+checked, so ``traces`` of a kind can differ when that trace has a finding of the same kind already; and a
+nested execution span with a link into another trace is reported as the outer span by the Python audit,
+the inner one by SQL. The exporter's ``Map(String, String)`` also loses attribute types: an
 attribute of the wrong type (an integer call id, the string ``"true"`` as ``etf.stream.dispatchable``) is
 ignored by the Python audit and read as its text by SQL. Settlement evidence (``etf.linkage.answered_ids``,
 ``unanswered_call`` events) is matched across the traces of the window by both; past 1,000,000 settled call
