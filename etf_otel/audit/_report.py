@@ -3,9 +3,9 @@
 A model only: :meth:`AuditReport.to_dict` is the ``--json`` document, :attr:`AuditReport.has_findings`
 decides the exit status; printing it is the command line's job (``etf_otel.cli._audit``).
 
-:data:`INFORMATIONAL` kinds (``unjudged``) are counted per kind like the others, but they are not
-problems: they are left out of ``findings``, ``ok``, the exit status, ``traces_with_findings`` and
-``traces_detail``.
+:data:`INFORMATIONAL` kinds (``unjudged``, ``unidentified_execution``, ``response_not_observed``,
+``unobserved_llm_call``) are counted per kind like the others, but they are not problems: they are
+left out of ``findings``, ``ok``, the exit status, ``traces_with_findings`` and ``traces_detail``.
 """
 
 from __future__ import annotations
