@@ -32,9 +32,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from etf_otel import attributes as A
+from etf_otel.audit._evidence import DEFAULT_MAX_EVIDENCE_IDS, Evidence
 from etf_otel.audit._executions import conflict_findings, executions_of, orphan_detail
-from etf_otel.audit._model import AuditFinding, FindingKind, Item, LinkProbe, Role, SpanData, SpanRecord
+from etf_otel.audit._model import AuditFinding, FindingKind, Item, LinkProbe, Role, SpanRecord
+from etf_otel.audit._responses import rejection_findings, unobserved_findings, unobserved_llm_calls
 from etf_otel.core._vocabulary import ErrorCategory, StreamState, Verdict
 
 __all__ = [
@@ -51,61 +52,13 @@ __all__ = [
 ]
 
 
-DEFAULT_MAX_EVIDENCE_IDS = 1_000_000
-"""Settled call ids :class:`Evidence` keeps; later ones are counted, not kept (their proposals stay unjudged)."""
 _UNANSWERED: str = ErrorCategory.UNANSWERED_CALL.value
 RECORDED_UNANSWERED_DETAIL = "recorded by the instrumentation"
 """``detail`` of an ``unanswered_call`` finding: the settlement's own event is the evidence."""
 UNJUDGED_DETAIL = "no execution, no settlement recorded"
 """``detail`` of an ``unjudged`` finding."""
-
-
-@dataclass
-class Evidence:
-    """Which calls a settlement recorded, by call id, across every trace of the input (bounded).
-
-    A settlement is a later request's ``etf.linkage.answered_ids`` (on its ``assemble_response``
-    span) or an ``unanswered_call`` event naming the call (on any span). ``settled`` maps each
-    call id to the end of the latest span recording one; it settles a proposal whose span ended
-    before that (a settlement can only cover calls proposed before it, in the same process, on
-    the same clock). Call ids are matched across traces as they are: ids that repeat across
-    conversations (a server numbering its calls ``call_0``, ``call_1``, ...) can hide a proposal
-    behind another conversation's later settlement, never report one that has none. Past
-    ``max_ids`` ids the rest are counted in ``dropped``: their proposals become ``unjudged``.
-    """
-
-    settled: dict[str, int] = field(default_factory=dict)
-    max_ids: int = DEFAULT_MAX_EVIDENCE_IDS
-    dropped: int = 0
-
-    def note(self, call_id: str, at_ns: int) -> None:
-        """A span ending at ``at_ns`` recorded a settlement of ``call_id``."""
-        seen = self.settled.get(call_id)
-        if seen is None and len(self.settled) >= self.max_ids:
-            self.dropped += 1
-        elif seen is None or at_ns > seen:
-            self.settled[call_id] = at_ns
-
-    def add(self, span: SpanData, record: SpanRecord) -> None:
-        """Note the settlements one span records (``record`` is its :func:`~etf_otel.audit._model.to_record`)."""
-        if record.role is Role.RESPONSE:
-            ids = span.attributes.get(A.ETF_LINKAGE_ANSWERED_IDS)
-            if isinstance(ids, list):
-                for call_id in ids:
-                    if isinstance(call_id, str) and call_id:
-                        self.note(call_id, record.end_ns)
-        self.add_events(record)
-
-    def add_events(self, record: SpanRecord) -> None:
-        """Note the ``unanswered_call`` events of ``record`` (all a trace checked on its own has)."""
-        for category, call_id in record.violations:
-            if category == _UNANSWERED and call_id is not None:
-                self.note(call_id, record.end_ns)
-
-    def settles(self, call: SpanRecord) -> bool:
-        """Whether a settlement recorded after ``call``'s span ended names its call id."""
-        at_ns = self.settled.get(call.call_id) if call.call_id is not None else None
-        return at_ns is not None and at_ns >= call.end_ns
+SEVERAL_DETAIL = "call id proposed by several spans of the input"
+"""``detail`` of an ``unjudged`` execution: its id cannot name one proposal."""
 
 
 def _response_of_calls(calls: list[SpanRecord], responses: list[SpanRecord]) -> dict[str, SpanRecord]:
@@ -152,6 +105,8 @@ class TraceIndex:
     """The first category of the first rejected call of each response, by the response's span id."""
     answered: set[str] = field(default_factory=set)
     """Call ids answered by a tool message anywhere in the trace."""
+    unobserved: list[SpanRecord] = field(default_factory=list)
+    """Other instrumentations' LLM calls with no ``assemble_response`` near them (``_responses``)."""
 
     def judge(self, call: SpanRecord) -> tuple[bool | None, str | None]:
         """(valid proposal?, category if not); ``None`` when the span is too incomplete to say."""
@@ -171,12 +126,16 @@ class TraceIndex:
 def index_trace(trace_id: str, items: Iterable[Item]) -> TraceIndex:
     """Phase 0: split records from probes and index proposals, responses and answered call ids."""
     index = TraceIndex(trace_id)
-    for item in items:
+    probes: set[tuple[str, str, str]] = set()
+    for item in items:  # a span exported twice is one span: the first copy counts
         if isinstance(item, LinkProbe):
-            index.probes.append(item)
-        else:
+            key = (item.source_trace, item.source_span, item.target_span)
+            if key not in probes:
+                probes.add(key)
+                index.probes.append(item)
+        elif item.span_id not in index.present:
+            index.present.add(item.span_id)
             index.records.append(item)
-    index.present = {record.span_id for record in index.records}
     index.calls = [record for record in index.records if record.role is Role.CALL]
     index.calls_by_span = {call.span_id: call for call in index.calls}
     responses = [record for record in index.records if record.role is Role.RESPONSE]
@@ -190,6 +149,7 @@ def index_trace(trace_id: str, items: Iterable[Item]) -> TraceIndex:
             index.by_call_id.setdefault(call.call_id, []).append(call)
     for record in index.records:
         index.answered.update(record.tool_messages)
+    index.unobserved = unobserved_llm_calls(index.records)
     return index
 
 
@@ -247,7 +207,32 @@ def _target_of(index: TraceIndex, execution: SpanRecord) -> SpanRecord | None:
     return target
 
 
-def execution_findings(index: TraceIndex) -> tuple[list[AuditFinding], dict[str, list[SpanRecord]]]:
+def _unmatched(index: TraceIndex, execution: SpanRecord, evidence: Evidence | None) -> AuditFinding | None:
+    """What an execution no proposal of its trace matches is (``None``: deferred to the proposal elsewhere).
+
+    No call id: ``unidentified_execution``. An id one span of another trace proposed: judged against it
+    (:meth:`Evidence.finish`); several: ``unjudged``. Otherwise ``response_not_observed`` when the trace has
+    an LLM call etf-otel did not observe, else ``orphaned_execution``."""
+    trace_id, span_id, call_id = execution.trace_id, execution.span_id, execution.call_id
+    if call_id is None:
+        detail = orphan_detail(execution, call_id)
+        return AuditFinding.of(FindingKind.UNIDENTIFIED_EXECUTION, trace_id, span_id, detail=detail)
+    elsewhere = evidence.proposed_elsewhere(call_id) if evidence is not None else None
+    if elsewhere is True:
+        assert evidence is not None
+        evidence.deferred.append(execution)
+        return None
+    if elsewhere is False:
+        return AuditFinding.of(FindingKind.UNJUDGED, trace_id, span_id, call_id=call_id, detail=SEVERAL_DETAIL)
+    if index.unobserved:
+        detail = f"{len(index.unobserved)} LLM call(s) of the trace not observed"
+        return AuditFinding.of(FindingKind.RESPONSE_NOT_OBSERVED, trace_id, span_id, call_id=call_id, detail=detail)
+    return AuditFinding.of(FindingKind.ORPHANED_EXECUTION, trace_id, span_id, call_id=call_id)
+
+
+def execution_findings(
+    index: TraceIndex, evidence: Evidence | None = None
+) -> tuple[list[AuditFinding], dict[str, list[SpanRecord]]]:
     """Phase 2: every execution matched to its proposal; also returns the executions of each call's span."""
     findings: list[AuditFinding] = []
     executed: dict[str, list[SpanRecord]] = {}
@@ -264,10 +249,9 @@ def execution_findings(index: TraceIndex) -> tuple[list[AuditFinding], dict[str,
         if target is None and execution.links and execution.links[0][1] not in index.present:
             continue  # its proposal's span never arrived: reported as missing_span, cannot be judged
         if target is None:
-            detail = orphan_detail(execution, call_id)
-            findings.append(
-                AuditFinding.of(FindingKind.ORPHANED_EXECUTION, trace_id, span_id, call_id=call_id, detail=detail)
-            )
+            unmatched = _unmatched(index, execution, evidence)
+            if unmatched is not None:
+                findings.append(unmatched)
             continue
         valid, category = index.judge(target)
         if valid is False:
@@ -306,13 +290,18 @@ def call_findings(
             )
         call_id = call.call_id
         settled = (call_id is not None and call_id in index.answered) or evidence.settles(call)
+        elsewhere = call_id is not None and evidence.executed_elsewhere(call)
+        if elsewhere and call_id is not None:
+            evidence.judged[call_id] = index.judge(call)
         if not runs:
             if not settled and index.judge(call)[0] is True:
-                findings.append(
-                    AuditFinding.of(
-                        FindingKind.UNJUDGED, index.trace_id, call.span_id, call_id=call_id, detail=UNJUDGED_DETAIL
-                    )
+                unjudged = AuditFinding.of(
+                    FindingKind.UNJUDGED, index.trace_id, call.span_id, call_id=call_id, detail=UNJUDGED_DETAIL
                 )
+                if elsewhere and call_id is not None:  # reported only if no execution of another trace ran it
+                    evidence.held[call_id] = unjudged
+                else:
+                    findings.append(unjudged)
         elif all(run.error_type is not None for run in runs) and not settled:
             findings.append(
                 AuditFinding.of(
@@ -378,8 +367,10 @@ def check_trace(trace_id: str, items: Iterable[Item], evidence: Evidence | None 
     without it only the trace's own ``unanswered_call`` events count as settlements."""
     index = index_trace(trace_id, items)
     findings = telemetry_findings(index)
-    executions, executed = execution_findings(index)
+    executions, executed = execution_findings(index, evidence)
     findings += executions
+    findings += rejection_findings(index.trace_id, index.records, index.response_of, index.first_category_of_response)
+    findings += unobserved_findings(index.trace_id, index.unobserved)
     findings += call_findings(index, executed, evidence)
     findings += tool_message_findings(index)
     findings += recorded_violation_findings(index, findings)

@@ -63,15 +63,46 @@ def _resolved(execution: SpanRecord, client: SpanRecord) -> SpanRecord:
     )
 
 
+def _same_call(inner: SpanRecord, outer: SpanRecord) -> bool:
+    return inner.call_id is None or outer.call_id is None or inner.call_id == outer.call_id
+
+
+def _nested(records: list[SpanRecord]) -> dict[str, SpanRecord]:
+    """Execution spans with an execution child of the same call (a framework's span around ours), by span id:
+    one execution, recorded twice; the inner span is the one judged."""
+    executions = {record.span_id: record for record in records if record.role is Role.EXECUTION}
+    outer: dict[str, SpanRecord] = {}
+    for record in executions.values():
+        parent = executions.get(record.parent_id) if record.parent_id is not None else None
+        if parent is not None and _same_call(record, parent):
+            outer[parent.span_id] = parent
+    return outer
+
+
+def _completed(inner: SpanRecord, outer: SpanRecord) -> SpanRecord:
+    """The inner span of a nested execution, with its parent's call id, link and error when it has none."""
+    return replace(
+        inner,
+        call_id=inner.call_id or outer.call_id,
+        links=inner.links or outer.links,
+        error_type=inner.error_type or outer.error_type,
+        refused=inner.refused or outer.refused,
+    )
+
+
 def executions_of(trace_id: str, records: list[SpanRecord], probes: list[LinkProbe]) -> list[SpanRecord]:
     """The executions judged with ``trace_id``, earliest first: its own (unless their first link
     points into another trace, where they are judged) and those linking in, each counted once."""
     clients = {record.span_id: record for record in records if record.role is Role.REMOTE_CALL}
+    outer = _nested(records)
     children: set[tuple[str, str]] = set()
     executions: list[SpanRecord] = []
     for record in records:
-        if record.role is not Role.EXECUTION:
+        if record.role is not Role.EXECUTION or record.span_id in outer:
             continue
+        parent = outer.get(record.parent_id) if record.parent_id is not None else None
+        if parent is not None:
+            record = _completed(record, parent)
         client = clients.get(record.parent_id) if record.parent_id is not None else None
         if client is not None:
             children.add((record.trace_id, client.span_id))

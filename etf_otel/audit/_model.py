@@ -17,6 +17,7 @@ from enum import Enum
 from typing import Any
 
 from etf_otel import attributes as A
+from etf_otel.audit._foreign import foreign_call_id, is_foreign_execution, is_llm_call
 from etf_otel.core._vocabulary import OTHER, ErrorCategory, Verdict
 
 __all__ = [
@@ -47,12 +48,10 @@ MATCHED = ("explicit", "unique")
 class FindingKind(str, Enum):
     """What the audit found (closed set), named after the evidence: the span or message it is in.
 
-    A kind is not a category. Each finding also carries the error category of
-    docs/categories.md, the vocabulary ``replay`` and the telemetry use too: a kind with a
-    fixed one has it in :data:`FIXED_CATEGORY` (``orphaned_execution`` and
-    ``orphaned_tool_message`` are both ``orphaned_result``), the others take the span's or
-    event's. The values are the ``kind`` of ``audit --json`` and of ``sql/audit_findings.sql``,
-    one name each (docs/cli.md#findings; tests/cli/test_cli_contract.py checks they agree).
+    A kind is not a category. Each finding also carries the error category of docs/categories.md (the
+    vocabulary of ``replay`` and the telemetry): fixed per kind in :data:`FIXED_CATEGORY`, else the span's
+    or event's. The values are the ``kind`` of ``audit --json`` and of ``sql/audit_findings.sql``, one name
+    each (docs/cli.md#findings; tests/cli/test_cli_contract.py checks they agree).
     """
 
     ORPHANED_EXECUTION = "orphaned_execution"
@@ -66,6 +65,9 @@ class FindingKind(str, Enum):
     """A call executed only with host errors (``error.type``), and no tool message or settlement answers it."""
     EXECUTED_REJECTED = "executed_rejected"
     """An execution of a rejected call, or of any call of a truncated or otherwise non-dispatchable response."""
+    RECORDED_REJECTION = "recorded_rejection"
+    """A response the rules rejected (``etf.stream.dispatchable = false``), executed or not: the application
+    may have acted on what its SDK assembled. On the ``assemble_response`` span, with its blocking category."""
     REFUSED_EXECUTION = "refused_execution"
     """Guard mode refused an execution (``etf.guard.refused``): the guard held, the attempt is reported."""
     ORPHANED_TOOL_MESSAGE = "orphaned_tool_message"
@@ -79,7 +81,14 @@ class FindingKind(str, Enum):
     span whose call id contradicts its CLIENT span's."""
     UNJUDGED = "unjudged"
     """Informational, not a problem: a valid proposal neither executed nor settled by a later request
-    (no ``etf.linkage.answered_ids`` naming it, no ``unanswered_call`` event): the input has no evidence either way."""
+    (no ``etf.linkage.answered_ids`` naming it, no ``unanswered_call`` event): the input has no evidence either way;
+    or an execution whose call id several traces proposed (ids are matched across traces only when unique)."""
+    UNIDENTIFIED_EXECUTION = "unidentified_execution"
+    """Informational: an execution with no call id and no link (an OpenLLMetry tool span): nothing names its call."""
+    RESPONSE_NOT_OBSERVED = "response_not_observed"
+    """Informational: an execution whose id no observed response proposed, in a trace with an unobserved LLM call."""
+    UNOBSERVED_LLM_CALL = "unobserved_llm_call"
+    """Informational: another instrumentation's LLM span with no ``assemble_response`` near it (``_responses``)."""
 
 
 FIXED_CATEGORY: dict[FindingKind, str | None] = {
@@ -90,6 +99,9 @@ FIXED_CATEGORY: dict[FindingKind, str | None] = {
     FindingKind.ORPHANED_TOOL_MESSAGE: ErrorCategory.ORPHANED_RESULT.value,
     FindingKind.MISSING_SPAN: None,
     FindingKind.MALFORMED_SPAN: None,
+    FindingKind.UNIDENTIFIED_EXECUTION: None,
+    FindingKind.RESPONSE_NOT_OBSERVED: None,
+    FindingKind.UNOBSERVED_LLM_CALL: None,
 }
 """Kinds with a fixed category; the others take theirs from the span or event."""
 
@@ -100,6 +112,8 @@ class Role(str, Enum):
     CALL = "call"
     RESPONSE = "response"
     EXECUTION = "execution"
+    LLM = "llm"
+    """Another instrumentation's LLM call (``etf_otel.audit._foreign``): observed when a response is near it."""
     REMOTE_CALL = "remote_call"
     """An ``mcp`` SDK CLIENT span of a ``tools/call`` that etf-otel enriched (``etf.mcp.match`` or a call
     id): an execution only when no execution span of the tool server is its child (``audit.executions``)."""
@@ -128,6 +142,8 @@ class SpanData:
     links: list[tuple[str, str]] = field(default_factory=list)
     status_code: int = 0
     service: str | None = None
+    scope: str | None = None
+    """The instrumentation scope's name (``etf_otel`` for etf-otel's own spans), when the source has it."""
 
 
 def span_events(
@@ -203,6 +219,7 @@ def _role(span: SpanData) -> Role:
         name == A.SPAN_EXECUTE_TOOL
         or name.startswith(EXECUTE_TOOL_PREFIX)
         or span.attributes.get(A.GEN_AI_OPERATION_NAME) == A.OPERATION_EXECUTE_TOOL
+        or is_foreign_execution(span.attributes)
     ):
         return Role.EXECUTION
     # The SDK sets gen_ai.operation.name only on its SERVER span: without it, a tools/call span is
@@ -211,6 +228,8 @@ def _role(span: SpanData) -> Role:
         _string(span.attributes.get(A.GEN_AI_TOOL_CALL_ID)) or _string(span.attributes.get(A.ETF_MCP_MATCH))
     ):
         return Role.REMOTE_CALL
+    if is_llm_call(span.attributes):
+        return Role.LLM
     return Role.OTHER
 
 
@@ -286,7 +305,7 @@ def _read_response(record: SpanRecord, attributes: dict[str, object], problems: 
 
 def _read_execution(record: SpanRecord, span: SpanData) -> None:
     attributes = span.attributes
-    record.call_id = _string(attributes.get(A.GEN_AI_TOOL_CALL_ID))
+    record.call_id = _string(attributes.get(A.GEN_AI_TOOL_CALL_ID)) or foreign_call_id(attributes)
     record.error_type = _string(attributes.get(A.ERROR_TYPE))
     if record.error_type is None and span.status_code == STATUS_CODE_ERROR:
         record.error_type = OTHER

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from etf_otel.audit._checks import Evidence, check_trace
+from etf_otel.audit._foreign import is_etf_span
 from etf_otel.audit._model import SpanData, SpanRecord, items_of, to_record
 from etf_otel.audit._partition import Partitioner
 from etf_otel.audit._report import AuditReport
@@ -43,6 +44,8 @@ def audit_spans(
         for span in spans:
             record = to_record(span)
             evidence.add(span, record)
+            if is_etf_span(span.name, span.attributes, [name for name, _ in span.events], span.scope):
+                report.etf_spans += 1
             if not record.links:
                 partitioner.add(record.trace_id, record)
             else:
@@ -52,12 +55,16 @@ def audit_spans(
         for done, group in enumerate(partitioner.groups(), start=1):
             for trace_id, items in group:
                 findings = check_trace(trace_id, items, evidence)
-                if any(isinstance(item, SpanRecord) for item in items):
+                records = [item for item in items if isinstance(item, SpanRecord)]
+                report.duplicate_spans += len(records) - len({record.span_id for record in records})
+                if records:
                     report.add_trace(findings)
                 else:  # only probes: a link into a trace none of whose spans arrived
                     report.add_findings(findings)
             if on_group is not None:
                 on_group(done, total)
+        for batch in evidence.finish():  # executions matched to a proposal of another trace
+            report.add_findings(batch)
     finally:
         partitioner.close()
     return report
@@ -75,6 +82,7 @@ def sql_audit(
     report = report if report is not None else AuditReport()
     found = sql_findings(engine, database=database, table=table, window=window)
     report.spans, report.traces = found.spans, found.traces
+    report.duplicate_spans, report.etf_spans = found.duplicate_spans, found.etf_spans
     # One add_findings per checked trace, as audit_spans does per check_trace call.
     for batch in found.groups:
         report.add_findings(batch)

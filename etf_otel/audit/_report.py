@@ -3,9 +3,9 @@
 A model only: :meth:`AuditReport.to_dict` is the ``--json`` document, :attr:`AuditReport.has_findings`
 decides the exit status; printing it is the command line's job (``etf_otel.cli._audit``).
 
-:data:`INFORMATIONAL` kinds (``unjudged``) are counted per kind like the others, but they are not
-problems: they are left out of ``findings``, ``ok``, the exit status, ``traces_with_findings`` and
-``traces_detail``.
+:data:`INFORMATIONAL` kinds (``unjudged``, ``unidentified_execution``, ``response_not_observed``,
+``unobserved_llm_call``) are counted per kind like the others, but they are not problems: they are
+left out of ``findings``, ``ok``, the exit status, ``traces_with_findings`` and ``traces_detail``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,14 @@ FIRST_TRACES = 5
 """Trace ids listed per finding kind."""
 MAX_TRACE_DETAILS = 1000
 """Traces whose findings are listed one by one in ``--json`` (the rest are counted)."""
-INFORMATIONAL: frozenset[FindingKind] = frozenset({FindingKind.UNJUDGED})
+INFORMATIONAL: frozenset[FindingKind] = frozenset(
+    {
+        FindingKind.UNJUDGED,
+        FindingKind.UNIDENTIFIED_EXECUTION,
+        FindingKind.RESPONSE_NOT_OBSERVED,
+        FindingKind.UNOBSERVED_LLM_CALL,
+    }
+)
 """Kinds that report what the input cannot tell, not a problem: they never fail the audit."""
 
 
@@ -38,9 +45,15 @@ class AuditReport:
     """Counts, the first traces of each kind, and the findings of the first traces (bounded)."""
 
     files: int = 0
+    skipped_files: list[str] = field(default_factory=list)
+    """Files found in a directory that are not trace exports, each with its reason."""
     records: int = 0
     skipped_records: int = 0
     spans: int = 0
+    """Distinct spans: a span exported more than once counts once (``duplicate_spans`` counts the copies)."""
+    duplicate_spans: int = 0
+    etf_spans: int = 0
+    """Spans etf-otel wrote (``_foreign.is_etf_span``): none at all means it was not installed or enabled."""
     traces: int = 0
     traces_with_findings: int = 0
     kinds: dict[FindingKind, KindSummary] = field(default_factory=dict)
@@ -57,6 +70,12 @@ class AuditReport:
     def has_findings(self) -> bool:
         """Whether anything was found (the audit's exit status: docs/cli.md)."""
         return self.findings != 0
+
+    @property
+    def unobserved_llm_calls(self) -> int:
+        """Other instrumentations' LLM calls with no ``assemble_response`` near them."""
+        summary = self.kinds.get(FindingKind.UNOBSERVED_LLM_CALL)
+        return summary.count if summary is not None else 0
 
     def add_trace(self, findings: list[AuditFinding]) -> None:
         self.traces += 1
@@ -113,12 +132,16 @@ class AuditReport:
             "ok": self.findings == 0,
             "input": {
                 "files": self.files,
+                "skipped_files": self.skipped_files,
                 "records": self.records,
                 "skipped_records": self.skipped_records,
                 "spans": self.spans,
+                "duplicate_spans": self.duplicate_spans,
+                "etf_spans": self.etf_spans,
                 "traces": self.traces,
             },
             "findings": self.findings,
+            "unobserved_llm_calls": self.unobserved_llm_calls,
             "traces_with_findings": self.traces_with_findings,
             "by_kind": [
                 {

@@ -29,7 +29,7 @@ from etf_otel.audit._sources.files import STDIN, expand_paths, total_bytes
 from etf_otel.audit._sources.otlp_json import InputStats, iter_spans
 from etf_otel.audit._sources.phoenix import DEFAULT_PROJECT, PhoenixStats, iter_phoenix_spans
 from etf_otel.audit._sources.sql import DEFAULT_DATABASE, ChdbEngine, ClickHouseEngine, TimeWindow
-from etf_otel.cli._audit_report import emit_audit_report, render_audit_report
+from etf_otel.cli._audit_report import emit_audit_report, fill_input, no_etf_spans, render_audit_report, skipped_note
 from etf_otel.cli._exit_codes import EXIT_BAD_INPUT
 from etf_otel.cli._text import TERMINAL_STDIN, displayable, stdin_is_terminal
 from etf_otel.cli.html._audit import write_audit_page
@@ -63,18 +63,14 @@ def _fail(message: str) -> int:
 
 EPILOG: Final = """\
 exit codes:
-  0  no finding in the traces read
-  1  findings: a linkage problem (orphaned_execution, duplicate_execution,
-     unanswered_call, ...), or telemetry the audit cannot judge (missing_span,
-     malformed_span)
-  2  nothing to audit, unusable input or usage, with a one-line reason on stderr:
-     no PATH, options that do not go together, a file that is not OTLP JSON, an
-     unreachable server, input that holds no trace span
+  0  no finding (informational kinds such as unjudged or unobserved_llm_call only)
+  1  findings: a linkage problem (orphaned_execution, recorded_rejection, ...), or
+     telemetry the audit cannot judge (missing_span, malformed_span)
+  2  nothing to audit, unusable input or usage, one line on stderr: a file that is
+     not OTLP JSON, an unreachable server, no span from etf-otel at all
 
 example:
   etf-otel audit traces/ --json
-  etf-otel audit --phoenix http://localhost:6006 --project agents
-
 More: docs/cli.md
 """
 
@@ -197,24 +193,21 @@ def _files_report(
     def spans() -> Iterator[SpanData]:
         if stdin is not None:
             stdin.seek(0)
-        return iter_spans(files, stdin=stdin)
+        return iter_spans(paths, stdin=stdin)
 
     stats = InputStats()
     report = AuditReport()
     try:
-        _audit_files(files, stats, report, progress=progress, stdin=stdin)
+        _audit_files(paths, stats, report, progress=progress, stdin=stdin)
     except OtlpInputError as error:
         return _fail(str(error))
     except OSError as error:
         return _fail(f"cannot use temporary storage: {error}")
-    report.files, report.records, report.skipped_records, report.spans = (
-        stats.files,
-        stats.records,
-        stats.skipped_records,
-        stats.spans,
-    )
+    fill_input(report, stats)
     if stats.spans == 0:
-        return _fail(f"no OTLP trace spans in {len(files)} input file(s)")
+        return _fail(f"no OTLP trace spans in {len(files)} input file(s){skipped_note(stats)}")
+    if report.etf_spans == 0:
+        return _fail(no_etf_spans(report.spans))
     if html is not None:
         try:
             write_audit_page(html, report, spans, ", ".join(paths))
@@ -224,10 +217,10 @@ def _files_report(
 
 
 def _audit_files(
-    files: list[str], stats: InputStats, report: AuditReport, *, progress: bool, stdin: IO[bytes] | None = None
+    paths: list[str], stats: InputStats, report: AuditReport, *, progress: bool, stdin: IO[bytes] | None = None
 ) -> None:
-    """The streaming audit of ``files`` into ``report``, with a progress bar on a terminal's stderr."""
-    size = total_bytes(files)
+    """The streaming audit of ``paths`` into ``report``, with a progress bar on a terminal's stderr."""
+    size = total_bytes(expand_paths(paths))
     errors = Console(stderr=True)
     bar = Progress(
         TextColumn("{task.description}"),
@@ -256,7 +249,7 @@ def _audit_files(
 
     with bar:
         audit_spans(
-            iter_spans(files, stats, read_progress, stdin),
+            iter_spans(paths, stats, read_progress, stdin),
             report=report,
             partitioner=Partitioner(expected_spans=expected),
             on_group=on_group,
@@ -289,9 +282,11 @@ def run_phoenix_audit(
         return _fail(str(error))
     except OSError as error:
         return _fail(f"cannot use temporary storage: {error}")
-    report.records, report.spans = stats.pages, stats.spans
+    report.records, report.spans = stats.pages, stats.spans - report.duplicate_spans
     if stats.spans == 0:
         return _fail(f"no spans in Phoenix project {project!r} at {url}")
+    if report.etf_spans == 0:
+        return _fail(no_etf_spans(report.spans))
     if html is not None:
         try:
             write_audit_page(html, report, lambda: iter_phoenix_spans(url, project), f"Phoenix {url} ({project})")
@@ -352,6 +347,8 @@ def run_sql_audit(
         return _fail(f"cannot use temporary storage: {error}")
     finally:
         engines.close()
+    if report.spans and report.etf_spans == 0:
+        return _fail(no_etf_spans(report.spans))
     return emit_audit_report(report, json_output)
 
 
@@ -391,9 +388,10 @@ def _chdb_report(
     backend = ChdbEngine()
     engines.callback(backend.close)
     stats = InputStats()
-    backend.load(iter_spans(files, stats))
+    backend.load(iter_spans(paths, stats))
     report = sql_audit(backend, window=window)
     report.files, report.records, report.skipped_records = stats.files, stats.records, stats.skipped_records
+    report.skipped_files = list(stats.skipped_files)
     if stats.spans == 0:
-        raise SqlAuditError(f"no OTLP trace spans in {len(files)} input file(s)")
+        raise SqlAuditError(f"no OTLP trace spans in {len(files)} input file(s){skipped_note(stats)}")
     return report

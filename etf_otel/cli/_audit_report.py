@@ -14,10 +14,18 @@ from rich.text import Text
 
 from etf_otel.audit._model import FindingKind
 from etf_otel.audit._report import INFORMATIONAL, AuditReport
+from etf_otel.audit._sources.otlp_json import InputStats
 from etf_otel.cli._exit_codes import EXIT_FOUND, EXIT_OK
 from etf_otel.cli._text import console_for, displayable, print_table, write_json
 
-__all__ = ["TELEMETRY_KINDS", "emit_audit_report", "render_audit_report"]
+__all__ = [
+    "TELEMETRY_KINDS",
+    "emit_audit_report",
+    "fill_input",
+    "no_etf_spans",
+    "render_audit_report",
+    "skipped_note",
+]
 
 TELEMETRY_KINDS: Final = (FindingKind.MISSING_SPAN, FindingKind.MALFORMED_SPAN)
 """Kinds about the telemetry itself rather than the calls: they have no error category."""
@@ -41,6 +49,8 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
     skipped = f", {report.skipped_records} non-trace record(s) skipped" if report.skipped_records else ""
     counts = f": {report.files} file(s), {report.spans} span(s), {report.traces} trace(s){skipped}"
     console.print(Text.assemble(("etf-otel audit", "bold"), counts))
+    for skipped_file in report.skipped_files:
+        console.print(Text(f"skipped, not traces: {displayable(skipped_file)}"), soft_wrap=True)
     if not report.kinds:
         console.print(Text("No linkage problems found.", style="green"))
         return
@@ -61,14 +71,21 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
             console.print(Text(f"    {displayable(trace_id)}"), soft_wrap=True)
         if more > 0:
             console.print(Text(f"    and {more} more"), soft_wrap=True)
-    unjudged = sum(summary.count for kind, summary in report.kinds.items() if kind in INFORMATIONAL)
+    unjudged = sum(
+        summary.count
+        for kind, summary in report.kinds.items()
+        if kind in INFORMATIONAL and kind is not FindingKind.UNOBSERVED_LLM_CALL
+    )
     if report.findings:
         footer = Text.assemble((f"{report.findings} finding(s)", "red"), f" in {report.traces_with_findings} trace(s).")
     else:  # only informational kinds: nothing is wrong, something is not known
         footer = Text.assemble(("No linkage problems found", "green"), ".")
     if unjudged:
+        footer.append(f" {unjudged} call(s) or execution(s) unjudged: the input has no evidence either way.")
+    if report.unobserved_llm_calls:
         footer.append(
-            f" {unjudged} call(s) unjudged: no execution and no next request tells whether they were answered."
+            f" {report.unobserved_llm_calls} LLM call(s) recorded by another instrumentation were not observed"
+            " by etf-otel: is that path instrumented?"
         )
     telemetry = [kind.value for kind in TELEMETRY_KINDS if kind in report.kinds]
     if telemetry:  # only then: a note about kinds that are not there would only puzzle
@@ -78,3 +95,19 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
 
 
 # --- files (the default engine) ---------------------------------------------------------------------
+
+
+def no_etf_spans(spans: int) -> str:
+    """The one line of an input none of whose spans etf-otel wrote (never "no problems found")."""
+    return f"{spans} span(s), none from etf-otel: is it installed and enabled in this application?"
+
+
+def skipped_note(stats: InputStats) -> str:
+    return f" ({len(stats.skipped_files)} file(s) skipped: {stats.skipped_files[0]})" if stats.skipped_files else ""
+
+
+def fill_input(report: AuditReport, stats: InputStats) -> None:
+    """What the reader went through, into the report (a span exported twice counts once)."""
+    report.files, report.records, report.skipped_records = stats.files, stats.records, stats.skipped_records
+    report.spans = stats.spans - report.duplicate_spans
+    report.skipped_files = list(stats.skipped_files)

@@ -99,7 +99,9 @@ def test_readable_report(process: Callable[..., Process], capsys: pytest.Capture
 # --- every finding -----------------------------------------------------------------------------
 
 
-def test_orphaned_execution(process: Callable[..., Process], capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_execution_without_id_is_unidentified_never_orphaned(
+    process: Callable[..., Process], capsys: pytest.CaptureFixture[str]
+) -> None:
     proc = process()
     inst = proc.instrumentation()
     with proc.tracer.start_as_current_span("turn"):
@@ -111,10 +113,10 @@ def test_orphaned_execution(process: Callable[..., Process], capsys: pytest.Capt
     proc.close()
     code, report, _ = audit(capsys, proc.path)
     assert code == 1
-    assert kinds(report) == {"orphaned_execution": 2}
-    assert categories(report, "orphaned_execution") == {"orphaned_result": 2}
-    findings = report["traces_detail"][0]["findings"]
-    assert {finding.get("call_id") for finding in findings} == {"call-unknown", None}
+    assert kinds(report) == {"orphaned_execution": 1, "unidentified_execution": 1}
+    assert categories(report, "orphaned_execution") == {"orphaned_result": 1}
+    findings = report["traces_detail"][0]["findings"]  # informational kinds are not listed per trace
+    assert [finding.get("call_id") for finding in findings] == ["call-unknown"]
 
 
 def test_duplicate_execution(process: Callable[..., Process], capsys: pytest.CaptureFixture[str]) -> None:
@@ -166,8 +168,9 @@ def test_executed_rejected_truncated_and_sibling(
     proc.close()
     code, report, _ = audit(capsys, proc.path)
     assert code == 1
-    assert kinds(report) == {"executed_rejected": 2}
+    assert kinds(report) == {"executed_rejected": 2, "recorded_rejection": 2}
     assert categories(report, "executed_rejected") == {"truncated_stream": 1, "invalid_arguments": 1}
+    assert categories(report, "recorded_rejection") == {"truncated_stream": 1, "invalid_arguments": 1}
 
 
 def test_refused_execution(process: Callable[..., Process], capsys: pytest.CaptureFixture[str]) -> None:
@@ -180,7 +183,7 @@ def test_refused_execution(process: Callable[..., Process], capsys: pytest.Captu
     proc.close()
     code, report, _ = audit(capsys, proc.path)
     assert code == 1
-    assert kinds(report) == {"refused_execution": 1}
+    assert kinds(report) == {"refused_execution": 1, "recorded_rejection": 1}
     assert categories(report, "refused_execution") == {"truncated_stream": 1}
 
 
@@ -506,7 +509,7 @@ def test_spilled_partitions_give_the_same_findings(
     assert spilled_partitioner.buckets >= 8
     assert list(tmp_path.glob("etf-otel-audit-*")) == []  # temporary files removed
     summary = {kind.value: summary.count for kind, summary in in_memory.kinds.items()}
-    assert summary == {"duplicate_execution": 4, "orphaned_execution": 4, "unjudged": 8}
+    assert summary == {"duplicate_execution": 4, "unidentified_execution": 4, "unjudged": 8}
     assert {kind.value: s.count for kind, s in spilled.kinds.items()} == summary
     assert spilled.traces == in_memory.traces == 14
     assert sorted(spilled.details) == sorted(in_memory.details)
@@ -546,7 +549,10 @@ def test_any_value_decoding() -> None:
 
 
 def test_report_details_are_bounded() -> None:
-    spans = [SpanData(f"{n:032x}", "b" * 16, None, "execute_tool save") for n in range(1, 8)]
+    spans = [
+        SpanData(f"{n:032x}", "b" * 16, None, "execute_tool save", attributes={"gen_ai.tool.call.id": "c"})
+        for n in range(1, 8)
+    ]
     report = audit_spans(spans, report=AuditReport(max_details=3))
     assert report.traces_with_findings == 7 and len(report.details) == 3 and report.details_dropped == 4
     summary = report.to_dict()["by_kind"][0]

@@ -39,6 +39,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from etf_otel import attributes as A
 from etf_otel.audit import AuditReport
 from etf_otel.audit._pipeline import sql_audit
+from etf_otel.audit._report import INFORMATIONAL
 from etf_otel.audit._sources.otlp_json import iter_spans
 from etf_otel.audit._sources.sql import ChdbEngine
 from etf_otel.cli._audit import run_audit
@@ -265,8 +266,9 @@ def found(report: AuditReport) -> list[tuple[str, str | None, str | None]]:
         key=lambda item: tuple(part or "" for part in item),
     )
     counts = {entry["kind"]: entry["count"] for entry in data["by_kind"]}
-    assert sum(counts.values()) - counts.get("unjudged", 0) == len(listed)
-    return listed + [("unjudged", None, None)] * counts.get("unjudged", 0)
+    informational = sorted(kind.value for kind in INFORMATIONAL if kind.value in counts)
+    assert sum(counts.values()) - sum(counts[kind] for kind in informational) == len(listed)
+    return listed + [(kind, None, None) for kind in informational for _ in range(counts[kind])]
 
 
 def server_spans(path: Path) -> list[dict[str, Any]]:
@@ -317,8 +319,8 @@ def test_orphaned_execution_of_an_id_never_proposed(world: World, audited: Any) 
         world.call(server, None, match="ambiguous")  # two open proposals fitted: no id was sent
     report = audited(world.paths())
     assert found(report) == [
-        ("orphaned_execution", None, "no gen_ai.tool.call.id and no link (etf.mcp.match ambiguous)"),
         ("orphaned_execution", "call-zzz", None),
+        ("unidentified_execution", None, None),  # no id: unjudged, never an orphan
     ]
 
 
@@ -387,12 +389,8 @@ def test_malformed_and_oversized_ids_from_meta(world: World, audited: Any) -> No
     assert "z" * MAX_ID not in paths[1].read_text()  # never recorded, not even in the rejection
     report = audited(paths)
     assert found(report) == [
-        (
-            "orphaned_execution",
-            None,
-            "no gen_ai.tool.call.id and no link (etf.mcp.match unmatched; etf.mcp.meta_rejected call_id_too_long)",
-        ),
         ("orphaned_execution", "y" * MAX_ID, None),
+        ("unidentified_execution", None, None),  # the rejected id was never recorded: no id, unjudged
     ]
 
 
@@ -416,7 +414,7 @@ def test_client_span_matched_without_a_call_id_is_malformed(world: World, audite
     report = audited(world.paths())
     assert found(report) == [
         ("malformed_span", None, "missing gen_ai.tool.call.id"),
-        ("orphaned_execution", None, "no gen_ai.tool.call.id and no link (etf.mcp.match explicit)"),
+        ("unidentified_execution", None, None),
         ("unjudged", None, None),
     ]
 
@@ -435,7 +433,7 @@ def test_nothing_crosses_when_the_instrumentation_is_disabled(
     report = audited(paths)
     # No proposal was recorded, no id crossed: the one SERVER execution names nothing, and the
     # bare CLIENT span is not counted beside it.
-    assert found(report) == [("orphaned_execution", None, "no gen_ai.tool.call.id and no link")]
+    assert found(report) == [("unidentified_execution", None, None)]
 
 
 # --- two real server processes over stdio -----------------------------------------------------------

@@ -53,7 +53,9 @@ ALL_KINDS = {
     "recorded_violation",
     "missing_span",
     "malformed_span",
+    "recorded_rejection",
     "unjudged",
+    "unidentified_execution",
 }
 
 
@@ -278,10 +280,10 @@ def test_clean_traces_report_nothing(
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("orphaned and duplicate", {"duplicate_execution": 1, "orphaned_execution": 2}),
-        ("truncated turn", {"executed_rejected": 1}),
-        ("sibling turn", {"executed_rejected": 1}),
-        ("refused", {"refused_execution": 1}),
+        ("orphaned and duplicate", {"duplicate_execution": 1, "orphaned_execution": 1, "unidentified_execution": 1}),
+        ("truncated turn", {"executed_rejected": 1, "recorded_rejection": 1}),
+        ("sibling turn", {"executed_rejected": 1, "recorded_rejection": 1}),
+        ("refused", {"refused_execution": 1, "recorded_rejection": 1}),
         ("failed execution", {"execution_without_result": 1}),
         ("failed execution answered by a tool message", {}),
         ("orphaned tool messages", {"orphaned_tool_message": 2}),

@@ -442,7 +442,7 @@ def test_the_audit_note_on_telemetry_kinds_only_when_there_are_any(
     assert "recorded_violation" in out and "id_conflict (1)" in out
     assert "missing_span" not in out and "malformed_span" not in out and "telemetry itself" not in out
 
-    orphan = otlp_file(tmp_path / "orphan.jsonl", [otlp_span(2, 2, parent=99)])
+    orphan = otlp_file(tmp_path / "orphan.jsonl", [otlp_span(2, 2, parent=99, category="id_conflict")])
     code, out, err = run(["audit", "--no-progress", str(orphan)], capsys)
     assert (code, err) == (1, "")
     assert "missing_span concerns the telemetry itself (no error category)" in " ".join(out.split())

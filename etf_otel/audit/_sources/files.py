@@ -12,7 +12,7 @@ from typing import IO, Final, cast
 
 from etf_otel.errors import OtlpInputError
 
-__all__ = ["STDIN", "expand_paths", "open_input", "total_bytes"]
+__all__ = ["STDIN", "expand_inputs", "expand_paths", "open_input", "total_bytes"]
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 
@@ -22,18 +22,23 @@ STDIN: Final = "-"
 
 def expand_paths(paths: Iterable[str]) -> list[str]:
     """Files named and files under named directories (recursively, sorted, no hidden files)."""
-    out: list[str] = []
+    return [path for path, _ in expand_inputs(paths)]
+
+
+def expand_inputs(paths: Iterable[str]) -> list[tuple[str, bool]]:
+    """:func:`expand_paths`, each with whether it was found in a directory (then skipped if not traces)."""
+    out: list[tuple[str, bool]] = []
     for path in paths:
         if path == STDIN:
-            out.append(path)
+            out.append((path, False))
         elif os.path.isdir(path):
             found: list[str] = []
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 found.extend(os.path.join(root, name) for name in files if not name.startswith("."))
-            out.extend(sorted(found))
+            out.extend((name, True) for name in sorted(found))
         elif os.path.isfile(path):
-            out.append(path)
+            out.append((path, False))
         elif os.path.exists(path):
             raise OtlpInputError(f"{path}: not a regular file or directory")
         else:

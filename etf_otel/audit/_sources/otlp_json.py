@@ -22,8 +22,6 @@ read, while going through ``google.protobuf.json_format`` was several times slow
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -31,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from etf_otel.audit._model import SpanData, span_events
-from etf_otel.audit._sources.files import STDIN, expand_paths, open_input
+from etf_otel.audit._sources.files import STDIN, expand_inputs, open_input
+from etf_otel.audit._sources.otlp_values import decode_any_value, decode_attributes, decode_id, status_code, to_int
 from etf_otel.errors import OtlpInputError
 
 __all__ = [
@@ -43,7 +42,6 @@ __all__ = [
 ]
 
 _OTHER_SIGNALS = ("resourceMetrics", "resource_metrics", "resourceLogs", "resource_logs")
-_STATUS_CODES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
 
 
 @dataclass
@@ -56,91 +54,13 @@ class InputStats:
     spans: int = 0
     bytes_read: int = 0
     paths: list[str] = field(default_factory=list)
+    skipped_files: list[str] = field(default_factory=list)
+    """Files found in a directory that are not trace exports, each with its reason (the audit goes on)."""
 
 
 def _first(mapping: dict[str, Any], camel: str, snake: str) -> Any:
     value = mapping.get(camel)
     return mapping.get(snake) if value is None else value
-
-
-def decode_any_value(value: Any) -> object:
-    """An OTLP/JSON ``AnyValue`` as a Python value (``None`` for an empty value)."""
-    if not isinstance(value, dict):
-        return None
-    for key, item in value.items():
-        if key in ("stringValue", "string_value"):
-            return item
-        if key in ("boolValue", "bool_value"):
-            return bool(item)
-        if key in ("intValue", "int_value"):
-            try:
-                return int(item)
-            except (TypeError, ValueError):
-                return None
-        if key in ("doubleValue", "double_value"):
-            try:
-                return float(item)
-            except (TypeError, ValueError):
-                return None
-        if key in ("arrayValue", "array_value"):
-            values = item.get("values") if isinstance(item, dict) else None
-            return [decode_any_value(v) for v in values] if isinstance(values, list) else []
-        if key in ("kvlistValue", "kvlist_value"):
-            values = item.get("values") if isinstance(item, dict) else None
-            return _decode_attributes(values)
-        if key in ("bytesValue", "bytes_value"):
-            return item
-    return None
-
-
-def _decode_attributes(attributes: Any) -> dict[str, object]:
-    out: dict[str, object] = {}
-    if not isinstance(attributes, list):
-        return out
-    for entry in attributes:
-        if isinstance(entry, dict):
-            key = entry.get("key")
-            if isinstance(key, str):
-                out[key] = decode_any_value(entry.get("value"))
-    return out
-
-
-def _decode_id(value: Any, size: int) -> str | None:
-    """Hex id of ``size`` bytes; ``None`` if absent, empty or all zeros; raises if malformed."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        if len(value) == 2 * size:
-            try:
-                int(value, 16)
-            except ValueError:
-                pass
-            else:
-                text = value.lower()
-                return None if text.strip("0") == "" else text
-        try:
-            raw = base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError):
-            raw = b""
-        if len(raw) == size:
-            return None if raw == bytes(size) else raw.hex()
-    raise ValueError(f"malformed {'trace' if size == 16 else 'span'} id {str(value)[:40]!r}")
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
-
-
-def _status_code(status: Any) -> int:
-    if not isinstance(status, dict):
-        return 0
-    code = status.get("code")
-    if isinstance(code, str):
-        return _STATUS_CODES.get(code, _int(code))
-    return _int(code)
 
 
 def spans_of_request(request: Any) -> Iterator[SpanData]:
@@ -154,7 +74,7 @@ def spans_of_request(request: Any) -> Iterator[SpanData]:
         resource = resource_entry.get("resource")
         service = None
         if isinstance(resource, dict):
-            service_name = _decode_attributes(resource.get("attributes")).get("service.name")
+            service_name = decode_attributes(resource.get("attributes")).get("service.name")
             service = service_name if isinstance(service_name, str) else None
         scope_spans = _first(resource_entry, "scopeSpans", "scope_spans")
         if scope_spans is None:
@@ -171,15 +91,19 @@ def spans_of_request(request: Any) -> Iterator[SpanData]:
                 continue
             if not isinstance(spans, list):
                 raise ValueError("spans is not a list")
+            scope = scope_entry.get("scope")
+            scope_name = scope.get("name") if isinstance(scope, dict) else None
             for span in spans:
-                yield _decode_span(span, service)
+                decoded = _decode_span(span, service)
+                decoded.scope = scope_name if isinstance(scope_name, str) else None
+                yield decoded
 
 
 def _decode_span(span: Any, service: str | None) -> SpanData:
     if not isinstance(span, dict):
         raise ValueError("span is not an object")
-    trace_id = _decode_id(_first(span, "traceId", "trace_id"), 16)
-    span_id = _decode_id(_first(span, "spanId", "span_id"), 8)
+    trace_id = decode_id(_first(span, "traceId", "trace_id"), 16)
+    span_id = decode_id(_first(span, "spanId", "span_id"), 8)
     if trace_id is None or span_id is None:
         raise ValueError(f"span {str(span.get('name'))[:60]!r} without a valid traceId and spanId")
     links: list[tuple[str, str]] = []
@@ -187,23 +111,23 @@ def _decode_span(span: Any, service: str | None) -> SpanData:
     if isinstance(raw_links, list):
         for link in raw_links:
             if isinstance(link, dict):
-                link_trace = _decode_id(_first(link, "traceId", "trace_id"), 16)
-                link_span = _decode_id(_first(link, "spanId", "span_id"), 8)
+                link_trace = decode_id(_first(link, "traceId", "trace_id"), 16)
+                link_span = decode_id(_first(link, "spanId", "span_id"), 8)
                 if link_trace is not None and link_span is not None:
                     links.append((link_trace, link_span))
-    events = span_events(span.get("events"), _decode_attributes)
+    events = span_events(span.get("events"), decode_attributes)
     name = span.get("name")
     return SpanData(
         trace_id=trace_id,
         span_id=span_id,
-        parent_span_id=_decode_id(_first(span, "parentSpanId", "parent_span_id"), 8),
+        parent_span_id=decode_id(_first(span, "parentSpanId", "parent_span_id"), 8),
         name=name if isinstance(name, str) else "",
-        start_ns=_int(_first(span, "startTimeUnixNano", "start_time_unix_nano")),
-        end_ns=_int(_first(span, "endTimeUnixNano", "end_time_unix_nano")),
-        attributes=_decode_attributes(span.get("attributes")),
+        start_ns=to_int(_first(span, "startTimeUnixNano", "start_time_unix_nano")),
+        end_ns=to_int(_first(span, "endTimeUnixNano", "end_time_unix_nano")),
+        attributes=decode_attributes(span.get("attributes")),
         events=events,
         links=links,
-        status_code=_status_code(span.get("status")),
+        status_code=status_code(span.get("status")),
         service=service,
     )
 
@@ -229,7 +153,7 @@ def _read_mixed(source: IO[bytes], stats: InputStats) -> Iterator[SpanData]:
     the application's own output and the exported spans interleaved on one stdout, so a line
     that is not a trace export (text, a metric or log record, broken JSON) is not an error here.
     """
-    for line in source:
+    for line_number, line in enumerate(source, start=1):
         if not line.strip():
             continue
         try:
@@ -240,7 +164,11 @@ def _read_mixed(source: IO[bytes], stats: InputStats) -> Iterator[SpanData]:
             continue
         for request in requests:
             stats.records += 1
-            for span in spans_of_request(request):
+            try:
+                spans = list(spans_of_request(request))
+            except ValueError as error:  # a trace export, malformed: as in a file
+                raise OtlpInputError(f"{STDIN}:{line_number}: {error}") from None
+            for span in spans:
                 stats.spans += 1
                 yield span
 
@@ -279,6 +207,8 @@ def _read_file(
                 value = json.loads(first)
             except (ValueError, RecursionError):
                 value = None
+            if _recorded_stream(first, value):
+                raise OtlpInputError(f"{path}: {RECORDING_HINT}")
             if isinstance(value, (dict, list)):
                 # JSON lines: one request per line.
                 yield from _lines(path, value, line_number, source, stats, progressed)
@@ -291,6 +221,22 @@ def _read_file(
         raise OtlpInputError(f"{path}: cannot read: {error}") from None
     except EOFError:
         raise OtlpInputError(f"{path}: compressed file ends unexpectedly (truncated gzip)") from None
+
+
+RECORDING_HINT = "a recorded stream, not an OTLP trace export: check it with etf-otel replay FILE"
+"""The reason given for a recording passed to ``audit`` (``replay`` is the command that reads recordings)."""
+_STREAM_KEYS = ("choices", "delta", "type")
+"""Keys of a streamed event's object (Chat Completions, Responses, Anthropic), never of a trace export."""
+
+
+def _recorded_stream(first: bytes, value: object) -> bool:
+    """Whether the first line is a recorded stream's: an SSE field, or a wire event as a JSON line."""
+    line = first.lstrip()
+    if line.startswith((b"data:", b"event:")):
+        return True
+    if value == "[DONE]":
+        return True
+    return isinstance(value, dict) and "resourceSpans" not in value and any(key in value for key in _STREAM_KEYS)
 
 
 def _lines(
@@ -371,8 +317,18 @@ def iter_spans(
     ``stdin`` stands in for standard input (``-``): a copy of it, for a caller that reads twice.
     """
     stats = stats if stats is not None else InputStats()
-    files = expand_paths(paths)
-    stats.paths = files
-    for path in files:
+    inputs = expand_inputs(paths)
+    stats.paths = [path for path, _ in inputs]
+    for path, found in inputs:
         stats.files += 1
-        yield from _read_file(path, stats, advance, stdin)
+        if not found:
+            yield from _read_file(path, stats, advance, stdin)
+            continue
+        records = stats.records
+        try:
+            yield from _read_file(path, stats, advance, stdin)
+        except OtlpInputError as error:
+            if stats.records != records:  # a trace export broken further on is still an error
+                raise
+            stats.files -= 1  # found in a directory, not traces at all: skipped, named, and the audit goes on
+            stats.skipped_files.append(str(error))

@@ -17,8 +17,12 @@ Where the two audits can differ (documented, and kept out of the agreement test)
 some ties by the order spans arrive in, which a table does not have; SQL breaks them by start time, then
 span id. That concerns which referencing span ``missing_span``'s ``detail`` names, which span an
 ``orphaned_tool_message`` found on several spans is reported on, which sibling's first category an
-``executed_rejected`` of a response blocked by several rejected siblings carries, and proposals or
-executions with equal start times. The exporter's ``Map(String, String)`` also loses attribute types: an
+``executed_rejected`` of a response blocked by several rejected siblings carries (and the category of a
+``recorded_rejection``), and proposals or executions with equal start times. An execution matched by id to
+a proposal of another trace is counted per trace of its findings by the Python audit after every trace is
+checked, so ``traces`` of a kind can differ when that trace has a finding of the same kind already; and a
+nested execution span with a link into another trace is reported as the outer span by the Python audit,
+the inner one by SQL. The exporter's ``Map(String, String)`` also loses attribute types: an
 attribute of the wrong type (an integer call id, the string ``"true"`` as ``etf.stream.dispatchable``) is
 ignored by the Python audit and read as its text by SQL. Settlement evidence (``etf.linkage.answered_ids``,
 ``unanswered_call`` events) is matched across the traces of the window by both; past 1,000,000 settled call
@@ -43,6 +47,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from etf_otel.audit._model import AuditFinding, FindingKind, SpanData
+from etf_otel.audit._sources.sql_values import clean, string_map
 from etf_otel.errors import SqlAuditError
 
 __all__ = [
@@ -153,22 +158,6 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
-def _any_string(value: object) -> str:
-    """An attribute value as the exporter stores it (``pcommon.Value.AsString``)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        text = repr(value)
-        return format(Decimal(text), "f") if "e" in text else text.removesuffix(".0")
-    if value is None:
-        return ""
-    return json.dumps(value, separators=(",", ":"), sort_keys=isinstance(value, dict))
-
-
 _ROW_TYPES = {
     "TimestampNs": "Int64",
     "TraceId": "String",
@@ -176,6 +165,7 @@ _ROW_TYPES = {
     "ParentSpanId": "String",
     "SpanName": "String",
     "ServiceName": "String",
+    "ScopeName": "String",
     "ResourceAttributes": "Map(String, String)",
     "SpanAttributes": "Map(String, String)",
     "Duration": "UInt64",
@@ -201,35 +191,35 @@ _SELECTED = [
 ]
 
 
-def _string_map(attributes: dict[str, object]) -> dict[str, str]:
-    return {key: _any_string(value) for key, value in attributes.items()}
-
-
 def to_row(span: SpanData) -> dict[str, Any]:
     """One ``otel_traces`` row for ``span``, as the exporter writes it.
 
-    ``SpanData`` has no span kind, scope or event times: ``SpanKind`` and ``ScopeName`` stay empty and
-    event timestamps are the span's start (the audit reads none of them).
+    ``SpanData`` has no span kind or event times: ``SpanKind`` stays empty and event timestamps are the
+    span's start (the audit reads neither). Lone surrogates become U+FFFD (``sql_values.clean``).
     """
-    return {
-        "TimestampNs": span.start_ns,
-        "TraceId": span.trace_id,
-        "SpanId": span.span_id,
-        "ParentSpanId": span.parent_span_id or "",
-        "SpanName": span.name,
-        "ServiceName": span.service or "",
-        "ResourceAttributes": {"service.name": span.service} if span.service else {},
-        "SpanAttributes": _string_map(span.attributes),
-        "Duration": max(span.end_ns - span.start_ns, 0),
-        "StatusCode": _STATUS.get(span.status_code, "Unset"),
-        "Events.TimestampNs": [span.start_ns] * len(span.events),
-        "Events.Name": [name for name, _ in span.events],
-        "Events.Attributes": [_string_map(attributes) for _, attributes in span.events],
-        "Links.TraceId": [trace_id for trace_id, _ in span.links],
-        "Links.SpanId": [span_id for _, span_id in span.links],
-        "Links.TraceState": [""] * len(span.links),
-        "Links.Attributes": [{} for _ in span.links],
-    }
+    row: dict[str, Any] = clean(
+        {
+            "TimestampNs": span.start_ns,
+            "TraceId": span.trace_id,
+            "SpanId": span.span_id,
+            "ParentSpanId": span.parent_span_id or "",
+            "SpanName": span.name,
+            "ServiceName": span.service or "",
+            "ScopeName": span.scope or "",
+            "ResourceAttributes": {"service.name": span.service} if span.service else {},
+            "SpanAttributes": string_map(span.attributes),
+            "Duration": max(span.end_ns - span.start_ns, 0),
+            "StatusCode": _STATUS.get(span.status_code, "Unset"),
+            "Events.TimestampNs": [span.start_ns] * len(span.events),
+            "Events.Name": [name for name, _ in span.events],
+            "Events.Attributes": [string_map(attributes) for _, attributes in span.events],
+            "Links.TraceId": [trace_id for trace_id, _ in span.links],
+            "Links.SpanId": [span_id for _, span_id in span.links],
+            "Links.TraceState": [""] * len(span.links),
+            "Links.Attributes": [{} for _ in span.links],
+        }
+    )
+    return row
 
 
 class ChdbEngine:
@@ -335,6 +325,13 @@ def _one_line(error: BaseException) -> str:
 
 
 _KIND_ORDER = {kind.value: index for index, kind in enumerate(FindingKind)}
+_ETF_SPAN = (
+    "SpanName IN ('assemble_response', 'assemble_tool_call') OR startsWith(SpanName, 'assemble_tool_call ')"
+    " OR ScopeName = 'etf_otel' OR startsWith(ScopeName, 'etf_otel.')"
+    " OR arrayExists(k -> startsWith(k, 'etf.'), mapKeys(SpanAttributes))"
+    " OR arrayExists(n -> startsWith(n, 'etf.'), `Events.Name`)"
+)
+"""A span etf-otel wrote, as ``etf_otel.audit._foreign.is_etf_span`` tells."""
 
 
 def _findings(rows: list[list[Any]]) -> Iterator[tuple[str, AuditFinding]]:
@@ -353,6 +350,8 @@ class SqlFindings:
 
     spans: int = 0
     traces: int = 0
+    duplicate_spans: int = 0
+    etf_spans: int = 0
     groups: list[list[AuditFinding]] = field(default_factory=list)
     """The findings of each checked trace, one list per trace, in a stable order (never empty lists)."""
 
@@ -368,13 +367,15 @@ def sql_findings(
     window = window or TimeWindow()
     params: dict[str, Any] = {"database": database, "table": table, **window.params()}
     counts = engine.query(
-        "SELECT count(), uniqExact(TraceId) FROM {database:Identifier}.{table:Identifier}"
+        f"SELECT uniqExact(TraceId, SpanId), uniqExact(TraceId), count(), countIf({_ETF_SPAN})"
+        " FROM {database:Identifier}.{table:Identifier}"
         " WHERE TraceId IN (SELECT TraceId FROM {database:Identifier}.{table:Identifier}"
         " WHERE Timestamp >= fromUnixTimestamp64Nano({since_ns:Int64})"
         " AND Timestamp < fromUnixTimestamp64Nano({until_ns:Int64}))",
         params,
     )
     found = SqlFindings(int(counts[0][0]), int(counts[0][1]))
+    found.duplicate_spans, found.etf_spans = int(counts[0][2]) - found.spans, int(counts[0][3])
     rows: list[list[Any]] = []
     for statement in statements(read_sql("audit_findings.sql")):
         rows = engine.query(statement, params)

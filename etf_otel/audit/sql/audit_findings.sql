@@ -4,7 +4,8 @@
 --   group_trace  the trace whose check produced the finding (the proposal's trace for executions)
 --   kind         orphaned_execution, duplicate_execution, unanswered_call, execution_without_result,
 --                executed_rejected, refused_execution, orphaned_tool_message, recorded_violation,
---                missing_span, malformed_span, unjudged (etf_otel/audit/_model.py FindingKind: the same names)
+--                missing_span, malformed_span, recorded_rejection, unjudged, unidentified_execution,
+--                response_not_observed, unobserved_llm_call (etf_otel/audit/_model.py FindingKind: the same names)
 --   trace_id, span_id, category (docs/categories.md, '' for none; fixed per kind as in model.py
 --                FIXED_CATEGORY), call_id ('' for none), detail ('' for none)
 --
@@ -44,13 +45,24 @@ SELECT
         SpanName = 'assemble_tool_call' OR startsWith(SpanName, 'assemble_tool_call '), 'call',
         SpanName = 'assemble_response', 'response',
         SpanName = 'execute_tool' OR startsWith(SpanName, 'execute_tool ')
-            OR SpanAttributes['gen_ai.operation.name'] = 'execute_tool', 'execution',
+            OR SpanAttributes['gen_ai.operation.name'] = 'execute_tool'
+            -- other instrumentations' tool spans (etf_otel/audit/_foreign.py): OpenInference, OpenLLMetry
+            OR SpanAttributes['openinference.span.kind'] = 'TOOL' OR SpanAttributes['traceloop.span.kind'] = 'tool',
+            'execution',
         -- the mcp SDK's CLIENT span of a tools/call that etf-otel enriched (no span kind needed: the SDK
         -- sets gen_ai.operation.name on its SERVER span only)
         SpanAttributes['mcp.method.name'] = 'tools/call'
             AND (SpanAttributes['gen_ai.tool.call.id'] != '' OR SpanAttributes['etf.mcp.match'] != ''), 'remote_call',
+        -- another instrumentation's LLM call
+        SpanAttributes['gen_ai.operation.name'] IN ('chat', 'text_completion', 'generate_content')
+            OR SpanAttributes['openinference.span.kind'] = 'LLM'
+            OR SpanAttributes['llm.request.type'] IN ('chat', 'completion'), 'llm',
         'other') AS role,
-    if(role IN ('call', 'execution', 'remote_call'), SpanAttributes['gen_ai.tool.call.id'], '') AS call_id,
+    multiIf(role = 'call', SpanAttributes['gen_ai.tool.call.id'],
+            role IN ('execution', 'remote_call'),
+            if(SpanAttributes['gen_ai.tool.call.id'] != '', SpanAttributes['gen_ai.tool.call.id'],
+               SpanAttributes['tool_call.id']),
+            '') AS call_id,
     if(role = 'call' AND SpanAttributes['etf.tool_call.verdict'] IN ('proposed', 'rejected'),
        SpanAttributes['etf.tool_call.verdict'], '') AS verdict,
     if(role = 'call', JSONExtract(SpanAttributes['etf.tool_call.categories'], 'Array(String)'), [])
@@ -108,8 +120,37 @@ SELECT
                                            if(dispatchable = -1, ['etf.stream.dispatchable'], [])),
             role = 'remote_call' AND match IN ('explicit', 'unique') AND call_id = '', ['gen_ai.tool.call.id'],
             [])) AS problems
-FROM {database:Identifier}.{table:Identifier}
-WHERE TraceId IN window_traces;
+FROM (
+    -- a span exported more than once is one span
+    SELECT * FROM {database:Identifier}.{table:Identifier}
+    WHERE TraceId IN window_traces
+    ORDER BY Timestamp
+    LIMIT 1 BY TraceId, SpanId
+);
+
+-- 1b. Other instrumentations' LLM calls with no assemble_response near them (etf_otel/audit/_responses.py):
+--     observed when a response is their child, grandchild, parent or sibling.
+DROP TEMPORARY TABLE IF EXISTS etf_unobserved;
+CREATE TEMPORARY TABLE etf_unobserved ENGINE = Memory AS
+WITH
+    responses AS (SELECT trace_id, span_id, parent_id FROM etf_spans WHERE role = 'response'),
+    above AS (
+        SELECT trace_id, parent_id AS span_id FROM responses WHERE parent_id != ''
+        UNION ALL
+        SELECT r.trace_id, p.parent_id
+        FROM responses AS r INNER JOIN etf_spans AS p ON p.trace_id = r.trace_id AND p.span_id = r.parent_id
+        WHERE r.parent_id != '' AND p.parent_id != ''
+    ),
+    beside AS (
+        SELECT trace_id, span_id FROM responses
+        UNION ALL
+        SELECT trace_id, parent_id FROM responses WHERE parent_id != ''
+    )
+SELECT trace_id, span_id
+FROM etf_spans
+WHERE role = 'llm'
+  AND (trace_id, span_id) NOT IN (SELECT trace_id, span_id FROM above)
+  AND NOT (parent_id != '' AND (trace_id, parent_id) IN (SELECT trace_id, span_id FROM beside));
 
 -- 2. Each proposal judged: valid 1, rejected 0, -1 too incomplete to say; and the category if rejected.
 DROP TEMPORARY TABLE IF EXISTS etf_judged;
@@ -178,6 +219,29 @@ WITH
                if(length(link_traces) > 0, link_traces[1], trace_id) AS group_trace
         FROM etf_spans WHERE role = 'remote_call'
     ),
+    -- one execution recorded twice: an execution span inside another of the same call (a framework's span
+    -- around ours) is the one judged, completed by its parent's id, link and error; the parent is not judged
+    nested AS (
+        SELECT i.trace_id AS trace_id, i.span_id AS span_id, o.span_id AS outer_span, o.call_id AS call_id,
+               o.link_traces AS link_traces, o.link_spans AS link_spans, o.error_type AS error_type,
+               o.refused AS refused
+        FROM etf_spans AS i
+        INNER JOIN etf_spans AS o ON o.trace_id = i.trace_id AND o.span_id = i.parent_id
+        WHERE i.role = 'execution' AND o.role = 'execution'
+          AND (i.call_id = '' OR o.call_id = '' OR i.call_id = o.call_id)
+    ),
+    inner_spans AS (
+        SELECT e.trace_id AS trace_id, e.span_id AS span_id, e.parent_id AS parent_id, e.start_ns AS start_ns,
+               if(e.call_id != '', e.call_id, n.call_id) AS call_id,
+               if(length(e.link_traces) > 0, e.link_traces, n.link_traces) AS link_traces,
+               if(length(e.link_traces) > 0, e.link_spans, n.link_spans) AS link_spans,
+               if(e.error_type != '', e.error_type, n.error_type) AS error_type,
+               e.refused OR n.refused AS refused, e.meta_rejected AS meta_rejected
+        FROM etf_spans AS e
+        LEFT JOIN nested AS n ON n.trace_id = e.trace_id AND n.span_id = e.span_id
+        WHERE e.role = 'execution'
+          AND (e.trace_id, e.span_id) NOT IN (SELECT trace_id, outer_span FROM nested)
+    ),
     servers AS (
         SELECT e.trace_id AS trace_id, e.span_id AS span_id, e.parent_id AS parent_id, e.start_ns AS start_ns,
                e.error_type AS error_type, e.refused AS refused,
@@ -190,9 +254,8 @@ WITH
                if(cross, e.link_spans[1], if(length(own_link_spans) > 0, own_link_spans[1], '')) AS link_span,
                if(cross, e.call_id, own_call_id) AS call_id,
                if(cross, '', c.match) AS match, e.meta_rejected AS meta_rejected
-        FROM etf_spans AS e
+        FROM inner_spans AS e
         LEFT JOIN clients AS c ON c.trace_id = e.trace_id AND c.span_id = e.parent_id
-        WHERE e.role = 'execution'
     )
 SELECT trace_id, span_id, start_ns, call_id, error_type, refused, group_trace, link_span, match, meta_rejected
 FROM servers
@@ -226,6 +289,12 @@ WITH
         WHERE e.call_id != ''
         GROUP BY e.group_trace, e.span_id
     ),
+    -- call ids one span of the input proposed (matched across traces), and those several did (never matched)
+    unique_ids AS (
+        SELECT call_id, any(trace_id) AS p_trace, any(span_id) AS p_span, any(valid) AS p_valid,
+               any(category) AS p_category
+        FROM etf_judged WHERE call_id != '' GROUP BY call_id HAVING count() = 1
+    ),
     link_target_present AS (
         SELECT e.group_trace AS group_trace, e.span_id AS execution_span
         FROM executions AS e
@@ -237,7 +306,15 @@ SELECT t.trace_id AS trace_id, t.span_id AS span_id, t.start_ns AS start_ns, t.g
        (t.group_trace, t.span_id) IN (SELECT group_trace, execution_span FROM link_target_present)
            AS link_present,
        j.valid AS valid, j.category AS target_category, j.call_id AS target_call_id,
-       if(t.call_id != '', t.call_id, j.call_id) AS call_id, t.match AS match, t.meta_rejected AS meta_rejected
+       if(t.call_id != '', t.call_id, j.call_id) AS call_id, t.match AS match, t.meta_rejected AS meta_rejected,
+       -- not matched in the trace it is judged in, nor left to a missing link target
+       NOT refused AND target = '' AND NOT (link_span != '' AND NOT link_present) AS unmatched,
+       unmatched AND u.call_id != '' AS elsewhere,
+       u.p_trace AS elsewhere_trace, u.p_span AS elsewhere_span, u.p_valid AS elsewhere_valid,
+       u.p_category AS elsewhere_category,
+       unmatched AND t.call_id != '' AND u.call_id = ''
+           AND t.call_id IN (SELECT call_id FROM etf_judged WHERE call_id != '') AS several,
+       t.group_trace IN (SELECT trace_id FROM etf_unobserved) AS unobserved
 FROM (
     SELECT e.trace_id AS trace_id, e.span_id AS span_id, e.start_ns AS start_ns, e.group_trace AS group_trace,
            e.error_type AS error_type, e.refused AS refused, e.link_span AS link_span, e.call_id AS call_id,
@@ -248,7 +325,8 @@ FROM (
         ON linked.trace_id = e.group_trace AND linked.span_id = e.link_span
     LEFT JOIN by_call_id AS b ON b.group_trace = e.group_trace AND b.execution_span = e.span_id
 ) AS t
-LEFT JOIN etf_judged AS j ON j.trace_id = t.group_trace AND j.span_id = t.target;
+LEFT JOIN etf_judged AS j ON j.trace_id = t.group_trace AND j.span_id = t.target
+LEFT JOIN unique_ids AS u ON u.call_id = t.call_id;
 
 -- 5. Executions counted against a proposal (refused ones are not), in start order.
 DROP TEMPORARY TABLE IF EXISTS etf_runs;
@@ -338,8 +416,8 @@ SELECT group_trace, 'refused_execution', trace_id, span_id,
        if(error_type != '', error_type, 'orphaned_result'), call_id, ''
 FROM etf_resolved WHERE refused
 
-UNION ALL
-SELECT group_trace, 'orphaned_execution', trace_id, span_id, 'orphaned_result', call_id,
+UNION ALL  -- no call id and no link: unjudged, never an orphan
+SELECT group_trace, 'unidentified_execution', trace_id, span_id, '', call_id,
        if(call_id = '',
           concat('no gen_ai.tool.call.id and no link',
                  if(match = '' AND length(meta_rejected) = 0, '',
@@ -350,7 +428,50 @@ SELECT group_trace, 'orphaned_execution', trace_id, span_id, 'orphaned_result', 
                     ')'))),
           '')
 FROM etf_resolved
-WHERE NOT refused AND target = '' AND NOT (link_span != '' AND NOT link_present)
+WHERE unmatched AND call_id = ''
+
+UNION ALL  -- an id no observed response proposed, in a trace with an LLM call etf-otel did not observe
+SELECT e.group_trace, 'response_not_observed', e.trace_id, e.span_id, '', e.call_id,
+       concat(toString(n.calls), ' LLM call(s) of the trace not observed')
+FROM etf_resolved AS e
+INNER JOIN (SELECT trace_id, count() AS calls FROM etf_unobserved GROUP BY trace_id) AS n
+    ON n.trace_id = e.group_trace
+WHERE e.unmatched AND e.call_id != '' AND NOT e.elsewhere AND NOT e.several AND e.unobserved
+
+UNION ALL  -- an id several spans of the input proposed: it names no one proposal
+SELECT group_trace, 'unjudged', trace_id, span_id, '', call_id, 'call id proposed by several spans of the input'
+FROM etf_resolved
+WHERE several
+
+UNION ALL
+SELECT group_trace, 'orphaned_execution', trace_id, span_id, 'orphaned_result', call_id, ''
+FROM etf_resolved
+WHERE unmatched AND call_id != '' AND NOT elsewhere AND NOT several AND NOT unobserved
+
+UNION ALL  -- an execution of the one proposal of its id, in another trace, that the rules rejected
+SELECT trace_id, 'executed_rejected', trace_id, span_id, elsewhere_category, call_id, ''
+FROM etf_resolved
+WHERE elsewhere AND elsewhere_valid = 0
+
+UNION ALL  -- a response the rules rejected, executed or not
+SELECT r.trace_id, 'recorded_rejection', r.trace_id, r.span_id,
+       multiIf(r.state != 'completed', 'truncated_stream', rc.category != '', rc.category, 'missing_index'), '',
+       if(length(rc.listed) > 0, concat('calls: ', arrayStringConcat(arraySort(rc.listed), ', ')), '')
+FROM etf_spans AS r
+LEFT JOIN (
+    SELECT j.trace_id AS trace_id, j.response_span AS response_span,
+           argMinIf(c.categories[1], (c.start_ns, c.span_id), length(c.categories) > 0) AS category,
+           groupUniqArrayArray(c.categories) AS listed
+    FROM etf_judged AS j INNER JOIN etf_spans AS c ON c.trace_id = j.trace_id AND c.span_id = j.span_id
+    WHERE j.response_span != '' AND j.valid != -1
+    GROUP BY j.trace_id, j.response_span
+) AS rc ON rc.trace_id = r.trace_id AND rc.response_span = r.span_id
+-- with a judged call: a text-only response proposed nothing the rules could reject
+WHERE r.role = 'response' AND r.dispatchable = 0 AND rc.response_span != ''
+
+UNION ALL  -- informational: another instrumentation's LLM call etf-otel did not observe
+SELECT trace_id, 'unobserved_llm_call', trace_id, span_id, '', '', 'no assemble_response under or beside it'
+FROM etf_unobserved
 
 UNION ALL
 SELECT group_trace, 'executed_rejected', trace_id, span_id, target_category, call_id, ''
@@ -374,6 +495,7 @@ FROM etf_judged
 WHERE valid = 1
   AND (trace_id, span_id) NOT IN (SELECT group_trace, target FROM etf_runs)
   AND (trace_id, span_id) NOT IN (SELECT trace_id, span_id FROM settled_calls)
+  AND (trace_id, span_id) NOT IN (SELECT elsewhere_trace, elsewhere_span FROM etf_resolved WHERE elsewhere)
 
 UNION ALL  -- role: tool messages answering nothing this trace proposed
 SELECT trace_id, 'orphaned_tool_message', trace_id, argMin(span_id, (start_ns, span_id)),

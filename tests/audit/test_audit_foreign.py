@@ -1,0 +1,354 @@
+"""Executions and LLM calls other instrumentations record, and hostile input, from the user's side.
+
+The span shapes are built from the documented attributes of each convention (no framework installed):
+pydantic-ai ``Agent.instrument_all()`` (OTel GenAI: ``chat <model>``, ``execute_tool <name>`` with
+``gen_ai.tool.call.id``), OpenInference (``openinference.span.kind`` ``LLM``/``TOOL``, ``tool_call.id``; its
+langchain instrumentor puts TOOL spans in traces of their own) and OpenLLMetry (``llm.request.type``,
+``traceloop.span.kind = tool``, no call id). Every case runs through the console script's ``main`` with the
+Python engine and with chDB, which must agree.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from etf_otel.cli import main
+
+ENGINES = [
+    "python",
+    pytest.param(
+        "chdb",
+        marks=pytest.mark.skipif(importlib.util.find_spec("chdb") is None, reason="chdb is not installed (chdb extra)"),
+    ),
+]
+_ids = itertools.count(1)
+
+
+def span_id() -> str:
+    return f"{next(_ids):016x}"
+
+
+def attrs(values: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for key, value in values.items():
+        if isinstance(value, bool):
+            typed: dict[str, Any] = {"boolValue": value}
+        elif isinstance(value, list):
+            typed = {"arrayValue": {"values": [{"stringValue": item} for item in value]}}
+        else:
+            typed = {"stringValue": value}
+        out.append({"key": key, "value": typed})
+    return out
+
+
+def span(
+    trace: str, sid: str, name: str, parent: str = "", start: int = 1000, links: Any = (), **attributes: Any
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "traceId": trace,
+        "spanId": sid,
+        "name": name,
+        "startTimeUnixNano": str(start),
+        "endTimeUnixNano": str(start + 100),
+        "attributes": attrs({key.replace("__", "."): value for key, value in attributes.items()}),
+    }
+    if parent:
+        out["parentSpanId"] = parent
+    if links:
+        out["links"] = [{"traceId": t, "spanId": s} for t, s in links]
+    return out
+
+
+def export(path: Path, spans: list[dict[str, Any]], scope: str = "etf_otel") -> Path:
+    request = {"resourceSpans": [{"scopeSpans": [{"scope": {"name": scope}, "spans": spans}]}]}
+    path.write_text(json.dumps(request) + "\n")
+    return path
+
+
+def observed_turn(trace: str, parent: str, start: int, ids: list[str], answered: list[str] = ()) -> list[Any]:
+    """Our ``assemble_response`` (child of ``parent``) proposing ``ids``, each a clean ``assemble_tool_call``."""
+    response = span_id()
+    spans = [
+        span(
+            trace,
+            response,
+            "assemble_response",
+            parent,
+            start,
+            etf__stream__state="completed",
+            etf__stream__dispatchable=bool(ids),
+            **({"etf.linkage.answered_ids": list(answered)} if answered else {}),
+        )
+    ]
+    for call_id in ids:
+        spans.append(
+            span(
+                trace,
+                span_id(),
+                "assemble_tool_call get_weather",
+                response,
+                start + 1,
+                etf__tool_call__verdict="proposed",
+                gen_ai__tool__call__id=call_id,
+            )
+        )
+    return spans
+
+
+def audit(capsys: pytest.CaptureFixture[str], engine: str, *paths: Path) -> tuple[int, dict[str, Any], str]:
+    code = main(["audit", "--no-progress", "--json", "--engine", engine, *map(str, paths)])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def kinds(report: dict[str, Any]) -> dict[str, int]:
+    return {entry["kind"]: entry["count"] for entry in report["by_kind"]}
+
+
+def pydantic_ai_run(trace: str, *, observed: bool) -> list[Any]:
+    """``invoke_agent`` > ``chat gpt-4o`` (our response inside when observed) > two ``execute_tool`` spans with
+    ``gen_ai.tool.call.id`` (ours nested in the first, as a host wrapper would), then a second ``chat``."""
+    agent, chat, chat2 = span_id(), span_id(), span_id()
+    spans = [
+        span(trace, agent, "invoke_agent agent", gen_ai__operation__name="invoke_agent"),
+        span(trace, chat, "chat gpt-4o", agent, 1100, gen_ai__operation__name="chat"),
+        span(trace, chat2, "chat gpt-4o", agent, 1500, gen_ai__operation__name="chat"),
+    ]
+    if observed:
+        spans += observed_turn(trace, chat, 1110, ["call-1", "call-2"])
+        spans += observed_turn(trace, chat2, 1510, [], answered=["call-1", "call-2"])
+    tool1, tool2 = span_id(), span_id()
+    spans += [
+        span(
+            trace,
+            tool1,
+            "execute_tool get_weather",
+            agent,
+            1300,
+            gen_ai__operation__name="execute_tool",
+            gen_ai__tool__call__id="call-1",
+        ),
+        span(
+            trace,
+            tool2,
+            "execute_tool get_weather",
+            agent,
+            1310,
+            gen_ai__operation__name="execute_tool",
+            gen_ai__tool__call__id="call-2",
+        ),
+    ]
+    if observed:  # ours inside the framework's span of the same call: one execution
+        spans.append(
+            span(
+                trace,
+                span_id(),
+                "execute_tool get_weather",
+                tool1,
+                1301,
+                gen_ai__operation__name="execute_tool",
+                gen_ai__tool__call__id="call-1",
+            )
+        )
+    return spans
+
+
+# --- clean traffic with co-installed instrumentations ------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_pydantic_ai_instrument_all_clean_run_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    path = export(tmp_path / "run.jsonl", pydantic_ai_run("a1" * 16, observed=True))
+    code, report, err = audit(capsys, engine, path)
+    assert (code, kinds(report), err) == (0, {}, "")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_openinference_tool_spans_in_their_own_traces_are_matched_by_unique_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    trace, llm = "b1" * 16, span_id()
+    spans = [span(trace, llm, "ChatOpenAI", openinference__span__kind="LLM")]
+    spans += observed_turn(trace, "", 1010, ["call-a", "call-b"])  # our response beside, no parent: a root
+    spans[1]["parentSpanId"] = llm  # inside the LLM span
+    for n, call_id in enumerate(("call-a", "call-b")):  # one trace per run step
+        spans.append(
+            span(
+                f"b{n + 2}" * 16,
+                span_id(),
+                "get_weather",
+                start=1200,
+                openinference__span__kind="TOOL",
+                tool_call__id=call_id,
+            )
+        )
+    code, report, _ = audit(capsys, engine, export(tmp_path / "oi.jsonl", spans))
+    assert (code, kinds(report)) == (0, {})
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_openllmetry_tool_spans_without_id_are_unidentified_never_orphaned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    trace, llm = "c1" * 16, span_id()
+    spans = [span(trace, llm, "openai.chat", llm__request__type="chat")]
+    spans += observed_turn(trace, llm, 1010, ["call-a", "call-b"])
+    for _ in range(2):
+        spans.append(span(trace, span_id(), "get_weather.tool", start=1200, traceloop__span__kind="tool"))
+    code, report, _ = audit(capsys, engine, export(tmp_path / "ollm.jsonl", spans))
+    assert code == 0
+    assert kinds(report) == {"unidentified_execution": 2, "unjudged": 2}  # informational: nothing names the calls
+
+
+# --- what etf-otel did not observe ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_run_whose_llm_call_was_not_observed_is_counted_never_orphaned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    unobserved = json.loads(json.dumps(pydantic_ai_run("d1" * 16, observed=False)).replace("call-", "other-"))
+    observed = pydantic_ai_run("d2" * 16, observed=True)
+    code, report, _ = audit(capsys, engine, export(tmp_path / "mixed.jsonl", unobserved + observed))
+    assert code == 0
+    assert kinds(report) == {"response_not_observed": 2, "unobserved_llm_call": 2}
+    assert report["unobserved_llm_calls"] == 2
+    code = main(["audit", "--no-progress", "--engine", engine, str(tmp_path / "mixed.jsonl")])
+    out = capsys.readouterr().out
+    assert code == 0 and "2 LLM call(s) recorded by another instrumentation were not observed" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_input_with_no_etf_otel_span_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    path = export(tmp_path / "foreign.jsonl", pydantic_ai_run("e1" * 16, observed=False), scope="pydantic-ai")
+    code, report, err = audit(capsys, engine, path)
+    assert (code, report) == (2, {})
+    assert err == "etf-otel audit: 5 span(s), none from etf-otel: is it installed and enabled in this application?\n"
+
+
+# --- a rejected response, executed or not ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_rejected_response_nobody_executed_is_a_finding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    from etf_otel.testing.chat import case_stream
+
+    recording = tmp_path / "conflict.jsonl"  # a second id on the same call: id_conflict, nothing runs
+    recording.write_text("".join(json.dumps(event) + "\n" for event in case_stream("call-b")))
+    assert main(["replay", "--json", str(recording), "--export", str(tmp_path / "out.jsonl")]) == 1
+    capsys.readouterr()
+    code, report, _ = audit(capsys, engine, tmp_path / "out.jsonl")
+    assert code == 1
+    assert kinds(report) == {"recorded_rejection": 1}
+    assert report["by_kind"][0]["categories"] == {"id_conflict": 1}
+
+
+# --- the same spans exported twice ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_same_spans_exported_twice_are_counted_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    once = export(tmp_path / "once.jsonl", pydantic_ai_run("f1" * 16, observed=True))
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(once.read_text() * 2)
+    code, report, _ = audit(capsys, engine, once)
+    code2, report2, _ = audit(capsys, engine, twice)
+    assert (code, code2, kinds(report2)) == (0, 0, {})
+    assert report2["input"]["spans"] == report["input"]["spans"] == 10
+    assert report2["input"]["duplicate_spans"] == 10
+
+
+# --- hostile input: one line or a verdict, never an internal error ----------------------------------------
+
+
+def one_line(err: str) -> bool:
+    return err.startswith("etf-otel audit: ") and err.count("\n") == 1 and "bug in etf-otel" not in err
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("value", ["1e400", "Infinity", "-1e400"])
+def test_times_and_status_beyond_64_bits_are_no_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str, value: str
+) -> None:
+    spans = observed_turn("a9" * 16, "", 1000, ["call-x"])
+    text = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
+    text = text.replace('"startTimeUnixNano": "1000"', f'"startTimeUnixNano": {value}', 1)
+    text = text.replace('"endTimeUnixNano": "1100"', f'"endTimeUnixNano": {value}, "status": {{"code": {value}}}', 1)
+    path = tmp_path / "huge.jsonl"
+    path.write_text(text + "\n")
+    code, report, err = audit(capsys, engine, path)
+    assert code in (0, 1) and report["input"]["spans"] == 2, err
+
+
+def test_stdin_span_without_valid_ids_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import sys
+
+    line = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz", "spanId": "1", "name": "x"}]}]}]})
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(f"app output\n{line}\n".encode())))
+    code = main(["audit", "--no-progress", "-"])
+    err = capsys.readouterr().err
+    assert code == 2 and one_line(err) and err.startswith("etf-otel audit: -:2: malformed trace id")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_lone_surrogate_in_an_attribute_is_read_by_both_engines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    spans = observed_turn("a8" * 16, "", 1000, ["call-x"])
+    spans[1]["attributes"].append({"key": "gen_ai.tool.name", "value": {"stringValue": "PLACEHOLDER"}})
+    path = tmp_path / "surrogate.jsonl"
+    text = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).replace("PLACEHOLDER", "\\ud800")
+    path.write_text(text + "\n")
+    code, report, err = audit(capsys, engine, path)
+    assert (code, report["input"]["spans"], err) == (0, 2, "")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_file_in_a_traces_directory_that_is_not_traces_is_skipped_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    export(traces / "run.jsonl", pydantic_ai_run("a7" * 16, observed=True))
+    (traces / "notes.txt").write_text("remember to rotate the logs\n")
+    code, report, err = audit(capsys, engine, traces)
+    assert (code, kinds(report), err) == (0, {}, "")
+    assert report["input"]["files"] == 1
+    [skipped] = report["input"]["skipped_files"]
+    assert skipped.startswith(str(traces / "notes.txt"))
+    code, report, err = audit(capsys, engine, traces / "notes.txt")  # named on its own: an error, as before
+    assert code == 2 and one_line(err)
+
+
+@pytest.mark.parametrize("layout", ["sse", "jsonl"])
+def test_a_recording_given_to_audit_gets_a_hint_naming_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], layout: str
+) -> None:
+    from etf_otel.testing.chat import case_stream
+
+    events = case_stream("call-b")
+    path = tmp_path / f"stream.{layout}"
+    if layout == "sse":
+        path.write_text("".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n")
+    else:
+        path.write_text("".join(json.dumps(event) + "\n" for event in events))
+    code = main(["audit", "--no-progress", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and one_line(err) and "etf-otel replay" in err

@@ -1,0 +1,120 @@
+"""Fuzz of ``etf-otel audit`` over both engines: span graphs of every role, hostile values, no internal error.
+
+Each example is an export of a few traces built from the audit's whole vocabulary (our spans, other
+instrumentations' tool and LLM spans, nested executions, links, call ids shared across traces, spans
+exported twice) with hostile values mixed in (times beyond 64 bits, lone surrogates, wrong types). The
+console script must exit 0, 1 or 2 (2 with one line, never "a bug in etf-otel") with both engines, and
+the two engines must find the same findings, kind by kind. Start times are distinct: ties are where the
+engines may differ (documented in ``etf_otel.audit._sources.sql``). Bounded to run in well under a minute.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from etf_otel.cli import main
+
+pytest.importorskip("chdb")
+
+TRACES = ["a" * 32, "b" * 32, "c" * 32]
+CALL_IDS = ["call-1", "call-2", "call-3", "\ud800", ""]
+
+SHAPES: list[tuple[str, dict[str, Any]]] = [
+    ("assemble_response", {"etf.stream.state": "completed", "etf.stream.dispatchable": True}),
+    ("assemble_response", {"etf.stream.state": "completed", "etf.stream.dispatchable": False}),
+    ("assemble_response", {"etf.stream.state": "truncated", "etf.stream.dispatchable": False}),
+    ("assemble_tool_call f", {"etf.tool_call.verdict": "proposed"}),
+    ("assemble_tool_call f", {"etf.tool_call.verdict": "rejected", "etf.tool_call.categories": ["id_conflict"]}),
+    ("execute_tool f", {"gen_ai.operation.name": "execute_tool"}),
+    ("f", {"openinference.span.kind": "TOOL"}),
+    ("f.tool", {"traceloop.span.kind": "tool"}),
+    ("chat m", {"gen_ai.operation.name": "chat"}),
+    ("ChatModel", {"openinference.span.kind": "LLM"}),
+    ("agent", {}),
+]
+
+HOSTILE_NUMBERS = ["1e400", "-1e400", "Infinity", "NaN", '"x"', "null", "18446744073709551616"]
+
+
+def value(item: Any) -> dict[str, Any]:
+    if isinstance(item, bool):
+        return {"boolValue": item}
+    if isinstance(item, list):
+        return {"arrayValue": {"values": [{"stringValue": x} for x in item]}}
+    return {"stringValue": item}
+
+
+@st.composite
+def exports(draw: st.DrawFn) -> str:
+    count = draw(st.integers(1, 12))
+    spans: list[dict[str, Any]] = []
+    for index in range(count):
+        name, attributes = draw(st.sampled_from(SHAPES))
+        attributes = dict(attributes)
+        call_id = draw(st.sampled_from(CALL_IDS + [None]))
+        if call_id is not None:
+            attributes["tool_call.id" if name == "f" else "gen_ai.tool.call.id"] = call_id
+        trace = draw(st.sampled_from(TRACES))
+        span: dict[str, Any] = {
+            "traceId": trace,
+            "spanId": f"{index + 1:016x}",
+            "name": name,
+            "startTimeUnixNano": str(1000 + 10 * index),
+            "endTimeUnixNano": str(1000 + 10 * index + draw(st.integers(1, 200))),
+            "attributes": [{"key": k, "value": value(v)} for k, v in attributes.items()],
+        }
+        if index and draw(st.booleans()):
+            span["parentSpanId"] = f"{draw(st.integers(1, index + 1)):016x}"
+        if draw(st.integers(0, 4)) == 0:
+            span["links"] = [{"traceId": draw(st.sampled_from(TRACES)), "spanId": f"{draw(st.integers(1, 14)):016x}"}]
+        if draw(st.integers(0, 5)) == 0:
+            span["status"] = {"code": 2}
+        spans.append(span)
+        if draw(st.integers(0, 6)) == 0:
+            spans.append(span)  # exported twice
+    text = json.dumps({"resourceSpans": [{"scopeSpans": [{"scope": {"name": "etf_otel"}, "spans": spans}]}]})
+    if draw(st.integers(0, 3)) == 0:  # a hostile time or status somewhere
+        number = draw(st.sampled_from(HOSTILE_NUMBERS))
+        field = draw(st.sampled_from(['"startTimeUnixNano": "1000"', '"endTimeUnixNano": "1', '"code": 2']))
+        replacement = {
+            '"startTimeUnixNano": "1000"': f'"startTimeUnixNano": {number}',
+            '"endTimeUnixNano": "1': f'"endTimeUnixNano": {number}, "x": "1',
+            '"code": 2': f'"code": {number}',
+        }[field]
+        text = text.replace(field, replacement, 1)
+    return text
+
+
+def run(path: Path, engine: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any], str]:
+    code = main(["audit", "--no-progress", "--json", "--engine", engine, str(path)])
+    out, err = capsys.readouterr()
+    assert code in (0, 1, 2), (code, err)
+    assert "Traceback" not in err and "bug in etf-otel" not in err, err
+    if code == 2:
+        assert err.count("\n") == 1 and err.startswith("etf-otel audit: "), err
+        return code, {}, err
+    return code, json.loads(out), err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hypothesis") is None, reason="hypothesis is not installed")
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=exports())
+def test_audit_never_fails_internally_and_both_engines_agree(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "export.jsonl"
+        path.write_text(text + "\n", encoding="utf-8", errors="surrogatepass")
+        python = run(path, "python", capsys)
+        sql = run(path, "chdb", capsys)
+    assert python[0] == sql[0], (python, sql)
+    if python[0] != 2:
+        counts = [{entry["kind"]: entry["count"] for entry in report["by_kind"]} for report in (python[1], sql[1])]
+        assert counts[0] == counts[1], text
+        assert python[1]["input"]["spans"] == sql[1]["input"]["spans"]
