@@ -6,7 +6,6 @@ Each test runs ``python -m etf_otel`` as a process, the way a shell, a CI log or
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -35,21 +34,33 @@ def etf_otel(*args: str, stdin: bytes | None = None, timeout: float = 120) -> su
     )
 
 
+_MEASURE = (
+    "import resource, subprocess, sys\n"
+    "subprocess.run(sys.argv[1:], stdin=subprocess.DEVNULL, check=False)\n"
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+)
+"""Runs a command and reports its peak resident memory in KiB on stderr."""
+
+
 def peak_mib(*args: str, out: Path) -> float:
-    """The peak resident memory of one ``etf-otel`` run, its own: ``RUSAGE_CHILDREN`` is the largest of
-    every child this test process ever waited for (a browser, a Phoenix server)."""
+    """The peak resident memory of one ``etf-otel`` run, its own.
+
+    Measured from a small parent: a child forked straight from this test process starts with the
+    test process's pages counted (Linux keeps the image a process had before ``exec`` in its peak),
+    and ``RUSAGE_CHILDREN`` here would be the largest child this process ever waited for.
+    """
     with out.open("w") as stdout:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "etf_otel", *args],
-            stdin=subprocess.DEVNULL,
+        done = subprocess.run(
+            [sys.executable, "-c", _MEASURE, sys.executable, "-m", "etf_otel", *args],
             stdout=stdout,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
             cwd=ROOT,
             env=environment(),
+            check=True,
         )
-        _, _, usage = os.wait4(child.pid, 0)
-    child.returncode = 0  # reaped above; Popen must not wait again
-    return usage.ru_maxrss / 1024
+    return int(done.stderr.strip().splitlines()[-1]) / 1024
 
 
 def shell(command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
