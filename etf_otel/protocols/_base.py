@@ -86,6 +86,11 @@ def _no_body(event: object) -> str | None:
     return None
 
 
+def _no_body_events(body: object) -> list[object] | None:
+    """This protocol has no complete-body shape to judge."""
+    return None
+
+
 def _one_response(events: Sequence[object]) -> list[int]:
     """A recording of this protocol is not checked for a second response."""
     return []
@@ -143,6 +148,10 @@ class WireProtocol:
     complete_body: Callable[[object], str | None] = _no_body
     """What a first event is when it is a complete, non-streamed response body of this
     protocol (``"a complete ... body"``), else ``None``: ``replay`` refuses it."""
+    body_events: Callable[[object], list[object] | None] = _no_body_events
+    """The events a complete, non-streamed body of this protocol would have been streamed as,
+    every call in one piece (``None``: not such a body). Bodies are judged through them by the
+    same adapter and rules as streams (:func:`etf_otel.protocols._bodies.judge_body`)."""
     later_responses: Callable[[Sequence[object]], list[int]] = _one_response
     """Where each response after the first starts in a recording (``[]`` for one): ``replay``
     refuses several responses one after the other."""
