@@ -19,9 +19,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Final
 
-from etf_otel.core._identity import IdentityRules
+from etf_otel.core._identity import ABSENT, IdentityRules
 from etf_otel.core._results import AssemblyResult
-from etf_otel.protocols._base import ABSENT, WireProtocol, field
+from etf_otel.protocols._base import WireProtocol, field
 
 __all__ = ["anthropic_body_events", "chat_body_events", "judge_body", "responses_body_events"]
 
