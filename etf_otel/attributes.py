@@ -42,6 +42,7 @@ __all__ = [
     "ETF_MCP_MATCH",
     "ETF_MCP_META_REJECTED",
     "ETF_PROTOCOL",
+    "ETF_RESPONSE_STREAMED",
     "ETF_STREAM_DISPATCHABLE",
     "ETF_STREAM_FRAGMENTS",
     "ETF_STREAM_SLOTS",
@@ -141,6 +142,9 @@ ETF_STREAM_STATE: Final = "etf.stream.state"
 ETF_STREAM_SLOTS: Final = "etf.stream.slots"
 ETF_STREAM_FRAGMENTS: Final = "etf.stream.fragments"
 ETF_STREAM_DISPATCHABLE: Final = "etf.stream.dispatchable"
+ETF_RESPONSE_STREAMED: Final = "etf.response.streamed"
+"""``true`` on the ``assemble_response`` span of a streamed response, ``false`` on a complete body
+(``create()`` without ``stream``): no fragments, the same rules."""
 ETF_GUARD_REFUSED: Final = "etf.guard.refused"
 ETF_DIVERGENCE_KIND: Final = "etf.divergence.kind"
 

@@ -146,21 +146,35 @@ class ResponseObserver:
                 state = StreamState.ABANDONED
             else:
                 state = result.state
-            self.telemetry.record_response(
-                result,
-                state,
-                self._parent,
-                self._started_ns,
-                self._conversation,
-                self._base,
-                self._findings,
-                self._protocol,
-                self._answered,
-                self.linkage_ambiguous,
-            )
-            open_calls.note(self.telemetry, result.calls)  # what an MCP client matches call_tool to (docs/mcp.md)
+            self._report(result, state, streamed=True)
             return result
         return None
+
+    def finish_judged(self, result: AssemblyResult) -> None:
+        """Report a response judged whole (a complete body, :func:`~etf_otel.protocols._bodies.judge_body`)
+        once, instead of the events this observer was fed: nothing was streamed."""
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        with internal_errors_swallowed("reporting a response body"):
+            self._report(result, result.state, streamed=False)
+
+    def _report(self, result: AssemblyResult, state: StreamState, *, streamed: bool) -> None:
+        self.telemetry.record_response(
+            result,
+            state,
+            self._parent,
+            self._started_ns,
+            self._conversation,
+            self._base,
+            self._findings,
+            self._protocol,
+            self._answered,
+            self.linkage_ambiguous,
+            streamed,
+        )
+        open_calls.note(self.telemetry, result.calls)  # what an MCP client matches call_tool to (docs/mcp.md)
 
 
 def observe_failed() -> None:  # pragma: no cover - see ResponseObserver.observe

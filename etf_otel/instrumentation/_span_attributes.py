@@ -68,9 +68,11 @@ def response_attributes(
     base: dict[str, AttributeValue],
     protocol: str | None,
     error_type: str | None,
+    streamed: bool = True,
 ) -> dict[str, AttributeValue]:
     """The start attributes of an ``assemble_response`` span."""
     attributes: dict[str, AttributeValue] = {
+        A.ETF_RESPONSE_STREAMED: streamed,
         A.ETF_STREAM_STATE: VALUE_OF[state],
         A.GEN_AI_RESPONSE_FINISH_REASONS: [bounded_finish_reason(reason) for reason in result.finish_reasons],
         A.ETF_STREAM_SLOTS: len(result.calls),

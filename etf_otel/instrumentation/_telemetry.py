@@ -123,10 +123,12 @@ class Telemetry:
         protocol: str | None = None,
         answered: Sequence[str] = (),
         ambiguous: bool = False,
+        streamed: bool = True,
     ) -> None:
         """Emit the spans and metrics of one finalized response. ``findings`` (counted already) and ``answered``
         settled the previous response: events and ``etf.linkage.answered_ids`` on this one's span now.
-        ``ambiguous``: not judged (``etf.linkage.ambiguous``). ``protocol``: to the span and ``etf.streams`` only."""
+        ``ambiguous``: not judged (``etf.linkage.ambiguous``). ``protocol``: to the span and ``etf.streams`` only.
+        ``streamed``: ``False`` for a complete body (``etf.response.streamed``)."""
         ended_ns = time.time_ns()
         if base is None:
             base = self._base
@@ -140,7 +142,7 @@ class Telemetry:
                 self.tool_name_label,
                 error_type == INCOMPLETE,
             )
-        attributes = response_attributes(result, state, base, protocol, error_type)
+        attributes = response_attributes(result, state, base, protocol, error_type, streamed)
         attributes.update(answered_attributes(answered, self.max_answered_ids, ambiguous))
         stream_span = self.tracer.start_span(
             A.SPAN_ASSEMBLE_RESPONSE,
