@@ -31,9 +31,11 @@ from etf_otel.core._linkage import DEFAULT_MAX_PENDING, Conversation, Finding
 from etf_otel.core._results import AssemblyResult
 from etf_otel.errors import RecordingError
 from etf_otel.protocols import WireProtocol
+from etf_otel.protocols._bodies import judge_body
 from etf_otel.protocols._chat_completions import DONE
 from etf_otel.recordings import (
     STDIN,
+    body_protocol,
     complete_body,
     display_name,
     later_responses,
@@ -123,13 +125,22 @@ def _refuse(reason: str) -> int:
     return EXIT_BAD_INPUT
 
 
-def _load(source: str, name: str | None) -> tuple[WireProtocol, list[object]]:
+@dataclasses.dataclass(frozen=True)
+class _Recording:
+    protocol: WireProtocol
+    events: list[object]
+    """The events replayed; for a complete body, the events it would have streamed as (``--html``)."""
+    body: object = None
+    """The complete (non-streamed) response body, when the file holds one."""
+
+
+def _load(source: str, name: str | None) -> _Recording:
     """The recording's protocol and events; ``RecordingError`` when unusable.
 
     Detection looks at the first event only (a recording starts with its protocol's start
     event or chunk). A named protocol must recognize at least one event. A complete
-    (non-streamed) body and several responses in a row are refused (docs/cli.md, "One
-    streamed response per recording").
+    (non-streamed) body, on one line or pretty-printed, is judged as such. Several responses
+    in a row are refused (docs/cli.md, "One response per recording").
     """
     label = display_name(source)
     data = read_input(source)
@@ -139,13 +150,11 @@ def _load(source: str, name: str | None) -> tuple[WireProtocol, list[object]]:
         document = _whole_document(data)  # a pretty-printed body is no JSON lines
         if _is_traces(document):
             raise RecordingError(_traces_hint(label)) from None
-        body = complete_body(document) if document is not None else None
-        if body is None:
+        if body_protocol(document) is None:
             raise
-        raise RecordingError(_not_a_stream(label, body)) from None
-    body = complete_body(events[0]) if events else None
-    if body is not None:
-        raise RecordingError(_not_a_stream(label, body))
+        return _body(label, document, name)
+    if len(events) == 1 and body_protocol(events[0]) is not None:
+        return _body(label, events[0], name)
     if name is None:
         protocol = protocols.detect(events[0]) if events else None
         if protocol is None:
@@ -159,13 +168,34 @@ def _load(source: str, name: str | None) -> tuple[WireProtocol, list[object]]:
             raise RecordingError(
                 f"{label}: not a {protocol.name} recording: none of its events is one of that protocol's"
             )
+    if body_protocol(events[0]) is not None:
+        raise RecordingError(f"{label}: {complete_body(events[0])} followed by more events: replay reads one response")
     starts = later_responses(protocol, events)
     if starts:
         raise RecordingError(
             f"{label}: {len(starts) + 1} responses in one recording (the second starts at event {starts[0] + 1});"
             " replay reads one: split it"
         )
-    return protocol, events
+    return _Recording(protocol, events)
+
+
+def _body(label: str, document: object, name: str | None) -> _Recording:
+    """A complete body of its protocol (``--protocol``, when given, must be that one)."""
+    found = body_protocol(document)
+    assert found is not None
+    description = found.complete_body(document)
+    if name is not None and protocols.get(name) is not found:
+        raise RecordingError(f"{label}: {description}, not a {protocols.get(name).name} response")
+    events = found.body_events(document)
+    if events is not None:
+        return _Recording(found, events, document)
+    if found.body_events is _JUDGES_NO_BODY:
+        raise RecordingError(f"{label}: {description}, not a stream: {found.name} judges streamed responses only")
+    raise RecordingError(f"{label}: {description} that has not ended (a background response): nothing to judge")
+
+
+_JUDGES_NO_BODY: Final = WireProtocol.__dataclass_fields__["body_events"].default
+"""The ``body_events`` of a protocol that describes no complete body (a registered one may not)."""
 
 
 def _whole_document(data: bytes) -> object:
@@ -186,10 +216,6 @@ def _is_traces(document: object) -> bool:
 def _traces_hint(label: str) -> str:
     path = "-" if label == display_name(STDIN) else label
     return f"{label}: exported traces (OTLP JSON), not a recorded response: check them with etf-otel audit {path}"
-
-
-def _not_a_stream(label: str, body: str) -> str:
-    return f"{label}: {body}, not a stream: replay reads a streamed response (stream: true), as JSON lines or SSE"
 
 
 def _result_ids(source: str, protocol: WireProtocol) -> list[str | None]:
@@ -227,10 +253,14 @@ def run_replay(args: argparse.Namespace) -> int:
     if args.file == STDIN and args.followup == STDIN:
         return _refuse("FILE and --followup cannot both read standard input (-)")
     try:
-        protocol, events = _load(args.file, args.protocol)
+        recording = _load(args.file, args.protocol)
+        protocol, events = recording.protocol, recording.events
         result_ids = _result_ids(args.followup, protocol) if args.followup is not None else None
     except RecordingError as error:
         return _refuse(str(error))
+    streamed = recording.body is None
+    if args.assembler and not streamed:
+        return _refuse("--assembler compares stream assemblers; FILE is a complete body: nothing was streamed")
     if args.assembler:
         from etf_otel.cli._replay_assemblers import check_assembler
 
@@ -238,11 +268,16 @@ def run_replay(args: argparse.Namespace) -> int:
             check_assembler(args.assembler, protocol)
         except (ImportError, ValueError) as error:  # not for this protocol, or its library is missing
             return _refuse(str(error) or f"--assembler {args.assembler} needs {getattr(error, 'name', None)}")
-    result = _assemble(protocol, events, args.allow)
+    if streamed:
+        result = _assemble(protocol, events, args.allow)
+    else:
+        judged = judge_body(protocol, recording.body, IdentityRules.for_rules(args.allow))
+        assert judged is not None  # _load judged it a complete body
+        result = judged
     findings = linkage(result, result_ids) if result_ids is not None else None
     if args.export:
         try:
-            _export(events, protocol, args)
+            _export(recording, args)
         except OSError as error:
             return _refuse(f"--export: cannot write {display_name(args.export)}: {error.strerror or error}")
     if args.html is not None:
@@ -252,7 +287,7 @@ def run_replay(args: argparse.Namespace) -> int:
             return _refuse(str(error))
     if args.assembler:
         return _compare(args, protocol, events, result, findings)
-    report = build_report(result, show_arguments=args.show_arguments, linkage=findings)
+    report = build_report(result, show_arguments=args.show_arguments, linkage=findings, streamed=streamed)
     if args.json:
         write_json(report.to_dict(show_arguments=args.show_arguments))
     else:
@@ -321,7 +356,7 @@ def _displayable_comparison(comparison: AssemblerComparison) -> AssemblerCompari
     )
 
 
-def _export(events: list[object], protocol: WireProtocol, args: argparse.Namespace) -> None:
+def _export(recording: _Recording, args: argparse.Namespace) -> None:
     """Run the recording through the real instrumentation; append its telemetry to ``args.export``.
 
     The telemetry is collected in memory and written here, in one go: a path that cannot be
@@ -331,13 +366,13 @@ def _export(events: list[object], protocol: WireProtocol, args: argparse.Namespa
     path = Path(args.export)
     if not path.parent.is_dir():  # as --html: a typo in the directory must not create a tree somewhere
         raise FileNotFoundError(errno.ENOENT, f"no directory {os.fspath(path.parent) or '.'}")
-    text = _telemetry(events, protocol, args.allow)
+    text = _telemetry(recording, args.allow)
     with open(path, "a", encoding="utf-8") as out:  # the OTLP JSON file exporters append too
         out.write(text)
 
 
-def _telemetry(events: list[object], protocol: WireProtocol, allow: Sequence[str]) -> str:
-    """What the instrumentation emits for ``events``, as OTLP JSON lines (spans, then metrics)."""
+def _telemetry(recording: _Recording, allow: Sequence[str]) -> str:
+    """What the instrumentation emits for the recording, as OTLP JSON lines (spans, then metrics)."""
     from opentelemetry.exporter.otlp.json.file import FileMetricExporter, FileSpanExporter
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -354,8 +389,11 @@ def _telemetry(events: list[object], protocol: WireProtocol, allow: Sequence[str
     reader = PeriodicExportingMetricReader(FileMetricExporter(stream=buffer), export_interval_millis=60_000)
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
     instrumentation = Instrumentation(tracer_provider, meter_provider, allow=allow)
-    for _ in instrumentation.stream(iter(events), protocol=protocol):
-        pass
+    if recording.body is not None:
+        instrumentation.response(recording.body, protocol=recording.protocol)
+    else:
+        for _ in instrumentation.stream(iter(recording.events), protocol=recording.protocol):
+            pass
     tracer_provider.shutdown()  # exports every span left
     meter_provider.shutdown()  # collects and exports the metrics once
     return buffer.getvalue()

@@ -32,6 +32,8 @@ __all__ = ["ReplayReport", "build_report", "render_report"]
 class StreamSummary(BaseModel):
     state: str
     finish_reasons: list[str]
+    streamed: bool = True
+    """``False`` for a complete (non-streamed) body: no fragments, the same rules."""
 
 
 class CallReport(BaseModel):
@@ -94,7 +96,11 @@ def linkage_report(findings: Sequence[Finding]) -> list[LinkageReport]:
 
 
 def build_report(
-    result: AssemblyResult, *, show_arguments: bool = False, linkage: Sequence[Finding] | None = None
+    result: AssemblyResult,
+    *,
+    show_arguments: bool = False,
+    linkage: Sequence[Finding] | None = None,
+    streamed: bool = True,
 ) -> ReplayReport:
     """The docs/cli.md document for ``result``; arguments only when asked for."""
     return ReplayReport(
@@ -104,6 +110,7 @@ def build_report(
             finish_reasons=[
                 reason if show_arguments else bounded_finish_reason(reason) for reason in result.finish_reasons
             ],
+            streamed=streamed,
         ),
         calls=[
             CallReport(
@@ -170,7 +177,8 @@ def render_report(report: ReplayReport, console: Console, *, show_arguments: boo
         transitions[diagnostic.transition] = transitions.get(diagnostic.transition, 0) + 1
     summary = ", ".join(f"{name} {count}" for name, count in sorted(transitions.items())) or "none"
     reasons = ", ".join(displayable(reason) for reason in report.stream.finish_reasons) or "-"
-    console.print(f"stream: {report.stream.state} (finish reasons: {reasons})")
+    what = "stream" if report.stream.streamed else "response (complete body, not streamed)"
+    console.print(f"{what}: {report.stream.state} (finish reasons: {reasons})")
     console.print(f"id transitions: {summary}")
     console.print("dispatchable: " + ("yes" if report.dispatchable else "no"))
     if report.linkage is not None:

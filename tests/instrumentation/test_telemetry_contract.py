@@ -58,6 +58,7 @@ def test_case_study_target_stream_spans(captured: Captured) -> None:
     stream_attributes = dict(stream_span.attributes or {})
     assert tuple(stream_attributes.pop("gen_ai.response.finish_reasons")) == ("tool_calls",)
     assert stream_attributes == {
+        "etf.response.streamed": True,
         "etf.stream.state": "completed",
         "etf.stream.slots": 1,
         "etf.stream.fragments": 2,
