@@ -33,13 +33,19 @@ else:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+class _NoContextManager(AttributeError, TypeError):
+    """A context-manager method the wrapped stream lacks: ``hasattr`` is ``False`` (an
+    ``AttributeError``) and ``with``/``async with`` fail with a ``TypeError``, as without etf-otel."""
+
+
 class _IfWrappedHas(Generic[_F]):
     """A proxy method that exists only when the wrapped object has an attribute of its name.
 
     Looked up per instance: when the wrapped stream has no such attribute the lookup fails,
     the proxy falls back to forwarding, and the wrapped stream's own ``AttributeError`` is
-    raised (``hasattr`` is ``False``, as without etf-otel). Only closing methods use it: they
-    run once per stream, never per chunk.
+    raised (``hasattr`` is ``False``, as without etf-otel). A context-manager method, which
+    Python looks up without that fallback, fails with :class:`_NoContextManager`. Only closing
+    and context-manager methods use it: they run once per stream, never per chunk.
     """
 
     __slots__ = ("_function", "_name")
@@ -51,7 +57,11 @@ class _IfWrappedHas(Generic[_F]):
     def __get__(self, instance: object, owner: type | None = None) -> _F:
         if instance is None:
             return self._function
-        if not hasattr(instance.__wrapped__, self._name):  # type: ignore[attr-defined]
+        wrapped = instance.__wrapped__  # type: ignore[attr-defined]
+        if not hasattr(wrapped, self._name):
+            if self._name.startswith("__"):
+                kind = "asynchronous context manager" if self._name.startswith("__a") else "context manager"
+                raise _NoContextManager(f"{type(wrapped).__name__!r} object does not support the {kind} protocol")
             raise AttributeError(self._name)
         bound: _F = MethodType(self._function, instance)  # type: ignore[assignment]
         return bound
@@ -129,6 +139,16 @@ class ObservedStream(_ObjectProxy):
         finally:
             self._self_end(CLOSED)
 
+    # wrapt's base proxy defines both kinds of context manager: this one has the other kind only
+    # when the wrapped stream has it (forwarded unchanged).
+    @_IfWrappedHas
+    async def __aenter__(self) -> Any:  # type: ignore[override]  # present only when the stream has it
+        return await self.__wrapped__.__aenter__()
+
+    @_IfWrappedHas
+    async def __aexit__(self, *exc_info: object) -> Any:  # type: ignore[override]  # present only when the stream has it
+        return await self.__wrapped__.__aexit__(*exc_info)
+
     def __enter__(self) -> ObservedStream:
         enter = getattr(self.__wrapped__, "__enter__", None)
         if enter is not None:
@@ -192,6 +212,14 @@ class ObservedAsyncStream(_BaseObjectProxy):
             return await self.__wrapped__.aclose()
         finally:
             self._self_end(CLOSED)
+
+    @_IfWrappedHas
+    def __enter__(self) -> Any:  # type: ignore[override]  # present only when the stream has it
+        return self.__wrapped__.__enter__()
+
+    @_IfWrappedHas
+    def __exit__(self, *exc_info: object) -> Any:  # type: ignore[override]  # present only when the stream has it
+        return self.__wrapped__.__exit__(*exc_info)
 
     async def __aenter__(self) -> ObservedAsyncStream:
         enter = getattr(self.__wrapped__, "__aenter__", None)

@@ -48,6 +48,10 @@ PROBES = (
     "__next__",
     "__aiter__",
     "__anext__",
+    "__enter__",
+    "__exit__",
+    "__aenter__",
+    "__aexit__",
     "response",
 )
 """Names an application may probe with ``hasattr``, besides the stream's public ``dir``."""
@@ -388,3 +392,37 @@ def test_a_stream_resumed_after_exhaustion_is_recorded_once(rig: Rig) -> None:
         next(stream)
     assert rig.responses() == [("completed", ["call-a", "call-b"])]
     assert rig.ledger.balanced()
+
+
+async def test_the_other_kind_of_context_manager_fails_as_on_the_sdk_stream(rig: Rig, server: LocalChatServer) -> None:
+    """wrapt's base proxy has both kinds; an observed SDK stream has the kind the SDK's has."""
+    with openai.OpenAI(base_url=server.base_url, api_key="t", max_retries=0, timeout=5.0) as client:
+        server.enqueue(Script(events=TWO_CALLS), Script(events=TWO_CALLS))
+        plain = _openai_stream_unqueued(client)
+        observed = rig.etf.stream(_openai_stream_unqueued(client))
+        errors = []
+        for stream in (plain, observed):
+            with pytest.raises(TypeError) as raised:
+                async with stream:
+                    pass  # pragma: no cover
+            errors.append(str(raised.value))
+        assert errors[1] == errors[0]
+        assert "asynchronous context manager protocol" in errors[1]
+        with observed as entered:  # its own kind still works, and ends the response
+            assert entered is observed
+    assert [state for state, _ in rig.responses()] == ["abandoned"]
+    async with openai.AsyncOpenAI(base_url=server.base_url, api_key="t", max_retries=0, timeout=5.0) as aclient:
+        server.enqueue(Script(events=TWO_CALLS), Script(events=TWO_CALLS))
+        async_plain = await aclient.chat.completions.create(model="m", messages=USER, stream=True)
+        async_observed = rig.etf.stream(await aclient.chat.completions.create(model="m", messages=USER, stream=True))
+        errors = []
+        for stream in (async_plain, async_observed):
+            with pytest.raises(TypeError) as raised:
+                with stream:
+                    pass  # pragma: no cover
+            errors.append(str(raised.value))
+        assert errors[1] == errors[0]
+        async with async_observed as entered:
+            assert entered is async_observed
+        await async_plain.close()
+    assert [state for state, _ in rig.responses()] == ["abandoned", "abandoned"]
