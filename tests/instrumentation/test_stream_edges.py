@@ -426,3 +426,30 @@ async def test_the_other_kind_of_context_manager_fails_as_on_the_sdk_stream(rig:
             assert entered is async_observed
         await async_plain.close()
     assert [state for state, _ in rig.responses()] == ["abandoned", "abandoned"]
+
+
+async def test_the_anthropic_instrumentor_returns_an_async_stream_without_aclose(server: LocalChatServer) -> None:
+    """The symptom as an application meets it: instrumented, ``hasattr(stream, "aclose")`` is unchanged."""
+    from etf_otel.integrations.anthropic import instrument_anthropic
+
+    rig = Rig()
+    async with anthropic.AsyncAnthropic(base_url=server.root_url, api_key="t", max_retries=0, timeout=5.0) as client:
+        server.enqueue(Script(events=MESSAGE, named=True), Script(events=MESSAGE, named=True))
+        plain = await client.messages.create(model="m", max_tokens=64, messages=USER, stream=True)
+        instrumentor = instrument_anthropic(tracer_provider=rig.tracer_provider, meter_provider=rig.meter_provider)
+        try:
+            observed = await client.messages.create(model="m", max_tokens=64, messages=USER, stream=True)
+            assert_same_surface(plain, observed)
+            assert not hasattr(observed, "aclose")
+            seen = []
+            async for event in observed:
+                seen.append(event)
+                break
+            async for event in observed:  # resumed: the same response
+                seen.append(event)
+        finally:
+            instrumentor.uninstrument()
+        await plain.close()
+    assert len(seen) == len(MESSAGE)
+    assert rig.responses() == [("completed", ["toolu_1"])]
+    assert rig.ledger.balanced()
