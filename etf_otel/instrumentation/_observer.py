@@ -36,7 +36,8 @@ EOF: Final = "eof"
 ERROR: Final = "error"
 """The stream (or the wrapped assembler) raised."""
 CLOSED: Final = "closed"
-"""The stream was closed, left early or garbage collected before its end."""
+"""The stream was closed (``close()``, ``aclose()``, leaving ``with``) or garbage collected before its end;
+leaving a ``for`` loop is not an end (the stream may be resumed)."""
 
 
 class ResponseObserver:
