@@ -50,7 +50,9 @@ __all__ = [
     "ETF_TOOL_CALL_CATEGORIES",
     "ETF_TOOL_CALL_FRAGMENTS",
     "ETF_TOOL_CALL_ID_SOURCE",
+    "ETF_TOOL_CALL_ID_TRUNCATED",
     "ETF_TOOL_CALL_INDEX",
+    "ETF_TOOL_CALL_NAME_TRUNCATED",
     "ETF_TOOL_CALL_VERDICT",
     "EVENT_IDENTITY_REJECTED",
     "EVENT_INTEGRITY_VIOLATION",
@@ -64,6 +66,7 @@ __all__ = [
     "GEN_AI_TOOL_NAME",
     "GEN_AI_TOOL_TYPE",
     "INSTRUMENTATION_NAME",
+    "MAX_RECORDED_CHARS",
     "MCP_MATCH_VALUES",
     "MCP_META_PROPOSAL",
     "MCP_META_REJECTED_VALUES",
@@ -132,6 +135,15 @@ ETF_PROTOCOL: Final = "etf.protocol"
 ETF_TOOL_CALL_FRAGMENTS: Final = "etf.tool_call.fragments"
 ETF_TOOL_CALL_VERDICT: Final = "etf.tool_call.verdict"
 ETF_TOOL_CALL_CATEGORIES: Final = "etf.tool_call.categories"
+MAX_RECORDED_CHARS: Final = 256
+"""The longest string etf-otel records as an attribute value (ids, names, ``error.type``, ...):
+a longer one is recorded cut to this many characters. Linkage inside the process keeps the whole value."""
+ETF_TOOL_CALL_ID_TRUNCATED: Final = "etf.tool_call.id_truncated"
+"""``true`` beside a ``gen_ai.tool.call.id`` (or ``etf.linkage.answered_ids``) of which at least one
+id was longer than :data:`MAX_RECORDED_CHARS` and is recorded cut; absent otherwise."""
+ETF_TOOL_CALL_NAME_TRUNCATED: Final = "etf.tool_call.name_truncated"
+"""``true`` beside a ``gen_ai.tool.name`` longer than :data:`MAX_RECORDED_CHARS`, recorded cut
+(as is the span name that repeats it); absent otherwise."""
 ETF_IDENTITY_REJECTED_DROPPED: Final = "etf.identity.rejected.dropped"
 ETF_ID_KEPT_NULL: Final = "etf.id.kept_null"
 ETF_ID_KEPT_EMPTY: Final = "etf.id.kept_empty"
