@@ -395,3 +395,90 @@ def test_every_call_shape_is_observed_and_the_application_gets_the_same(
     if not shape.streamed:
         assert response.attributes["etf.stream.fragments"] == 0
         assert {span.attributes["etf.tool_call.fragments"] for span in calls} == {0}
+
+
+# --- complete bodies that fail validation --------------------------------------------------------------------
+
+
+def _chat_body(finish: str, *calls: tuple[str | None, str, str]) -> dict[str, Any]:
+    body: dict[str, Any] = {**CHAT_BODY, "choices": [dict(CHAT_BODY["choices"][0], finish_reason=finish)]}
+    message = dict(body["choices"][0]["message"])
+    message["tool_calls"] = [
+        {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        for call_id, name, arguments in calls
+    ]
+    body["choices"][0]["message"] = message
+    return body
+
+
+def _responses_body(status: str, *calls: tuple[str, str, str]) -> dict[str, Any]:
+    output = [
+        {
+            "type": "function_call",
+            "id": f"fc_{i}",
+            "call_id": call_id,
+            "name": name,
+            "arguments": arguments,
+            "status": "completed",
+        }
+        for i, (call_id, name, arguments) in enumerate(calls)
+    ]
+    details = {"reason": "max_output_tokens"} if status == "incomplete" else None
+    return {**RESPONSES_BODY, "status": status, "output": output, "incomplete_details": details}
+
+
+def _message_body(stop: str, *calls: tuple[str, str, Any]) -> dict[str, Any]:
+    content = [
+        {"type": "tool_use", "id": call_id, "name": name, "input": arguments} for call_id, name, arguments in calls
+    ]
+    return {**ANTHROPIC_BODY, "stop_reason": stop, "content": content}
+
+
+FAILING_BODIES = {
+    "chat-arguments-not-json": ("chat", _chat_body("tool_calls", ("call_a", "f", "{not json")), [["invalid_arguments"]]),
+    "chat-duplicate-ids": ("chat", _chat_body("tool_calls", ("call_a", "f", "{}"), ("call_a", "g", "{}")), [["duplicate_call_id"]] * 2),
+    "chat-missing-id": ("chat", _chat_body("tool_calls", (None, "f", "{}")), [["missing_id"]]),
+    "chat-length-cut": ("chat", _chat_body("length", ("call_a", "f", '{"city": "Par')), [["invalid_arguments"]]),
+    "responses-arguments-not-json": ("responses", _responses_body("completed", ("call_a", "f", "[1, 2]")), [["invalid_arguments"]]),
+    "responses-duplicate-ids": ("responses", _responses_body("completed", ("call_a", "f", "{}"), ("call_a", "g", "{}")), [["duplicate_call_id"]] * 2),
+    "responses-incomplete": ("responses", _responses_body("incomplete", ("call_a", "f", "{}")), [["incomplete_response"]]),
+    "anthropic-duplicate-ids": ("anthropic", _message_body("tool_use", ("call_a", "f", {}), ("call_a", "g", {})), [["duplicate_call_id"]] * 2),
+    "anthropic-max-tokens": ("anthropic", _message_body("max_tokens", ("call_a", "f", {"x": 1})), [["incomplete_response"]]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("case", list(FAILING_BODIES))
+def test_a_complete_body_that_fails_validation_is_recorded_rejected(
+    captured: Captured, server: LocalChatServer, case: str, mode: str
+) -> None:
+    protocol, body, categories = FAILING_BODIES[case]
+    shape = SHAPES[f"{protocol}-create"]
+    instrumentors = [
+        instrument_openai(tracer_provider=captured.tracer_provider, meter_provider=captured.meter_provider),
+        instrument_anthropic(tracer_provider=captured.tracer_provider, meter_provider=captured.meter_provider),
+    ]
+    try:
+        server.enqueue(Script(body=body))
+        client = clients(server, shape.client, mode == "async")
+        if mode == "sync":
+            with client:
+                got = shape.run(client)
+        else:
+
+            async def main() -> Got:
+                async with client:
+                    return await shape.arun(client)
+
+            got = asyncio.run(main())
+    finally:
+        for instrumentor in instrumentors:
+            instrumentor.uninstrument()
+    assert len(got) == 1  # the parsed body, as the SDK returns it
+    response = response_span(captured)
+    assert response.attributes["etf.response.streamed"] is False
+    assert response.attributes["etf.stream.dispatchable"] is False
+    calls = tool_spans(captured)
+    assert [list(span.attributes["etf.tool_call.categories"]) for span in calls] == categories
+    assert {span.attributes["etf.tool_call.verdict"] for span in calls} == {"rejected"}
+    assert captured.metric_sum("etf.tool_calls", etf__tool_call__verdict="rejected") == len(categories)
