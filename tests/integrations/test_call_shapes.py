@@ -482,3 +482,62 @@ def test_a_complete_body_that_fails_validation_is_recorded_rejected(
     assert [list(span.attributes["etf.tool_call.categories"]) for span in calls] == categories
     assert {span.attributes["etf.tool_call.verdict"] for span in calls} == {"rejected"}
     assert captured.metric_sum("etf.tool_calls", etf__tool_call__verdict="rejected") == len(categories)
+
+
+# --- complete bodies take part in linkage -----------------------------------------------------------------------
+
+
+def _chat_follow_up() -> dict[str, Any]:
+    assistant = CHAT_BODY["choices"][0]["message"]
+    return _chat(None, messages=[*USER, assistant, {"role": "tool", "tool_call_id": "call_a", "content": "sunny"}])
+
+
+def _responses_follow_up() -> dict[str, Any]:
+    return _resp(
+        input=[
+            {"role": "user", "content": "weather and time in Paris?"},
+            *RESPONSES_BODY["output"],
+            {"type": "function_call_output", "call_id": "call_a", "output": "sunny"},
+        ]
+    )
+
+
+def _messages_follow_up() -> dict[str, Any]:
+    assistant = {"role": "assistant", "content": ANTHROPIC_BODY["content"]}
+    result = {"type": "tool_result", "tool_use_id": "call_a", "content": "sunny"}
+    return _msg(messages=[*USER, assistant, {"role": "user", "content": [result]}])
+
+
+LINKED = {
+    "chat": ("openai", lambda c: c.chat.completions.create(**_chat(c)), lambda c: c.chat.completions.create(**_chat_follow_up())),
+    "responses": ("openai", lambda c: c.responses.create(**_resp()), lambda c: c.responses.create(**_responses_follow_up())),
+    "anthropic": ("anthropic", lambda c: c.messages.create(**_msg()), lambda c: c.messages.create(**_messages_follow_up())),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("protocol", list(LINKED))
+def test_a_follow_up_of_a_complete_body_is_settled_against_its_calls(
+    captured: Captured, server: LocalChatServer, protocol: str
+) -> None:
+    """Both requests without ``stream``; the follow-up answers only ``call_a``: one ``unanswered_call``, for ``call_b``."""
+    kind, first, follow_up = LINKED[protocol]
+    instrumentors = [
+        instrument_openai(tracer_provider=captured.tracer_provider, meter_provider=captured.meter_provider),
+        instrument_anthropic(tracer_provider=captured.tracer_provider, meter_provider=captured.meter_provider),
+    ]
+    try:
+        body = ANSWERS[protocol][1]
+        server.enqueue(body, body)
+        with clients(server, kind, False) as client:
+            first(client)
+            follow_up(client)
+    finally:
+        for instrumentor in instrumentors:
+            instrumentor.uninstrument()
+    first_span, second_span = captured.spans("assemble_response")
+    events = [dict(event.attributes or {}) for event in second_span.events if event.name == "etf.integrity.violation"]
+    assert [(event["etf.error.category"], event.get("gen_ai.tool.call.id")) for event in events] == [
+        ("unanswered_call", "call_b")
+    ]
+    assert list(second_span.attributes["etf.linkage.answered_ids"]) == ["call_a"]
+    assert second_span.attributes["etf.response.streamed"] is False
