@@ -135,8 +135,7 @@ class Telemetry:
         ``ambiguous``: not judged (``etf.linkage.ambiguous``). ``protocol``: to the span and ``etf.streams`` only.
         ``streamed``: ``False`` for a complete body (``etf.response.streamed``)."""
         ended_ns = time.time_ns()
-        if base is None:
-            base = self._base
+        base = self._base if base is None else base
         error_type = response_error(state, result.rejections)
         with internal_errors_swallowed("counting a response"):
             self.counters.add_response(
