@@ -131,9 +131,8 @@ class Telemetry:
         streamed: bool = True,
     ) -> None:
         """Emit the spans and metrics of one finalized response. ``findings`` (counted already) and ``answered``
-        settled the previous response: events and ``etf.linkage.answered_ids`` on this one's span now.
-        ``ambiguous``: not judged (``etf.linkage.ambiguous``). ``protocol``: to the span and ``etf.streams`` only.
-        ``streamed``: ``False`` for a complete body (``etf.response.streamed``)."""
+        settled the previous response (events, ``etf.linkage.answered_ids``); ``ambiguous``: not judged;
+        ``protocol``: span and ``etf.streams`` only; ``streamed``: ``False`` for a body (``etf.response.streamed``)."""
         ended_ns = time.time_ns()
         base = self._base if base is None else base
         error_type = response_error(state, result.rejections)
