@@ -27,7 +27,7 @@ from etf_otel.instrumentation._config import environment_settings
 from etf_otel.instrumentation._host import ObservedHost, ToolFunction, ToolHost
 from etf_otel.instrumentation._observer import ResponseObserver
 from etf_otel.instrumentation._safety import internal_errors_swallowed
-from etf_otel.instrumentation._streams import ObservedAsyncStream, ObservedStream
+from etf_otel.instrumentation._streams import ObservedAsyncStream, ObservedDualStream, ObservedStream
 from etf_otel.instrumentation._switches import _disabled, _suppressed
 from etf_otel.instrumentation._telemetry import Telemetry
 from etf_otel.protocols import CHAT_COMPLETIONS, WireProtocol
@@ -122,7 +122,9 @@ class Instrumentation:
                 conversation, provider_name=provider_name, tool_message_ids=tool_message_ids, protocol=protocol
             )
             observed: object
-            if hasattr(stream, "__aiter__"):
+            if hasattr(stream, "__aiter__") and hasattr(stream, "__iter__"):  # LiteLLM's stream wrapper
+                observed = ObservedDualStream(cast("Iterable[Any]", stream), observer)
+            elif hasattr(stream, "__aiter__"):
                 observed = ObservedAsyncStream(cast("AsyncIterable[Any]", stream), observer)
             else:
                 observed = ObservedStream(cast("Iterable[Any]", stream), observer)

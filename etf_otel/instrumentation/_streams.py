@@ -21,7 +21,7 @@ import wrapt
 
 from etf_otel.instrumentation._observer import CLOSED, EOF, ERROR, ResponseObserver, observe_failed
 
-__all__ = ["ObservedAsyncStream", "ObservedStream", "observer_of"]
+__all__ = ["ObservedAsyncStream", "ObservedDualStream", "ObservedStream", "observer_of"]
 
 if TYPE_CHECKING:  # wrapt < 2.5 proxies are not subscriptable at run time
     _ObjectProxy = wrapt.ObjectProxy[Any]
@@ -231,6 +231,44 @@ class ObservedAsyncStream(_BaseObjectProxy):
         try:
             exit_ = getattr(self.__wrapped__, "__aexit__", None)
             return await exit_(*exc_info) if exit_ is not None else None
+        finally:
+            self._self_end(CLOSED)
+
+
+class ObservedDualStream(ObservedStream):
+    """A stream that is iterable both ways (LiteLLM's ``CustomStreamWrapper`` has ``__iter__`` and
+    ``__aiter__``), observed whichever way the application reads it: a ``for`` and an ``async for``
+    feed the same response, so neither bypasses the rules."""
+
+    def __init__(self, stream: Iterable[Any], observer: ResponseObserver) -> None:
+        super().__init__(stream, observer)
+        self._self_aiterator: AsyncIterator[Any] | None = None
+
+    def __aiter__(self) -> ObservedDualStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        iterator = self._self_aiterator
+        if iterator is None:
+            iterator = self._self_aiterator = self.__wrapped__.__aiter__()
+        try:
+            chunk = await iterator.__anext__()
+        except StopAsyncIteration:
+            self._self_end(EOF)
+            raise
+        except BaseException:
+            self._self_end(ERROR)
+            raise
+        try:
+            self._self_feed(chunk)
+        except Exception:  # pragma: no cover - the assembler never raises on JSON-shaped input
+            observe_failed()
+        return chunk
+
+    @_IfWrappedHas
+    async def aclose(self) -> Any:
+        try:
+            return await self.__wrapped__.aclose()
         finally:
             self._self_end(CLOSED)
 
