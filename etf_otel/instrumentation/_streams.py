@@ -31,6 +31,7 @@ else:
     _BaseObjectProxy = wrapt.BaseObjectProxy  # no ``__iter__``: an async stream is not iterable
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_Self = TypeVar("_Self")
 
 
 class _NoContextManager(AttributeError, TypeError):
@@ -65,6 +66,43 @@ class _IfWrappedHas(Generic[_F]):
             raise AttributeError(self._name)
         bound: _F = MethodType(self._function, instance)  # type: ignore[assignment]
         return bound
+
+
+class _ReadAsync:
+    """``async for`` over the wrapped stream, each chunk fed to the rules (the async proxies' reading)."""
+
+    __wrapped__: Any
+    _self_aiterator: AsyncIterator[Any] | None
+    _self_feed: Callable[[object], None]
+    _self_end: Callable[[str], None]  # the proxy class's own
+
+    def __aiter__(self: _Self) -> _Self:
+        return self
+
+    async def __anext__(self) -> Any:
+        iterator = self._self_aiterator
+        if iterator is None:
+            iterator = self._self_aiterator = self.__wrapped__.__aiter__()
+        try:
+            chunk = await iterator.__anext__()
+        except StopAsyncIteration:
+            self._self_end(EOF)
+            raise
+        except BaseException:
+            self._self_end(ERROR)
+            raise
+        try:
+            self._self_feed(chunk)
+        except Exception:  # pragma: no cover - the assembler never raises on JSON-shaped input
+            observe_failed()
+        return chunk
+
+    @_IfWrappedHas
+    async def aclose(self) -> Any:
+        try:
+            return await self.__wrapped__.aclose()
+        finally:
+            self._self_end(CLOSED)
 
 
 class ObservedStream(_ObjectProxy):
@@ -163,36 +201,15 @@ class ObservedStream(_ObjectProxy):
             self._self_end(CLOSED)
 
 
-class ObservedAsyncStream(_BaseObjectProxy):
+class ObservedAsyncStream(_ReadAsync, _BaseObjectProxy):
     """An asynchronous stream of chunks, observed; a transparent proxy like :class:`ObservedStream`."""
 
     def __init__(self, stream: AsyncIterable[Any], observer: ResponseObserver) -> None:
         super().__init__(stream)
-        self._self_iterator: AsyncIterator[Any] | None = None
+        self._self_aiterator: AsyncIterator[Any] | None = None
         self._self_observer = observer
         self._self_feed = observer.assembler.feed  # called once per chunk: no frame in between
         self._self_finalizer = weakref.finalize(self, observer.finish, CLOSED)
-
-    def __aiter__(self) -> ObservedAsyncStream:
-        return self
-
-    async def __anext__(self) -> Any:
-        iterator = self._self_iterator
-        if iterator is None:
-            iterator = self._self_iterator = self.__wrapped__.__aiter__()
-        try:
-            chunk = await iterator.__anext__()
-        except StopAsyncIteration:
-            self._self_end(EOF)
-            raise
-        except BaseException:
-            self._self_end(ERROR)
-            raise
-        try:
-            self._self_feed(chunk)
-        except Exception:  # pragma: no cover - the assembler never raises on JSON-shaped input
-            observe_failed()
-        return chunk
 
     def _self_end(self, how: str) -> None:
         self._self_observer.finish(how)
@@ -203,13 +220,6 @@ class ObservedAsyncStream(_BaseObjectProxy):
         """Forwards ``close()`` (a coroutine for the SDKs' ``AsyncStream``); the response ends now."""
         try:
             return self.__wrapped__.close()
-        finally:
-            self._self_end(CLOSED)
-
-    @_IfWrappedHas
-    async def aclose(self) -> Any:
-        try:
-            return await self.__wrapped__.aclose()
         finally:
             self._self_end(CLOSED)
 
@@ -235,7 +245,7 @@ class ObservedAsyncStream(_BaseObjectProxy):
             self._self_end(CLOSED)
 
 
-class ObservedDualStream(ObservedStream):
+class ObservedDualStream(_ReadAsync, ObservedStream):
     """A stream that is iterable both ways (LiteLLM's ``CustomStreamWrapper`` has ``__iter__`` and
     ``__aiter__``), observed whichever way the application reads it: a ``for`` and an ``async for``
     feed the same response, so neither bypasses the rules."""
@@ -243,34 +253,6 @@ class ObservedDualStream(ObservedStream):
     def __init__(self, stream: Iterable[Any], observer: ResponseObserver) -> None:
         super().__init__(stream, observer)
         self._self_aiterator: AsyncIterator[Any] | None = None
-
-    def __aiter__(self) -> ObservedDualStream:
-        return self
-
-    async def __anext__(self) -> Any:
-        iterator = self._self_aiterator
-        if iterator is None:
-            iterator = self._self_aiterator = self.__wrapped__.__aiter__()
-        try:
-            chunk = await iterator.__anext__()
-        except StopAsyncIteration:
-            self._self_end(EOF)
-            raise
-        except BaseException:
-            self._self_end(ERROR)
-            raise
-        try:
-            self._self_feed(chunk)
-        except Exception:  # pragma: no cover - the assembler never raises on JSON-shaped input
-            observe_failed()
-        return chunk
-
-    @_IfWrappedHas
-    async def aclose(self) -> Any:
-        try:
-            return await self.__wrapped__.aclose()
-        finally:
-            self._self_end(CLOSED)
 
 
 def observer_of(stream: object) -> ResponseObserver | None:
