@@ -105,6 +105,12 @@ class CompatibilityRule(str, Enum):
     DROP_POST_DONE_DELTA = "drop_post_done_delta"
     """Responses: a delta after ``arguments.done`` that would change arguments already equal to the
     done snapshot is counted and dropped (``drop_late``), not merged."""
+    DROP_REPEATED_CALL = "drop_repeated_call"
+    """Gemini: a whole call repeating an earlier whole call's non-empty id, name and arguments is
+    counted and set aside (``drop_repeat``), not a second slot."""
+    REQUIRE_CALL_ID = "require_call_id"
+    """Gemini: a strict option, not an accommodation: every id-less call is ``missing_id`` (by
+    default an id-less candidate's calls are identified by position)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -192,6 +198,8 @@ _RULE_ROWS: Final[dict[CompatibilityRule, dict[tuple[IdState, Incoming], _Row]]]
     CompatibilityRule.INFER_MISSING_INDEX: {},
     CompatibilityRule.BUFFER_EARLY_DELTAS: {},  # the Responses adapter applies it: no identity row changes
     CompatibilityRule.DROP_POST_DONE_DELTA: {},  # likewise
+    CompatibilityRule.DROP_REPEATED_CALL: {},  # the Gemini adapter applies it
+    CompatibilityRule.REQUIRE_CALL_ID: {},  # likewise, at the end of the response
 }
 
 

@@ -1,6 +1,6 @@
 """The seam every wire protocol plugs into.
 
-A wire protocol (Chat Completions, OpenAI Responses, Anthropic Messages) is
+A wire protocol (Chat Completions, OpenAI Responses, Anthropic Messages, Gemini) is
 one small adapter that reads its own events and lowers them onto the protocol-neutral
 slot model of :mod:`etf_otel.core._slots`: a slot opened or updated with an identity, an
 argument delta, a close, a finish reason, the response's proper end. Everything above
