@@ -41,6 +41,7 @@ from etf_otel.core._identity import ABSENT, CompatibilityRule, IdentityRules
 from etf_otel.core._lifecycle import LifecycleSlots
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS
+from etf_otel.core._validation import same_arguments
 from etf_otel.core._vocabulary import ErrorCategory, ResponseEnd, Transition
 from etf_otel.protocols._base import field
 from etf_otel.protocols._gemini_arguments import NOT_AN_OBJECT, Leaves, canonical_json, read
@@ -67,8 +68,8 @@ class _Candidate:
         """The ordinal the next call opened in this candidate gets."""
         self.streaming: int | None = None
         """The ordinal of the open streamed call (at most one)."""
-        self.whole: dict[tuple[str, str, str], int] = {}
-        """Whole calls by (id, name, canonical args), for ``drop_repeated_call`` only."""
+        self.whole: list[tuple[str, str, str, int]] = []
+        """Whole calls as (id, name, canonical args, ordinal), for ``drop_repeated_call`` only."""
         self.ended = False
         self.incomplete = False
 
@@ -109,6 +110,7 @@ class GeminiAssembler:
         "_failed",
         "_leaves",
         "_max_argument_chars",
+        "_not_objects",
         "_require_id",
         "_response_id",
         "_slots",
@@ -129,6 +131,8 @@ class GeminiAssembler:
         self._max_argument_chars = max_argument_chars
         self._candidates: dict[int, _Candidate] = {}
         self._leaves: dict[tuple[int, int], Leaves] = {}
+        self._not_objects: set[tuple[int, int]] = set()
+        """Slots an ``args`` that is no object made invalid: no placeholder stands in for their arguments."""
         self._response_id: str | None = None
         self._spliced = False
         self._failed = False
@@ -210,18 +214,17 @@ class GeminiAssembler:
                 return
             whole = None
             if self._drop_repeats and not will_continue and (partial is ABSENT or partial is None):
-                whole = _whole_key(call_id, name, args if has_args else {})
-                earlier = state.whole.get(whole) if whole is not None else None
+                whole = _whole(call_id, name, args if has_args else {})
+                earlier = _repeated(state, whole) if whole is not None else None
                 if earlier is not None:
                     slots.admitted(earlier, Transition.DROP_REPEAT, scope=choice)
                     return
             key = state.next
             state.next += 1
             slots.open(key, call_id, name, scope=choice)
-            slots.snapshot(key, PLACEHOLDER, placeholder=True, scope=choice)
             self._arguments(choice, key, args, partial)
             if whole is not None:
-                state.whole[whole] = key
+                state.whole.append((*whole, key))
         if will_continue:
             state.streaming = key
         else:
@@ -233,6 +236,7 @@ class GeminiAssembler:
         if args is not ABSENT and args is not None:
             if not isinstance(args, dict):
                 self._slots.snapshot(key, NOT_AN_OBJECT, scope=choice)
+                self._not_objects.add((choice, key))
             elif args:
                 self._slots.snapshot(key, canonical_json(args), scope=choice)
         if partial is not ABSENT and partial is not None:
@@ -249,9 +253,13 @@ class GeminiAssembler:
         slots = self._slots
         if slots.finished:
             return slots.finish()
-        for (choice, key), leaves in self._leaves.items():
-            if leaves.seen:
-                slots.assembled(key, leaves.arguments(), scope=choice)
+        for choice, state in self._candidates.items():
+            for key in range(state.next):
+                leaves = self._leaves.get((choice, key))
+                if leaves is not None and leaves.seen:
+                    slots.assembled(key, leaves.arguments(), scope=choice)
+                elif (choice, key) not in self._not_objects:  # an unset Struct, or args {} on a streamed call
+                    slots.snapshot(key, PLACEHOLDER, placeholder=True, scope=choice)
         if not self._require_id:
             for choice, state in self._candidates.items():
                 keys = range(state.next)
@@ -268,12 +276,21 @@ class GeminiAssembler:
         return slots.finish()
 
 
-def _whole_key(call_id: object, name: object, args: object) -> tuple[str, str, str] | None:
+def _whole(call_id: object, name: object, args: object) -> tuple[str, str, str] | None:
     """What two whole calls must share for ``drop_repeated_call``: a non-empty id, the name, the arguments."""
     if type(call_id) is not str or type(name) is not str or not isinstance(args, dict):
         return None
     text = canonical_json(args)
     return (call_id, name, text) if isinstance(text, str) else None
+
+
+def _repeated(state: _Candidate, whole: tuple[str, str, str]) -> int | None:
+    """The ordinal of an earlier whole call of the candidate with this id, name and (JSON-equal) arguments."""
+    call_id, name, text = whole
+    for earlier_id, earlier_name, earlier_text, key in state.whole:
+        if earlier_id == call_id and earlier_name == name and same_arguments(earlier_text, text):
+            return key
+    return None
 
 
 def assemble(events: Iterable[object], rules: IdentityRules | None = None) -> AssemblyResult:
