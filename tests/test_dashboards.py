@@ -110,9 +110,12 @@ LABEL_VALUES: dict[str, set[str]] = {
         "infer_index",
         "buffer_early",
         "drop_late",
+        # Gemini (docs/protocols.md): an id-less call identified by position; a repeated whole call set aside
+        "positional",
+        "drop_repeat",
     },
     # docs/telemetry.md, The wire protocol: the shipped protocols' names (a custom protocol adds its own).
-    "etf_protocol": {"chat_completions", "responses", "anthropic_messages"},
+    "etf_protocol": {"chat_completions", "responses", "anthropic_messages", "gemini"},
 }
 
 # PromQL words the shipped expressions may use besides metric names.

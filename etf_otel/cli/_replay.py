@@ -69,6 +69,10 @@ ASSEMBLER_NAMES: Final = ("openai", "anthropic", "langchain", "reference")
 """``--assembler`` names: ``replay_assemblers.ASSEMBLERS``, not imported here to keep the CLI's start fast."""
 
 
+ALLOWABLE: Final = [rule.value for rule in CompatibilityRule if rule is not CompatibilityRule.REQUIRE_CALL_ID]
+"""``--allow`` names: the compatibility rules (``require_call_id`` is strictness, ``--require-call-id``)."""
+
+
 def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
     replay.description = "Assemble one recorded streamed response by the identity rules; report each call."
     replay.epilog = EPILOG
@@ -96,9 +100,14 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
         "--allow",
         action="append",
         default=[],
-        choices=[rule.value for rule in CompatibilityRule],
+        choices=ALLOWABLE,
         metavar="RULE",
-        help="enable a compatibility rule: " + ", ".join(rule.value for rule in CompatibilityRule),
+        help="enable a compatibility rule: " + ", ".join(ALLOWABLE),
+    )
+    replay.add_argument(
+        "--require-call-id",
+        action="store_true",
+        help="Gemini: every call without an id is missing_id (by default such calls are identified by position)",
     )
     replay.add_argument(
         "--assembler",
@@ -226,6 +235,8 @@ def linkage(result: AssemblyResult, result_ids: Sequence[str | None]) -> list[Fi
 def run_replay(args: argparse.Namespace) -> int:
     if args.file == STDIN and args.followup == STDIN:
         return _refuse("FILE and --followup cannot both read standard input (-)")
+    if getattr(args, "require_call_id", False):
+        args.allow = [*args.allow, CompatibilityRule.REQUIRE_CALL_ID.value]
     try:
         protocol, events = _load(args.file, args.protocol)
         result_ids = _result_ids(args.followup, protocol) if args.followup is not None else None

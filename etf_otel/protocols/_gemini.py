@@ -46,7 +46,7 @@ from etf_otel.core._vocabulary import ErrorCategory, ResponseEnd, Transition
 from etf_otel.protocols._base import field
 from etf_otel.protocols._gemini_arguments import NOT_AN_OBJECT, Leaves, canonical_json, read
 
-__all__ = ["COMPLETE_REASON", "GeminiAssembler", "assemble", "call_parts", "unset"]
+__all__ = ["COMPLETE_REASON", "GeminiAssembler", "assemble", "call_parts", "finish_reason", "unset"]
 
 COMPLETE_REASON: Final = "STOP"
 """The only finish reason of a whole response; every other one (unknown ones too) is incomplete."""
@@ -84,6 +84,11 @@ def _text(value: object) -> str | None:
     if isinstance(value, Enum):
         value = value.value
     return value if isinstance(value, str) and value not in UNSPECIFIED else None
+
+
+def finish_reason(candidate: object) -> str | None:
+    """The candidate's ``finishReason`` (``None``: unset, the enum default, or not a string)."""
+    return _text(read(candidate, "finishReason", "finish_reason"))
 
 
 def call_parts(candidate: object) -> Iterator[object]:
@@ -185,7 +190,7 @@ class GeminiAssembler:
             state = self._candidates[index] = _Candidate()
         for call in call_parts(candidate):
             self._call(index, state, call)
-        reason = _text(read(candidate, "finishReason", "finish_reason"))
+        reason = finish_reason(candidate)
         if reason is not None:
             state.ended = True
             if reason != COMPLETE_REASON or not state.incomplete:  # the worst reason is the one reported

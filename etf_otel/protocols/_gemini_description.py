@@ -12,7 +12,7 @@ from typing import Final
 
 from etf_otel.core._identity import ABSENT
 from etf_otel.protocols._base import CallFields, FollowUp, WireProtocol, field, last_position
-from etf_otel.protocols._gemini import GeminiAssembler, unset
+from etf_otel.protocols._gemini import GeminiAssembler, finish_reason, unset
 from etf_otel.protocols._gemini_arguments import read
 
 __all__ = ["FINISH_REASONS", "GEMINI", "results"]
@@ -94,6 +94,33 @@ def _follow_up(contents: Sequence[object]) -> FollowUp | None:
     return None if model is None else (model, _ids(contents))
 
 
+def _later_responses(events: Sequence[object]) -> list[int]:
+    """A chunk with another ``responseId`` after every candidate of the response got a ``finishReason``.
+
+    Before that, another id is a splice inside one stream, which the adapter judges. Two
+    responses with one ``responseId`` cannot be told apart: Gemini has no start event.
+    """
+    starts: list[int] = []
+    response_id: str | None = None
+    ended: dict[object, bool] = {}
+    for position, event in enumerate(events):
+        if not isinstance(event, dict):
+            continue
+        other = read(event, "responseId", "response_id")
+        if type(other) is str and other and other != response_id:
+            if response_id is not None and ended and all(ended.values()):
+                starts.append(position)
+                ended = {}
+            response_id = other
+        candidates = event.get("candidates")
+        for candidate in candidates if isinstance(candidates, list) else ():
+            index = field(candidate, "index")
+            key = 0 if index is None or index is ABSENT else index
+            if isinstance(key, (int, str)):
+                ended[key] = ended.get(key, False) or finish_reason(candidate) is not None
+    return starts
+
+
 def _slot_label(choice: int, index: int | None) -> str:
     return f"candidate {choice}: no open call" if index is None else f"candidate {choice} call {index}"
 
@@ -117,6 +144,7 @@ GEMINI: Final = WireProtocol(
     finish_reasons=FINISH_REASONS,
     followup_shape="the contents list, or the request object holding it",
     follow_up=_follow_up,
+    later_responses=_later_responses,
     slot_label=_slot_label,
     call_fields=_call_fields,
     request_path=":streamGenerateContent",

@@ -558,3 +558,15 @@ def test_typed_objects_read_by_attribute_assemble_like_the_json(reason: str) -> 
     result = assembler.finish()
     assert result == run(events) and result.calls[0].arguments == '{"a":{"b":"xy"}}'
     assert result.finish_reasons == (reason,)
+
+
+def test_a_later_response_is_another_response_id_after_every_candidate_ended() -> None:
+    first = [chunk(call("f", {}), index=0), chunk(finish_reason="STOP", index=0)]
+    second = [chunk(call("g", {}), response_id="resp-2"), chunk(finish_reason="STOP", response_id="resp-2")]
+    assert GEMINI.later_responses([*first, "[DONE]", *second]) == [3]
+    assert GEMINI.later_responses([first[0], *second]) == []  # before the end: a splice, judged by the adapter
+    assert GEMINI.later_responses([*first, *first]) == []  # one responseId: no second response to tell
+    two = [chunk(finish_reason="STOP", index=0), chunk(call("g", {}), index=1)]
+    assert GEMINI.later_responses([*two, *second]) == []  # candidate 1 never ended
+    odd = {"candidates": [{"index": [1]}, "no"], "responseId": "resp-gemini-1"}
+    assert GEMINI.later_responses([odd, *first, *second]) == [3]
