@@ -16,6 +16,7 @@ from etf_otel.testing import anthropic, chat, gemini, responses
 from etf_otel.testing._capture import Capture, MetricPoint, capture
 from etf_otel.testing._quirks import (
     ANTHROPIC_QUIRK_STREAMS,
+    GEMINI_QUIRK_STREAMS,
     QUIRK_STREAMS,
     QUIRK_TABLES,
     RESPONSES_QUIRK_STREAMS,
@@ -28,6 +29,7 @@ from etf_otel.testing._wire import MISSING
 __all__ = [
     "ANTHROPIC_QUIRK_STREAMS",
     "DONE",
+    "GEMINI_QUIRK_STREAMS",
     "MISSING",
     "QUIRK_STREAMS",
     "QUIRK_TABLES",
