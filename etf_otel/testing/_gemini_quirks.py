@@ -7,7 +7,7 @@ newer models.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from etf_otel.testing.gemini import call, chunk, leaf, stream, text
 
@@ -16,7 +16,7 @@ __all__ = ["GEMINI_QUIRK_STREAMS"]
 
 def _streamed(
     name: str, path: str, pieces: list[str], *, close: bool = True, terminate: bool = True
-) -> list[dict[str, object]]:
+) -> list[dict[str, Any]]:
     """A Vertex ``streamFunctionCallArguments`` call: a head, one string leaf in ``pieces``, a terminator.
 
     ``close`` false leaves the string open (and sends no terminator); ``terminate`` false drops the terminator.
@@ -31,7 +31,7 @@ def _streamed(
     return chunks
 
 
-GEMINI_QUIRK_STREAMS: Final[dict[str, list[object]]] = {
+GEMINI_QUIRK_STREAMS: Final[dict[str, list[Any]]] = {
     "parallel calls in one chunk (Gemini 2.x, no ids)": stream(chunk(call("get_a", {"a": 1}), call("get_b", {"b": 2}))),
     "parallel calls one per chunk, each as parts[0]": stream(
         chunk(call("get_a", {"a": 1})), chunk(call("get_b", {"b": 2}))
