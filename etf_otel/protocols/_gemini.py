@@ -13,9 +13,10 @@ has no per-call key, so this adapter mints one. docs/protocols.md has the rules;
   closed at once), one with it opens a streamed call that takes *every* later call part of
   its candidate until a part whose ``willContinue`` is not ``true``. A continuation (only
   ``partialArgs``, ``willContinue`` or nothing) with no streamed call open is ``unknown_slot``.
-* **Identity.** ``id`` ``null`` and ``""`` are unset (protobuf JSON) and reach the identity
-  table as absent. A candidate any of whose calls established an id is in id mode: its id-less
-  calls are ``missing_id``. A candidate without ids is positional: each call's key is its
+* **Identity.** ``id`` ``null`` and ``""`` are unset (protobuf JSON): the identity table reads
+  them as an absent id (``await``, ``keep_omitted``) and the diagnostics keep their kind. A
+  candidate any of whose calls established an id is in id mode: its id-less calls are
+  ``missing_id``. A candidate without ids is positional: each call's key is its
   identity, its ``id`` stays ``None`` and the transition ``positional`` is counted once per
   call. ``require_call_id`` makes every id-less call ``missing_id``.
 * **Arguments** are typed (:mod:`~etf_otel.protocols._gemini_arguments`): a whole ``args``
@@ -130,6 +131,8 @@ class GeminiAssembler:
         clock: Callable[[], int] | None = None,
         max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
     ) -> None:
+        given = rules.rules if rules is not None else ()
+        rules = IdentityRules.for_rules(given, unset_ids=True)  # protobuf JSON: null and "" ids are unset
         self._slots = LifecycleSlots(rules, clock=clock, max_argument_chars=max_argument_chars)
         self._drop_repeats = self._slots.rules.allows(CompatibilityRule.DROP_REPEATED_CALL)
         self._require_id = self._slots.rules.allows(CompatibilityRule.REQUIRE_CALL_ID)
@@ -203,19 +206,20 @@ class GeminiAssembler:
         if isinstance(call, _NOT_OBJECTS):
             slots.unattributable(choice)
             return
-        call_id = unset(field(call, "id"))
+        raw_id = field(call, "id")
+        call_id = unset(raw_id)
         name = field(call, "name")
         args = field(call, "args")
         partial = read(call, "partialArgs", "partial_args")
         will_continue = read(call, "willContinue", "will_continue") is True
         key = state.streaming
         if key is not None:  # every call part belongs to the open streamed call
-            slots.fragment(choice, key, call_id, name)
+            slots.fragment(choice, key, raw_id, name)
             self._arguments(choice, key, args, partial)
         else:
             has_args = args is not ABSENT and args is not None
             if not (call_id is not ABSENT or has_args or (name is not ABSENT and name is not None and name != "")):
-                slots.unattributable(choice)  # a continuation with no streamed call open
+                slots.unattributable(choice, raw_id)  # a continuation with no streamed call open
                 return
             whole = None
             if self._drop_repeats and not will_continue and (partial is ABSENT or partial is None):
@@ -226,7 +230,7 @@ class GeminiAssembler:
                     return
             key = state.next
             state.next += 1
-            slots.open(key, call_id, name, scope=choice)
+            slots.open(key, raw_id, name, scope=choice)
             self._arguments(choice, key, args, partial)
             if whole is not None:
                 state.whole.append((*whole, key))

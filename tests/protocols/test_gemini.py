@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from etf_otel import ABSENT, ErrorCategory, IdentityRules, StreamState, Transition
+from etf_otel import ABSENT, ErrorCategory, IdentityRules, IdKind, StreamState, Transition
 from etf_otel.core._results import AssemblyResult
 from etf_otel.protocols import GEMINI, detect, get
 from etf_otel.protocols._gemini import GeminiAssembler, assemble
@@ -233,9 +233,28 @@ def test_a_null_or_empty_id_is_unset_positional_identity(unset: Any) -> None:
     result = run(stream(chunk(call("f", {}, id=unset), call("g", {}, id=unset))))
     assert summary(result) == [(0, 0, None, "f", "{}", ()), (0, 1, None, "g", "{}", ())]
     assert [call.transition_count(Transition.POSITIONAL) for call in result.calls] == [1, 1]
-    assert result.transition_counts()[Transition.POSITIONAL, result.diagnostics[0].id_kind] == 2
+    assert result.transition_counts()[Transition.POSITIONAL, IdKind.ABSENT] == 2
     assert {d.transition for d in result.diagnostics} == {Transition.AWAIT, Transition.POSITIONAL}
     assert result.dispatchable
+    kinds = {MISSING: (IdKind.ABSENT, False), None: (IdKind.NULL, False), "": (IdKind.STRING, True)}
+    assert {(d.id_kind, d.id_empty) for d in result.diagnostics[:2]} == {kinds[unset]}  # the kind that arrived
+
+
+def test_an_unset_id_after_an_established_one_keeps_it() -> None:
+    events = stream(
+        chunk(call("f", id="c1", will_continue=True)),
+        chunk(call(id=None, will_continue=True)),
+        chunk(call(id="")),
+    )
+    result = run(events)
+    assert summary(result) == [(0, 0, "c1", "f", "{}", ())] and result.dispatchable
+    assert [(d.transition, d.id_kind, d.id_empty) for d in result.diagnostics] == [
+        (Transition.ESTABLISH, IdKind.STRING, False),
+        (Transition.KEEP_OMITTED, IdKind.NULL, False),
+        (Transition.KEEP_OMITTED, IdKind.STRING, True),
+    ]
+    stray = run(stream(chunk(call(id=None))))
+    assert stray.diagnostics[0].id_kind is IdKind.NULL and categories(stray) == {"unknown_slot"}
 
 
 def test_a_streamed_id_less_call_counts_positional_once() -> None:
@@ -291,10 +310,7 @@ def test_require_call_id_makes_every_id_less_call_missing_id() -> None:
     events = stream(chunk(call("f", {}), call("g", {}, id="")))
     result = run(events, "require_call_id")
     assert [c.categories for c in result.calls] == [(E.MISSING_ID,), (E.MISSING_ID,)]
-    assert (
-        not result.dispatchable
-        and result.transition_counts()[Transition.POSITIONAL, result.diagnostics[0].id_kind] == 0
-    )
+    assert not result.dispatchable and result.transition_counts()[Transition.POSITIONAL, IdKind.ABSENT] == 0
     assert run(stream(chunk(call("f", {}, id="c1"))), "require_call_id").dispatchable
 
 
