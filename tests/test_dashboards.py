@@ -356,7 +356,7 @@ def test_docs_categories_are_exactly_the_error_category_enum_with_its_phases() -
 def test_docs_categories_say_which_protocols_produce_each_one() -> None:
     header, rows = markdown_table(doc_section(CATEGORIES_DOC, IMPLEMENTED_CATEGORIES))
     produced_by = header.index("produced by")
-    protocols = {"all", "Chat Completions", "Responses", "Anthropic"}
+    protocols = {"all", "Chat Completions", "Responses", "Anthropic", "Gemini"}
     for row in rows:
         named = {name.strip() for name in row[produced_by].split(",")}
         assert named and named <= protocols, row
