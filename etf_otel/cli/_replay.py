@@ -201,8 +201,8 @@ def _not_a_stream(label: str, body: str) -> str:
     return f"{label}: {body}, not a stream: replay reads a streamed response (stream: true), as JSON lines or SSE"
 
 
-def _result_ids(source: str, protocol: WireProtocol) -> list[str | None]:
-    """The call ids the next request answers; an id that is not a string answers nothing."""
+def _next_request(source: str, protocol: WireProtocol) -> tuple[object, list[str | None]]:
+    """The next request, and the call ids it answers; an id that is not a string answers nothing."""
     label = display_name(source)
     document = read_document(source)
     try:
@@ -211,7 +211,7 @@ def _result_ids(source: str, protocol: WireProtocol) -> list[str | None]:
         ids = None
     if ids is None:
         raise RecordingError(f"{label}: not a {protocol.name} next request ({protocol.followup_shape})")
-    return [call_id if isinstance(call_id, str) else None for call_id in ids]
+    return document, [call_id if isinstance(call_id, str) else None for call_id in ids]
 
 
 def _assemble(protocol: WireProtocol, events: Sequence[object], allow: Sequence[str]) -> AssemblyResult:
@@ -239,7 +239,7 @@ def run_replay(args: argparse.Namespace) -> int:
         args.allow = [*args.allow, CompatibilityRule.REQUIRE_CALL_ID.value]
     try:
         protocol, events = _load(args.file, args.protocol)
-        result_ids = _result_ids(args.followup, protocol) if args.followup is not None else None
+        followup = _next_request(args.followup, protocol) if args.followup is not None else None
     except RecordingError as error:
         return _refuse(str(error))
     if args.assembler:
@@ -250,7 +250,11 @@ def run_replay(args: argparse.Namespace) -> int:
         except (ImportError, ValueError) as error:  # not for this protocol, or its library is missing
             return _refuse(str(error) or f"--assembler {args.assembler} needs {getattr(error, 'name', None)}")
     result = _assemble(protocol, events, args.allow)
-    findings = linkage(result, result_ids) if result_ids is not None else None
+    findings = None
+    if followup is not None:
+        document, result_ids = followup
+        linked = protocol.link(result, document) if protocol.link is not None else None
+        findings = linked if linked is not None else linkage(result, result_ids)
     if args.export:
         try:
             _export(events, protocol, args)

@@ -11,9 +11,12 @@ from collections.abc import Sequence
 from typing import Final
 
 from etf_otel.core._identity import ABSENT
+from etf_otel.core._linkage import Finding
+from etf_otel.core._results import AssemblyResult
 from etf_otel.protocols._base import CallFields, FollowUp, WireProtocol, field, last_position
 from etf_otel.protocols._gemini import GeminiAssembler, finish_reason, unset
 from etf_otel.protocols._gemini_arguments import read
+from etf_otel.protocols._gemini_linkage import link_results
 
 __all__ = ["FINISH_REASONS", "GEMINI", "results"]
 
@@ -51,21 +54,21 @@ def _recognizes(event: object) -> bool:
     return "candidates" in event or "promptFeedback" in event or "prompt_feedback" in event
 
 
-def results(contents: Sequence[object]) -> list[object]:
-    """The ``functionResponse`` parts of the next request, in order; ``None`` for one out of scope.
+def results(contents: Sequence[object]) -> list[tuple[object, bool]]:
+    """The ``functionResponse`` parts of the next request, in order, each with whether it is in scope.
 
     In scope is the first content after the last ``role: model`` content (the first content
     when there is no model turn): a result in any later content answers nothing.
     """
     model = last_position(contents, _MODEL)
     scope = 0 if model is None else model + 1
-    found: list[object] = []
+    found: list[tuple[object, bool]] = []
     for position in range(scope, len(contents)):
         parts = field(contents[position], "parts")
         for part in parts if isinstance(parts, list) else ():
             response = read(part, "functionResponse", "function_response")
             if response is not ABSENT and response is not None:
-                found.append(response if position == scope else None)
+                found.append((response, position == scope))
     return found
 
 
@@ -74,16 +77,27 @@ def _result_ids(followup: object) -> list[object] | None:
 
     ``followup`` is the next request's ``contents`` list, or the request object holding it.
     """
+    contents = _contents(followup)
+    return None if contents is None else list(_ids(contents))
+
+
+def _contents(followup: object) -> list[object] | None:
     contents = followup.get("contents") if isinstance(followup, dict) else followup
     if not isinstance(contents, list) or not all(isinstance(content, dict) for content in contents):
         return None
-    return list(_ids(contents))
+    return contents
+
+
+def _link(result: AssemblyResult, followup: object) -> list[Finding] | None:
+    """The findings of the next request's results against ``result``: by id, or by name and order."""
+    contents = _contents(followup)
+    return None if contents is None else link_results(result, results(contents))
 
 
 def _ids(contents: Sequence[object]) -> list[str | None]:
     ids: list[str | None] = []
-    for response in results(contents):
-        call_id = unset(field(response, "id")) if response is not None else ABSENT
+    for response, in_scope in results(contents):
+        call_id = unset(field(response, "id")) if in_scope else ABSENT
         ids.append(call_id if isinstance(call_id, str) else None)
     return ids
 
@@ -148,5 +162,6 @@ GEMINI: Final = WireProtocol(
     slot_label=_slot_label,
     call_fields=_call_fields,
     request_path=":streamGenerateContent",
+    link=_link,
 )
 """Gemini ``streamGenerateContent``: slot key ``(candidate, call ordinal)``; identity the optional call id."""

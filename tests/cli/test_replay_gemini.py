@@ -79,7 +79,7 @@ def test_html_lanes_are_named_by_candidate_and_call_ordinal(tmp_path: Path, caps
     assert "repeated whole call set aside" in document
 
 
-def test_a_followup_answers_by_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_followup_answers_by_id_and_by_name_and_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     recording = write_jsonl(tmp_path / "r.jsonl", gemini.stream(gemini.chunk(gemini.call("f", {}, id="c1"))))
     followup = tmp_path / "next.json"
     response = {"functionResponse": {"id": "c1", "name": "f", "response": {"ok": True}}}
@@ -98,4 +98,12 @@ def test_a_followup_answers_by_id(tmp_path: Path, capsys: pytest.CaptureFixture[
     )
     code, out, err = run(["replay", str(recording), "--followup", str(followup), "--json"], capsys)
     assert (code, err) == (1, "")
-    assert json.loads(out)["linkage"] == [{"id": None, "category": "orphaned_result"}]
+    assert json.loads(out)["linkage"] == [{"id": None, "category": "orphaned_result", "name": "f"}]
+
+    answers = [{"functionResponse": {"name": name, "response": {}}} for name in ("get_time", "get_weather")]
+    followup.write_text(json.dumps([{"role": "model", "parts": []}, {"role": "user", "parts": answers}]))
+    code, out, err = run(["replay", str(VERTEX), "--followup", str(followup), "--json"], capsys)
+    assert (code, err, json.loads(out)["linkage"]) == (0, "", [])  # id-less calls answered by name
+    followup.write_text(json.dumps([{"role": "model", "parts": []}, {"role": "user", "parts": answers[:1] * 2}]))
+    code, out, err = run(["replay", str(VERTEX), "--followup", str(followup)], capsys)
+    assert code == 1 and "duplicate_result" in out and "unanswered_call" in out and "get_weather" in out
