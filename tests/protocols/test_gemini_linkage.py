@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from etf_otel.core._linkage import Finding
 from etf_otel.core._vocabulary import ErrorCategory
@@ -88,3 +90,18 @@ def test_a_response_that_is_not_dispatchable_proposed_nothing() -> None:
     cut = assemble([chunk(call("read", {}))])
     assert GEMINI.link(cut, next_request(answer("read"))) == [Finding(ORPH, name="read")]
     assert GEMINI.link(cut, {"contents": "no"}) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=6), st.randoms(use_true_random=False))
+def test_positional_linkage_is_a_count_per_name(names: list[str], random: Any) -> None:
+    """Any order of one answer per call is clean; dropping or repeating one answer is one finding of that name."""
+    result = assemble(stream(chunk(*(call(name, {}) for name in names))))
+    assert GEMINI.link is not None
+    answers = [answer(name) for name in names]
+    random.shuffle(answers)
+    assert GEMINI.link(result, next_request(*answers)) == []
+    dropped = answers.pop()
+    name = dropped["functionResponse"]["name"]
+    assert GEMINI.link(result, next_request(*answers)) == [Finding(U, None, name=name)]
+    assert GEMINI.link(result, next_request(*answers, dropped, dropped)) == [Finding(D, None, name=name)]
