@@ -51,8 +51,10 @@ __all__ = ["COMPLETE_REASON", "GeminiAssembler", "assemble", "call_parts", "fini
 
 COMPLETE_REASON: Final = "STOP"
 """The only finish reason of a whole response; every other one (unknown ones too) is incomplete."""
-UNSPECIFIED: Final = frozenset({"", "FINISH_REASON_UNSPECIFIED", "BLOCK_REASON_UNSPECIFIED"})
-"""Enum defaults: no reason at all."""
+UNSPECIFIED: Final = frozenset({"", "FINISH_REASON_UNSPECIFIED", "BLOCK_REASON_UNSPECIFIED", "CONTINUATION"})
+"""Enum defaults, no reason at all; and ``CONTINUATION``, which says the response goes on in a
+further request (the SDK asks for it and clears the reason): followed by the end of the stream,
+the response was cut."""
 PLACEHOLDER: Final = "{}"
 """The arguments of a call that states none (an unset ``args`` Struct), and ``args: {}`` on a streamed call."""
 

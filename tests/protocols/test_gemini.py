@@ -341,6 +341,8 @@ def test_names_are_set_once_and_an_empty_name_is_ignored() -> None:
         (["STOP", "MAX_TOKENS"], StreamState.COMPLETED, False, ("MAX_TOKENS",)),  # a later reason makes it worse
         (["SAFETY", "STOP"], StreamState.COMPLETED, False, ("SAFETY",)),  # the worst reason wins
         (["FINISH_REASON_UNSPECIFIED"], StreamState.TRUNCATED, False, ()),  # the enum default: no reason
+        (["CONTINUATION"], StreamState.TRUNCATED, False, ()),  # continued elsewhere: cut here
+        (["CONTINUATION", "STOP"], StreamState.COMPLETED, True, ("STOP",)),  # continued in this stream
         ([""], StreamState.TRUNCATED, False, ()),
         ([], StreamState.TRUNCATED, False, ()),  # EOF before a finishReason
     ],
