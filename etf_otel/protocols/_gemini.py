@@ -94,6 +94,16 @@ def finish_reason(candidate: object) -> str | None:
     return _text(read(candidate, "finishReason", "finish_reason"))
 
 
+def _is_error(event: object) -> bool:
+    """An in-band error object: ``{"error": {...}}``, recognised as the SDK does, by its first key.
+
+    A chunk that merely holds an ``error`` field among others is a chunk (the SDK yields it)."""
+    if type(event) is dict:
+        return bool(event) and next(iter(event)) == "error" and event["error"] is not None
+    error = field(event, "error")
+    return error is not ABSENT and error is not None
+
+
 def call_parts(candidate: object) -> Iterator[object]:
     """The ``functionCall`` of each part of ``candidate.content`` that has one, in order."""
     parts = field(field(candidate, "content"), "parts")
@@ -162,8 +172,7 @@ class GeminiAssembler:
         if self._spliced or self._slots.finished or isinstance(event, _NOT_OBJECTS) or event is None:
             self.ignored_events += 1
             return
-        error = field(event, "error")
-        if error is not ABSENT and error is not None:
+        if _is_error(event):
             self._failed = True
             return
         response_id = read(event, "responseId", "response_id")

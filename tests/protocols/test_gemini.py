@@ -378,6 +378,13 @@ def test_an_in_band_error_fails_the_stream_even_after_stop(after_stop: bool) -> 
     assert result.state is StreamState.FAILED and categories(result) == {"truncated_stream"}
 
 
+def test_only_an_object_that_starts_with_error_is_an_in_band_error() -> None:
+    stray = {"candidates": [{"content": {"parts": [call("f", {})]}, "finishReason": "STOP"}], "error": {"x": 1}}
+    assert run([stray]).dispatchable  # the SDK yields this chunk: it is no error object
+    assert run([chunk(call("f", {})), chunk(finish_reason="STOP"), {"error": None}]).dispatchable
+    assert run([chunk(call("f", {})), {}, chunk(finish_reason="STOP")]).dispatchable
+
+
 def test_a_blocked_prompt_is_incomplete() -> None:
     result = run([blocked("PROHIBITED_CONTENT")])
     assert result.state is StreamState.COMPLETED and categories(result) == {"incomplete_response"}
