@@ -28,11 +28,13 @@ __all__ = [
     "ETF_IDENTITY_REJECTED_DROPPED",
     "ETF_ID_BUFFERED_EARLY",
     "ETF_ID_DROPPED_LATE",
+    "ETF_ID_DROPPED_REPEAT",
     "ETF_ID_EMPTY",
     "ETF_ID_INFERRED_INDEX",
     "ETF_ID_KEPT_EMPTY",
     "ETF_ID_KEPT_NULL",
     "ETF_ID_KIND",
+    "ETF_ID_POSITIONAL",
     "ETF_ID_PRIOR_PRESENT",
     "ETF_ID_TRANSITION",
     "ETF_LINKAGE_AMBIGUOUS",
@@ -150,6 +152,8 @@ ETF_ID_KEPT_EMPTY: Final = "etf.id.kept_empty"
 ETF_ID_INFERRED_INDEX: Final = "etf.id.inferred_index"
 ETF_ID_BUFFERED_EARLY: Final = "etf.id.buffered_early"
 ETF_ID_DROPPED_LATE: Final = "etf.id.dropped_late"
+ETF_ID_DROPPED_REPEAT: Final = "etf.id.dropped_repeat"
+ETF_ID_POSITIONAL: Final = "etf.id.positional"
 ETF_STREAM_STATE: Final = "etf.stream.state"
 ETF_STREAM_SLOTS: Final = "etf.stream.slots"
 ETF_STREAM_FRAGMENTS: Final = "etf.stream.fragments"

@@ -71,6 +71,10 @@ ASSEMBLER_NAMES: Final = ("openai", "anthropic", "langchain", "reference")
 """``--assembler`` names: ``replay_assemblers.ASSEMBLERS``, not imported here to keep the CLI's start fast."""
 
 
+ALLOWABLE: Final = [rule.value for rule in CompatibilityRule if rule is not CompatibilityRule.REQUIRE_CALL_ID]
+"""``--allow`` names: the compatibility rules (``require_call_id`` is strictness, ``--require-call-id``)."""
+
+
 def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
     replay.description = "Assemble one recorded streamed response by the identity rules; report each call."
     replay.epilog = EPILOG
@@ -98,9 +102,14 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
         "--allow",
         action="append",
         default=[],
-        choices=[rule.value for rule in CompatibilityRule],
+        choices=ALLOWABLE,
         metavar="RULE",
-        help="enable a compatibility rule: " + ", ".join(rule.value for rule in CompatibilityRule),
+        help="enable a compatibility rule: " + ", ".join(ALLOWABLE),
+    )
+    replay.add_argument(
+        "--require-call-id",
+        action="store_true",
+        help="Gemini: every call without an id is missing_id (by default such calls are identified by position)",
     )
     replay.add_argument(
         "--assembler",
@@ -218,8 +227,8 @@ def _traces_hint(label: str) -> str:
     return f"{label}: exported traces (OTLP JSON), not a recorded response: check them with etf-otel audit {path}"
 
 
-def _result_ids(source: str, protocol: WireProtocol) -> list[str | None]:
-    """The call ids the next request answers; an id that is not a string answers nothing."""
+def _next_request(source: str, protocol: WireProtocol) -> tuple[object, list[str | None]]:
+    """The next request, and the call ids it answers; an id that is not a string answers nothing."""
     label = display_name(source)
     document = read_document(source)
     try:
@@ -228,7 +237,7 @@ def _result_ids(source: str, protocol: WireProtocol) -> list[str | None]:
         ids = None
     if ids is None:
         raise RecordingError(f"{label}: not a {protocol.name} next request ({protocol.followup_shape})")
-    return [call_id if isinstance(call_id, str) else None for call_id in ids]
+    return document, [call_id if isinstance(call_id, str) else None for call_id in ids]
 
 
 def _assemble(protocol: WireProtocol, events: Sequence[object], allow: Sequence[str]) -> AssemblyResult:
@@ -252,10 +261,12 @@ def linkage(result: AssemblyResult, result_ids: Sequence[str | None]) -> list[Fi
 def run_replay(args: argparse.Namespace) -> int:
     if args.file == STDIN and args.followup == STDIN:
         return _refuse("FILE and --followup cannot both read standard input (-)")
+    if getattr(args, "require_call_id", False):
+        args.allow = [*args.allow, CompatibilityRule.REQUIRE_CALL_ID.value]
     try:
         recording = _load(args.file, args.protocol)
         protocol, events = recording.protocol, recording.events
-        result_ids = _result_ids(args.followup, protocol) if args.followup is not None else None
+        followup = _next_request(args.followup, protocol) if args.followup is not None else None
     except RecordingError as error:
         return _refuse(str(error))
     streamed = recording.body is None
@@ -274,7 +285,11 @@ def run_replay(args: argparse.Namespace) -> int:
         judged = judge_body(protocol, recording.body, IdentityRules.for_rules(args.allow))
         assert judged is not None  # _load judged it a complete body
         result = judged
-    findings = linkage(result, result_ids) if result_ids is not None else None
+    findings = None
+    if followup is not None:
+        document, result_ids = followup
+        linked = protocol.link(result, document) if protocol.link is not None else None
+        findings = linked if linked is not None else linkage(result, result_ids)
     if args.export:
         try:
             _export(recording, args)

@@ -68,6 +68,8 @@ class LinkageReport(BaseModel):
     id: str | None
     """The call id, only when it is a preserved, proposed id (never an orphaned result's)."""
     category: str
+    name: str | None = None
+    """The function name, for a protocol that links results by name (Gemini); left out otherwise."""
 
 
 class ReplayReport(BaseModel):
@@ -84,7 +86,9 @@ class ReplayReport(BaseModel):
         exclude = None if show_arguments else {"calls": {"__all__": {"arguments"}}}
         document = self.model_dump(exclude=exclude)
         if self.linkage is not None:
-            document["linkage"] = [finding.model_dump() for finding in self.linkage]
+            document["linkage"] = [
+                finding.model_dump(exclude={"name"} if finding.name is None else None) for finding in self.linkage
+            ]
         return document
 
     def to_json(self, *, show_arguments: bool, ascii_only: bool = False) -> str:
@@ -92,7 +96,9 @@ class ReplayReport(BaseModel):
 
 
 def linkage_report(findings: Sequence[Finding]) -> list[LinkageReport]:
-    return [LinkageReport(id=finding.call_id, category=finding.category.value) for finding in findings]
+    return [
+        LinkageReport(id=finding.call_id, category=finding.category.value, name=finding.name) for finding in findings
+    ]
 
 
 def build_report(
@@ -193,8 +199,14 @@ def render_linkage(findings: Sequence[LinkageReport], console: Console, *, dispa
     table = Table(title="linkage (next request)", title_justify="left")
     table.add_column("id", overflow="fold")
     table.add_column("category")
+    named = any(finding.name is not None for finding in findings)
+    if named:
+        table.add_column("name", overflow="fold")
     for finding in findings:
-        table.add_row(shown(finding.id), finding.category)
+        cells = [shown(finding.id), finding.category]
+        if named:
+            cells.append(shown(finding.name))
+        table.add_row(*cells)
     print_table(console, table)
     if not dispatchable:
         console.print("linkage: the response is not dispatchable, so it proposed nothing to answer")

@@ -18,7 +18,7 @@ from typing import Final
 
 from etf_otel.core._identity import IdDecision
 from etf_otel.core._results import Rejection, ToolCall
-from etf_otel.core._slot_state import INCOMPLETE, SlotState
+from etf_otel.core._slot_state import INCOMPLETE, POSITIONAL, SlotState
 from etf_otel.core._vocabulary import ErrorCategory, ResponseEnd, Transition, Verdict
 
 __all__ = ["CallSnapshot", "count_decisions", "final_calls", "is_json_object", "resolved_arguments", "same_arguments"]
@@ -84,7 +84,7 @@ def final_calls(
         arguments, contradicted = resolved_arguments(slot)
         categories = dict(slot.categories) if slot.categories else {}
         if checks:
-            if slot.id is None:
+            if slot.id is None and not slot.status & POSITIONAL:
                 categories[ErrorCategory.MISSING_ID] = None
             if slot.name is None:
                 categories[ErrorCategory.MISSING_NAME] = None

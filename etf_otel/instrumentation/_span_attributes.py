@@ -39,6 +39,8 @@ COMPAT_SPAN_COUNTERS: Final[dict[Transition, str]] = {
     Transition.INFER_INDEX: A.ETF_ID_INFERRED_INDEX,
     Transition.BUFFER_EARLY: A.ETF_ID_BUFFERED_EARLY,
     Transition.DROP_LATE: A.ETF_ID_DROPPED_LATE,
+    Transition.POSITIONAL: A.ETF_ID_POSITIONAL,
+    Transition.DROP_REPEAT: A.ETF_ID_DROPPED_REPEAT,
 }
 """The call-span attribute counting each compatibility transition (docs/telemetry.md).
 

@@ -1,6 +1,6 @@
 """The seam every wire protocol plugs into.
 
-A wire protocol (Chat Completions, OpenAI Responses, Anthropic Messages) is
+A wire protocol (Chat Completions, OpenAI Responses, Anthropic Messages, Gemini) is
 one small adapter that reads its own events and lowers them onto the protocol-neutral
 slot model of :mod:`etf_otel.core._slots`: a slot opened or updated with an identity, an
 argument delta, a close, a finish reason, the response's proper end. Everything above
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from etf_otel.core._identity import ABSENT, IdentityRules
+from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import ResponseSlots
 
@@ -170,6 +171,10 @@ class WireProtocol:
     states_arguments: Callable[[object], bool] = _states_nothing
     """Whether an event restates a call's whole arguments (a snapshot mark on ``replay --html``)
     even when the slot model counts no new claim from it."""
+    link: Callable[[AssemblyResult, object], list[Finding] | None] | None = None
+    """The linkage findings of a next request (as :attr:`result_ids` takes it) against a response,
+    for a protocol that links results by more than their ids (Gemini: by name and order too);
+    ``None`` (the default): linkage by :attr:`result_ids`."""
 
     @property
     def heading(self) -> str:

@@ -248,7 +248,10 @@ def sse(events: list[Any]) -> bytes:
 def test_two_responses_piped_into_one_replay_are_refused(name: str) -> None:
     """``cat a.sse a.sse | etf-otel replay -``, literally: the second copy is never merged into the first."""
     recording = sse(SAMPLES[name])
-    done = python_m("replay", "-", stdin=recording + recording)
+    second_copy = recording
+    if name == "gemini":  # no start event: only another responseId after the end tells a second response
+        second_copy = recording.replace(b'"responseId": "resp-gemini-1"', b'"responseId": "resp-gemini-2"')
+    done = python_m("replay", "-", stdin=recording + second_copy)
     second = len(SAMPLES[name]) + 1
     assert one_line(done, "etf-otel replay: ") == (
         f"<stdin>: 2 responses in one recording (the second starts at event {second}); replay reads one: split it"
@@ -259,7 +262,10 @@ def test_two_responses_piped_into_one_replay_are_refused(name: str) -> None:
 def test_three_responses_in_json_lines_are_counted(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = write_jsonl(tmp_path / "three.jsonl", SAMPLES[name] * 3)
+    copies = [SAMPLES[name]] * 3
+    if name == "gemini":  # no start event: another responseId after the end starts a response
+        copies = [[{**event, "responseId": f"resp-{n}"} for event in SAMPLES[name]] for n in range(3)]
+    path = write_jsonl(tmp_path / "three.jsonl", [event for copy in copies for event in copy])
     for extra in ([], ["--json"], ["--protocol", name], ["--assembler", "reference"]):
         reason = refused(*run(["replay", str(path), *extra], capsys))
         assert reason.startswith(f"{path}: 3 responses in one recording"), reason

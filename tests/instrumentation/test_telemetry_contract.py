@@ -670,6 +670,8 @@ def test_every_compatibility_transition_has_a_call_span_counter() -> None:
         A.ETF_ID_INFERRED_INDEX,
         A.ETF_ID_BUFFERED_EARLY,
         A.ETF_ID_DROPPED_LATE,
+        A.ETF_ID_POSITIONAL,
+        A.ETF_ID_DROPPED_REPEAT,
     }
 
 
