@@ -33,7 +33,7 @@ from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 from etf_otel import attributes as A
 from etf_otel.core._linkage import Conversation, Finding, concatenated
-from etf_otel.core._refused import RefusedIds
+from etf_otel.core._refused import NO_REFUSED, RefusedIds
 from etf_otel.core._vocabulary import ErrorCategory
 from etf_otel.protocols import field
 
@@ -159,6 +159,11 @@ class LinkedConversation(Conversation):
         """A request was judged against the latest response already (another one is a retry: not judged)."""
         self.request_key: bytes | None = None
         self.response_id: str | None = None
+
+    def responded(self, call_ids: Iterable[str], refused: RefusedIds = NO_REFUSED) -> None:
+        """A new latest response, dispatchable or not: the next request is judged against it."""
+        super().responded(call_ids, refused)
+        self.claimed = False
 
     def proposed(self, call_ids: Iterable[str]) -> None:
         ids = list(call_ids)

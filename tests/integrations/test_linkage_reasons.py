@@ -175,3 +175,62 @@ def test_the_openai_sdk_accumulator_merges_the_ids_of_one_slot_and_its_follow_up
     assert all_violations(captured) == [
         {A.ETF_ERROR_CATEGORY: "orphaned_result", A.ETF_LINKAGE_ORPHAN_REASON: "concatenated_ids"}
     ]
+
+
+def clean(protocol: str) -> Script:
+    """One valid call, ``call_first`` (``toolu_first``), on a response of its own id."""
+    call_id = "toolu_first" if protocol == "anthropic" else "call_first"
+    if protocol == "chat":
+        return Script(events=C.finished(C.chunk(C.fragment(0, call_id, "read_page", '{"page":1}', type="function"))))
+    if protocol.startswith("responses"):
+        calls = R.call(0, call_id, "read_page", ('{"page":', "1}"), item_id="fc_0")
+        return Script(events=R.stream(calls, id="resp_first"), named=True)
+    return Script(events=M.stream(M.tool_call(0, call_id, "read_page", '{"page":1}')), named=True)
+
+
+def history(protocol: str, turns: list[str], response_id: str | None) -> dict[str, Any]:
+    """A request replaying one assistant turn per id of ``turns``, each answered (or, Responses with
+    ``previous_response_id``, only the last answer)."""
+    user = [{"role": "user", "content": "read page 1"}]
+    if protocol == "responses-previous":
+        output = {"type": "function_call_output", "call_id": turns[-1], "output": "text"}
+        return {"input": [output], "previous_response_id": response_id}
+    items: list[Any] = list(user)
+    for call_id in turns:
+        if protocol == "chat":
+            calls = [{"id": call_id, "type": "function", "function": {"name": "read_page", "arguments": "{}"}}]
+            items += [
+                {"role": "assistant", "content": None, "tool_calls": calls},
+                {"role": "tool", "tool_call_id": call_id, "content": "text"},
+            ]
+        elif protocol == "responses":
+            items += [
+                {"type": "function_call", "call_id": call_id, "name": "read_page", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": call_id, "output": "text"},
+            ]
+        else:
+            use = {"type": "tool_use", "id": call_id, "name": "read_page", "input": {}}
+            result = {"type": "tool_result", "tool_use_id": call_id, "content": "text"}
+            items += [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+    if protocol.startswith("responses"):
+        return {"input": items}
+    return {"messages": items, **({"max_tokens": 100} if protocol == "anthropic" else {})}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_refused_id_in_a_later_turn_is_recognised_too(
+    captured: Captured, server: LocalChatServer, instrument: Any, protocol: str
+) -> None:
+    """Turn 1 proposes a call and is answered; turn 2 refuses an id; turn 3 answers the refused id."""
+    instrument(protocol)
+    first_id = "toolu_first" if protocol == "anthropic" else "call_first"
+    _, refused = kept_and_refused(protocol)
+    for script in (clean(protocol), conflicting(protocol), text(protocol)):
+        server.enqueue(script)
+    with client_of(server, protocol, "sync") as client:
+        first = turn(client, protocol, first_request(protocol))
+        second = turn(client, protocol, history(protocol, [first_id], first.response_id))
+        turn(client, protocol, history(protocol, [first_id, refused], second.response_id))
+    assert all_violations(captured) == [
+        {A.ETF_ERROR_CATEGORY: "orphaned_result", A.ETF_LINKAGE_ORPHAN_REASON: "rejected_incoming_id"}
+    ]
