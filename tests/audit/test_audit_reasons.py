@@ -163,3 +163,32 @@ def test_the_text_table_and_the_html_page_show_the_orphan_reason(
     assert "orphan_reason concatenated_ids (1)" in out
     html = page.read_text()
     assert "concatenated_ids" in html and "orphan reason concatenated_ids" in html
+
+
+ASSISTANT_SHAPES = {
+    "chat": lambda ids: {"role": "assistant", "tool_calls": [{"id": i, "type": "function"} for i in ids]},
+    "semconv": lambda ids: {"role": "assistant", "parts": [{"type": "tool_call", "id": i, "name": "f"} for i in ids]},
+    "anthropic": lambda ids: {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": i, "name": "f"} for i in ids],
+    },
+}
+
+
+@pytest.mark.parametrize("shape", sorted(ASSISTANT_SHAPES))
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_assistant_turn_is_read_in_each_shape_and_only_the_last_one_counts(
+    process: Callable[..., Process], capsys: pytest.CaptureFixture[str], engine: str, shape: str
+) -> None:
+    """An earlier assistant turn naming other calls is not the evidence; the last one is."""
+    proc = process()
+    propose(proc, "call-a", "call-b")
+    propose(proc, "call-c")
+    assistant = ASSISTANT_SHAPES[shape]
+    answer = {"role": "tool", "parts": [{"type": "tool_call_response", "id": "call-a", "response": "ok"}]}
+    chat_span(proc, [*USER, assistant(["call-c"]), assistant(["call-a", "call-b"]), answer])
+    chat_span(proc, [*USER, assistant(["call-a", "call-b"]), {"role": "tool", "tool_call_id": "call-c"}])
+    proc.close()
+    code, report = audit(capsys, proc.path, engine)
+    found = {f["call_id"]: f.get("orphan_reason") for f in findings(report, "orphaned_tool_message")}
+    assert (code, found) == (1, {"call-c": "unknown"}), report
