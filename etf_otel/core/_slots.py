@@ -357,6 +357,9 @@ class ResponseSlots:
         )
         rejections = [*self._response_rejections, *slot_rejections, *stray]
         ended = end is ResponseEnd.COMPLETE or end is ResponseEnd.INCOMPLETE
+        for call_id, _, _ in self._final_snapshot or ():  # a call the final list claims and no slot has
+            if isinstance(call_id, str) and call_id and all(slot.id != call_id for slot in slots):
+                self._refuse(call_id)
         if not slots and end is not ResponseEnd.COMPLETE:
             category = ErrorCategory.INCOMPLETE_RESPONSE if ended else ErrorCategory.TRUNCATED_STREAM
             rejections.append(Rejection(None, None, category))

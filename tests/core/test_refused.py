@@ -117,3 +117,16 @@ def test_an_id_past_the_bound_is_not_taken_apart() -> None:
 
     piece = "c" * (MAX_CONCATENATED_CHARS // 2 + 1)
     assert concatenated(piece * 2, [piece]) is False
+
+
+def test_an_id_only_the_final_list_claims_is_refused() -> None:
+    slots = LifecycleSlots()
+    slots.open(0, "call_a", "get_a")
+    slots.delta(0, "{}")
+    slots.close_slot(0)
+    slots.final_snapshot([("call_a", "get_a", "{}"), ("call_stray", "get_b", "{}"), (None, "get_c", "{}")])
+    slots.end()
+    result = slots.finish()
+    assert not result.dispatchable
+    assert "call_stray" in result.refused_ids and "call_a" not in result.refused_ids
+    assert len(result.refused_ids) == 1

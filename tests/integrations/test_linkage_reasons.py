@@ -234,3 +234,28 @@ def test_a_refused_id_in_a_later_turn_is_recognised_too(
     assert all_violations(captured) == [
         {A.ETF_ERROR_CATEGORY: "orphaned_result", A.ETF_LINKAGE_ORPHAN_REASON: "rejected_incoming_id"}
     ]
+
+
+@pytest.mark.parametrize("protocol", ["responses", "responses-previous"])
+def test_a_call_only_the_final_response_lists_is_a_refused_id_too(
+    captured: Captured, server: LocalChatServer, instrument: Any, protocol: str
+) -> None:
+    """``response.completed`` lists a call the stream never opened: an application reading the final
+    response answers it, and the result says the rules refused that id."""
+    instrument(protocol)
+    streamed = R.function_call(
+        call_id="call_kept", name="read_page", arguments='{"page":1}', id="fc_1", status="completed"
+    )
+    stray = R.function_call(call_id=f"call_{SECRET}", name="read_page", arguments="{}", id="fc_2", status="completed")
+    calls = R.call(0, "call_kept", "read_page", ('{"page":', "1}"), item_id="fc_1")
+    server.enqueue(
+        Script(events=R.stream(calls, end=R.completed(output=[streamed, stray], id="resp_s"), id="resp_s"), named=True)
+    )
+    server.enqueue(text(protocol))
+    with client_of(server, protocol, "sync") as client:
+        first = turn(client, protocol, first_request(protocol))
+        turn(client, protocol, follow_up(protocol, Seen([f"call_{SECRET}"], first.response_id), [f"call_{SECRET}"]))
+    assert captured.spans("assemble_response")[0].attributes[A.ETF_STREAM_DISPATCHABLE] is False
+    assert all_violations(captured) == [
+        {A.ETF_ERROR_CATEGORY: "orphaned_result", A.ETF_LINKAGE_ORPHAN_REASON: "rejected_incoming_id"}
+    ]
