@@ -242,7 +242,7 @@ WITH
                o.refused AS refused
         FROM etf_spans AS i
         INNER JOIN etf_spans AS o ON o.trace_id = i.trace_id AND o.span_id = i.parent_id
-        WHERE i.role = 'execution' AND o.role = 'execution'
+        WHERE i.role = 'execution' AND o.role = 'execution' AND i.span_id != o.span_id  -- no span is its own parent
           AND (i.call_id = '' OR o.call_id = '' OR i.call_id = o.call_id)
     ),
     inner_spans AS (
