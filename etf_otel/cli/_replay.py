@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import errno
 import io
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Final
 
 from etf_otel import protocols
 from etf_otel.cli._exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
+from etf_otel.cli._replay_input import Recording, load, next_request
 from etf_otel.cli._replay_report import build_report, render_linkage, render_report
 from etf_otel.cli._text import console_for, displayable, write_json
 from etf_otel.cli.html._page import HtmlWriteError, write_page
@@ -33,16 +33,7 @@ from etf_otel.errors import RecordingError
 from etf_otel.protocols import WireProtocol
 from etf_otel.protocols._bodies import judge_body
 from etf_otel.protocols._chat_completions import DONE
-from etf_otel.recordings import (
-    STDIN,
-    body_protocol,
-    complete_body,
-    display_name,
-    later_responses,
-    parse_recording,
-    read_document,
-    read_input,
-)
+from etf_otel.recordings import STDIN, display_name
 
 if TYPE_CHECKING:
     from etf_otel.cli._replay_assemblers import AssemblerComparison
@@ -134,112 +125,6 @@ def _refuse(reason: str) -> int:
     return EXIT_BAD_INPUT
 
 
-@dataclasses.dataclass(frozen=True)
-class _Recording:
-    protocol: WireProtocol
-    events: list[object]
-    """The events replayed; for a complete body, the events it would have streamed as (``--html``)."""
-    body: object = None
-    """The complete (non-streamed) response body, when the file holds one."""
-
-
-def _load(source: str, name: str | None) -> _Recording:
-    """The recording's protocol and events; ``RecordingError`` when unusable.
-
-    Detection looks at the first event only (a recording starts with its protocol's start
-    event or chunk). A named protocol must recognize at least one event. A complete
-    (non-streamed) body, on one line or pretty-printed, is judged as such. Several responses
-    in a row are refused (docs/cli.md, "One response per recording").
-    """
-    label = display_name(source)
-    data = read_input(source)
-    try:
-        events = list(parse_recording(data, label))
-    except RecordingError:
-        document = _whole_document(data)  # a pretty-printed body is no JSON lines
-        if _is_traces(document):
-            raise RecordingError(_traces_hint(label)) from None
-        if body_protocol(document) is None:
-            raise
-        return _body(label, document, name)
-    if len(events) == 1 and body_protocol(events[0]) is not None:
-        return _body(label, events[0], name)
-    if name is None:
-        protocol = protocols.detect(events[0]) if events else None
-        if protocol is None:
-            if _is_traces(events[0] if events else None):
-                raise RecordingError(_traces_hint(label))
-            supported = ", ".join(protocols.PROTOCOLS)
-            raise RecordingError(f"{label}: not a recording of any supported protocol ({supported})")
-    else:
-        protocol = protocols.get(name)
-        if not any(protocol.recognizes(event) for event in events):
-            raise RecordingError(
-                f"{label}: not a {protocol.name} recording: none of its events is one of that protocol's"
-            )
-    if body_protocol(events[0]) is not None:
-        raise RecordingError(f"{label}: {complete_body(events[0])} followed by more events: replay reads one response")
-    starts = later_responses(protocol, events)
-    if starts:
-        raise RecordingError(
-            f"{label}: {len(starts) + 1} responses in one recording (the second starts at event {starts[0] + 1});"
-            " replay reads one: split it"
-        )
-    return _Recording(protocol, events)
-
-
-def _body(label: str, document: object, name: str | None) -> _Recording:
-    """A complete body of its protocol (``--protocol``, when given, must be that one)."""
-    found = body_protocol(document)
-    assert found is not None
-    description = found.complete_body(document)
-    if name is not None and protocols.get(name) is not found:
-        raise RecordingError(f"{label}: {description}, not a {protocols.get(name).name} response")
-    events = found.body_events(document)
-    if events is not None:
-        return _Recording(found, events, document)
-    if found.body_events is _JUDGES_NO_BODY:
-        raise RecordingError(f"{label}: {description}, not a stream: {found.name} judges streamed responses only")
-    raise RecordingError(f"{label}: {description} that has not ended (a background response): nothing to judge")
-
-
-_JUDGES_NO_BODY: Final = WireProtocol.__dataclass_fields__["body_events"].default
-"""The ``body_events`` of a protocol that describes no complete body (a registered one may not)."""
-
-
-def _whole_document(data: bytes) -> object:
-    """``data`` as one JSON document (``None`` when it is not one)."""
-    try:
-        return json.loads(data.decode("utf-8").lstrip("\ufeff"))
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return None
-
-
-def _is_traces(document: object) -> bool:
-    """Whether ``document`` is exported telemetry (OTLP JSON spans), not a recorded response."""
-    if not isinstance(document, dict):
-        return False
-    return "resourceSpans" in document or "resourceMetrics" in document or {"traceId", "spanId"} <= document.keys()
-
-
-def _traces_hint(label: str) -> str:
-    path = "-" if label == display_name(STDIN) else label
-    return f"{label}: exported traces (OTLP JSON), not a recorded response: check them with etf-otel audit {path}"
-
-
-def _next_request(source: str, protocol: WireProtocol) -> tuple[object, list[str | None]]:
-    """The next request, and the call ids it answers; an id that is not a string answers nothing."""
-    label = display_name(source)
-    document = read_document(source)
-    try:
-        ids = protocol.result_ids(document)
-    except (RecursionError, ValueError, TypeError, AttributeError, KeyError):
-        ids = None
-    if ids is None:
-        raise RecordingError(f"{label}: not a {protocol.name} next request ({protocol.followup_shape})")
-    return document, [call_id if isinstance(call_id, str) else None for call_id in ids]
-
-
 def _assemble(protocol: WireProtocol, events: Sequence[object], allow: Sequence[str]) -> AssemblyResult:
     assembler = protocol.assembler(rules=IdentityRules.for_rules(allow))
     for event in events:
@@ -264,9 +149,9 @@ def run_replay(args: argparse.Namespace) -> int:
     if getattr(args, "require_call_id", False):
         args.allow = [*args.allow, CompatibilityRule.REQUIRE_CALL_ID.value]
     try:
-        recording = _load(args.file, args.protocol)
+        recording = load(args.file, args.protocol)
         protocol, events = recording.protocol, recording.events
-        followup = _next_request(args.followup, protocol) if args.followup is not None else None
+        followup = next_request(args.followup, protocol) if args.followup is not None else None
     except RecordingError as error:
         return _refuse(str(error))
     streamed = recording.body is None
@@ -371,7 +256,7 @@ def _displayable_comparison(comparison: AssemblerComparison) -> AssemblerCompari
     )
 
 
-def _export(recording: _Recording, args: argparse.Namespace) -> None:
+def _export(recording: Recording, args: argparse.Namespace) -> None:
     """Run the recording through the real instrumentation; append its telemetry to ``args.export``.
 
     The telemetry is collected in memory and written here, in one go: a path that cannot be
@@ -386,7 +271,7 @@ def _export(recording: _Recording, args: argparse.Namespace) -> None:
         out.write(text)
 
 
-def _telemetry(recording: _Recording, allow: Sequence[str]) -> str:
+def _telemetry(recording: Recording, allow: Sequence[str]) -> str:
     """What the instrumentation emits for the recording, as OTLP JSON lines (spans, then metrics)."""
     from opentelemetry.exporter.otlp.json.file import FileMetricExporter, FileSpanExporter
     from opentelemetry.sdk.metrics import MeterProvider
