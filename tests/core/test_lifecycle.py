@@ -163,7 +163,9 @@ def test_the_final_snapshot_is_a_cross_check_by_id_name_and_arguments() -> None:
     slots.final_snapshot([("call-1", "f", '{"a": 1}'), ("call-2", "other", "{}"), ("call-x", "h", "{}")])
     result = slots.finish()
     verdicts = {call.id: call.categories for call in result.calls}
-    assert verdicts == {"call-1": (), "call-2": (E.SNAPSHOT_MISMATCH,), "call-3": (E.SNAPSHOT_MISMATCH,)}
+    # call-1 agrees with the list, but the response is blocked: it is rejected with the blocking category.
+    assert verdicts == dict.fromkeys(("call-1", "call-2", "call-3"), (E.SNAPSHOT_MISMATCH,))
+    assert [r.index for r in result.rejections] == [1, 2, None]  # the causes: call-1 blocked no one
     assert any(r.index is None and r.category is E.SNAPSHOT_MISMATCH for r in result.rejections)
 
 

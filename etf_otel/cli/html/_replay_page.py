@@ -108,10 +108,8 @@ def _verdict(lane: Lane, call: ToolCall | None, result: AssemblyResult) -> str:
             '<div data-verdict="blocked"><span class="pill bad">\u2715 blocks the response</span>'
             f'<div class="muted">{text(", ".join(blocking))}</div></div>'
         )
-    good = call.proposed and result.dispatchable
+    good = call.proposed  # only the calls of a dispatchable response are proposed
     categories = ", ".join(category.value for category in call.categories)
-    if call.proposed and not result.dispatchable:
-        categories = "held: response blocked"
     word = ("\u2713 " if good else "\u2715 ") + call.verdict.value
     return (
         f'<div data-verdict="{call.verdict.value}" data-call="{call.choice}:{call.index}">'
