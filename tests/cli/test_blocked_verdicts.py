@@ -153,5 +153,7 @@ def test_the_html_page_says_rejected_with_the_category(
     assert verdicts and set(verdicts.values()) == {"rejected"}
     lane = document[document.index('data-call="0:0"') :]
     lane = lane[: lane.index("</div></div>")]
-    assert "\u2715 rejected" in lane and f'<div class="muted">{blocking}' in lane
+    # The category is the response's: the page says so, and the calls table says the same.
+    assert "\u2715 rejected" in lane and f'<div class="muted">{blocking} (response blocked)' in lane
+    assert f"<td>rejected</td><td>{blocking} (response blocked)</td>" in document
     assert "held" not in document and "\u2715 proposed" not in document
