@@ -93,18 +93,8 @@ def final_calls(
         arguments, contradicted = resolved_arguments(slot)
         categories = dict(slot.categories) if slot.categories else {}
         if checks:
-            if slot.id is None:
-                categories[ErrorCategory.MISSING_ID] = None
-            if slot.name is None:
-                categories[ErrorCategory.MISSING_NAME] = None
-            if slot.room < 0 or not is_json_object(arguments):
-                categories[ErrorCategory.INVALID_ARGUMENTS] = None
-            if contradicted or (mismatched and slot.key in mismatched):
-                categories[ErrorCategory.SNAPSHOT_MISMATCH] = None
-            if slot.status & INCOMPLETE:
-                categories[ErrorCategory.INCOMPLETE_RESPONSE] = None
-            if duplicated and slot.id in duplicated:
-                categories[ErrorCategory.DUPLICATE_CALL_ID] = None
+            contradicted = contradicted or bool(mismatched and slot.key in mismatched)
+            _check(slot, arguments, categories, contradicted, bool(duplicated and slot.id in duplicated))
         if end_category is not None:
             categories[end_category] = None
         if categories:
@@ -122,6 +112,24 @@ def final_calls(
                 categories[blocking] = None
     calls = [_call(slot, arguments, categories, transitions) for slot, arguments, categories in judged]
     return calls, rejections, dispatchable
+
+
+def _check(
+    slot: SlotState, arguments: str, categories: dict[ErrorCategory, None], contradicted: bool, duplicated: bool
+) -> None:
+    """The assembly checks of one slot, added to ``categories`` in their documented order."""
+    if slot.id is None:
+        categories[ErrorCategory.MISSING_ID] = None
+    if slot.name is None:
+        categories[ErrorCategory.MISSING_NAME] = None
+    if slot.room < 0 or not is_json_object(arguments):
+        categories[ErrorCategory.INVALID_ARGUMENTS] = None
+    if contradicted:
+        categories[ErrorCategory.SNAPSHOT_MISMATCH] = None
+    if slot.status & INCOMPLETE:
+        categories[ErrorCategory.INCOMPLETE_RESPONSE] = None
+    if duplicated:
+        categories[ErrorCategory.DUPLICATE_CALL_ID] = None
 
 
 _END_CATEGORY: Final = {
