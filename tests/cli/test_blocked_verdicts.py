@@ -3,11 +3,13 @@
 Per protocol, a stream with one call whose own checks pass and a problem elsewhere that blocks the
 response: that call is ``rejected`` with the response's blocking category in every place a user
 reads it (``replay --json``, the replay table, the ``assemble_tool_call`` span, the
-``etf.tool_calls`` metric, the ``replay --html`` page), and no ``proposed`` is counted anywhere.
+``etf.tool_calls`` metric, the ``replay --html`` page, the audit of the exported spans in both
+engines), and no ``proposed`` is counted anywhere.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -157,3 +159,28 @@ def test_the_html_page_says_rejected_with_the_category(
     assert "\u2715 rejected" in lane and f'<div class="muted">{blocking} (response blocked)' in lane
     assert f"<td>rejected</td><td>{blocking} (response blocked)</td>" in document
     assert "held" not in document and "\u2715 proposed" not in document
+
+
+ENGINES = [
+    "python",
+    pytest.param(
+        "chdb",
+        marks=pytest.mark.skipif(importlib.util.find_spec("chdb") is None, reason="chdb is not installed (chdb extra)"),
+    ),
+]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", CASE_IDS)
+def test_the_audit_of_the_exported_spans_names_the_blocking_category(
+    name: str, engine: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, _, blocking = CASES[name]
+    export = tmp_path / "spans.jsonl"
+    code, _, err = run(["replay", str(recording(tmp_path, name)), "--export", str(export)], capsys)
+    assert (code, err) == (1, "")
+    code, report = run_json(["audit", "--no-progress", "--engine", engine, str(export)], capsys)
+    assert code == 1
+    assert [(kind["kind"], kind["categories"]) for kind in report["by_kind"]] == [("recorded_rejection", {blocking: 1})]
+    (finding,) = report["traces_detail"][0]["findings"]
+    assert blocking in finding["detail"] and "proposed" not in finding["detail"]
