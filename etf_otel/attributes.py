@@ -28,11 +28,13 @@ __all__ = [
     "ETF_IDENTITY_REJECTED_DROPPED",
     "ETF_ID_BUFFERED_EARLY",
     "ETF_ID_DROPPED_LATE",
+    "ETF_ID_DROPPED_REPEAT",
     "ETF_ID_EMPTY",
     "ETF_ID_INFERRED_INDEX",
     "ETF_ID_KEPT_EMPTY",
     "ETF_ID_KEPT_NULL",
     "ETF_ID_KIND",
+    "ETF_ID_POSITIONAL",
     "ETF_ID_PRIOR_PRESENT",
     "ETF_ID_TRANSITION",
     "ETF_LINKAGE_AMBIGUOUS",
@@ -42,6 +44,7 @@ __all__ = [
     "ETF_MCP_MATCH",
     "ETF_MCP_META_REJECTED",
     "ETF_PROTOCOL",
+    "ETF_RESPONSE_STREAMED",
     "ETF_STREAM_DISPATCHABLE",
     "ETF_STREAM_FRAGMENTS",
     "ETF_STREAM_SLOTS",
@@ -49,7 +52,9 @@ __all__ = [
     "ETF_TOOL_CALL_CATEGORIES",
     "ETF_TOOL_CALL_FRAGMENTS",
     "ETF_TOOL_CALL_ID_SOURCE",
+    "ETF_TOOL_CALL_ID_TRUNCATED",
     "ETF_TOOL_CALL_INDEX",
+    "ETF_TOOL_CALL_NAME_TRUNCATED",
     "ETF_TOOL_CALL_VERDICT",
     "EVENT_IDENTITY_REJECTED",
     "EVENT_INTEGRITY_VIOLATION",
@@ -63,6 +68,7 @@ __all__ = [
     "GEN_AI_TOOL_NAME",
     "GEN_AI_TOOL_TYPE",
     "INSTRUMENTATION_NAME",
+    "MAX_RECORDED_CHARS",
     "MCP_MATCH_VALUES",
     "MCP_META_PROPOSAL",
     "MCP_META_REJECTED_VALUES",
@@ -131,16 +137,30 @@ ETF_PROTOCOL: Final = "etf.protocol"
 ETF_TOOL_CALL_FRAGMENTS: Final = "etf.tool_call.fragments"
 ETF_TOOL_CALL_VERDICT: Final = "etf.tool_call.verdict"
 ETF_TOOL_CALL_CATEGORIES: Final = "etf.tool_call.categories"
+MAX_RECORDED_CHARS: Final = 256
+"""The longest string etf-otel records as an attribute value (ids, names, ``error.type``, ...):
+a longer one is recorded cut to this many characters. Linkage inside the process keeps the whole value."""
+ETF_TOOL_CALL_ID_TRUNCATED: Final = "etf.tool_call.id_truncated"
+"""``true`` beside a ``gen_ai.tool.call.id`` (or ``etf.linkage.answered_ids``) of which at least one
+id was longer than :data:`MAX_RECORDED_CHARS` and is recorded cut; absent otherwise."""
+ETF_TOOL_CALL_NAME_TRUNCATED: Final = "etf.tool_call.name_truncated"
+"""``true`` beside a ``gen_ai.tool.name`` longer than :data:`MAX_RECORDED_CHARS`, recorded cut
+(as is the span name that repeats it); absent otherwise."""
 ETF_IDENTITY_REJECTED_DROPPED: Final = "etf.identity.rejected.dropped"
 ETF_ID_KEPT_NULL: Final = "etf.id.kept_null"
 ETF_ID_KEPT_EMPTY: Final = "etf.id.kept_empty"
 ETF_ID_INFERRED_INDEX: Final = "etf.id.inferred_index"
 ETF_ID_BUFFERED_EARLY: Final = "etf.id.buffered_early"
 ETF_ID_DROPPED_LATE: Final = "etf.id.dropped_late"
+ETF_ID_DROPPED_REPEAT: Final = "etf.id.dropped_repeat"
+ETF_ID_POSITIONAL: Final = "etf.id.positional"
 ETF_STREAM_STATE: Final = "etf.stream.state"
 ETF_STREAM_SLOTS: Final = "etf.stream.slots"
 ETF_STREAM_FRAGMENTS: Final = "etf.stream.fragments"
 ETF_STREAM_DISPATCHABLE: Final = "etf.stream.dispatchable"
+ETF_RESPONSE_STREAMED: Final = "etf.response.streamed"
+"""``true`` on the ``assemble_response`` span of a streamed response, ``false`` on a complete body
+(``create()`` without ``stream``): no fragments, the same rules."""
 ETF_GUARD_REFUSED: Final = "etf.guard.refused"
 ETF_DIVERGENCE_KIND: Final = "etf.divergence.kind"
 

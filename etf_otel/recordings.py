@@ -44,6 +44,7 @@ __all__ = [
     "MAX_INPUT_BYTES",
     "STDIN",
     "RecordingError",
+    "body_protocol",
     "complete_body",
     "display_name",
     "later_responses",
@@ -223,12 +224,17 @@ def complete_body(event: object) -> str | None:
     that all hold a ``message`` and no ``delta``; Responses ``object: "response"`` without a
     ``type``; Anthropic Messages ``type: "message"``.
     """
+    found = body_protocol(event)
+    return None if found is None else found.complete_body(event)
+
+
+def body_protocol(event: object) -> WireProtocol | None:
+    """The registered protocol ``event`` is a complete body of (see :func:`complete_body`), else ``None``."""
     if not isinstance(event, dict):
         return None
     for protocol in protocols.registered():
-        body = protocol.complete_body(event)
-        if body is not None:
-            return body
+        if protocol.complete_body(event) is not None:
+            return protocol
     return None
 
 

@@ -110,9 +110,12 @@ LABEL_VALUES: dict[str, set[str]] = {
         "infer_index",
         "buffer_early",
         "drop_late",
+        # Gemini (docs/protocols.md): an id-less call identified by position; a repeated whole call set aside
+        "positional",
+        "drop_repeat",
     },
     # docs/telemetry.md, The wire protocol: the shipped protocols' names (a custom protocol adds its own).
-    "etf_protocol": {"chat_completions", "responses", "anthropic_messages"},
+    "etf_protocol": {"chat_completions", "responses", "anthropic_messages", "gemini"},
 }
 
 # PromQL words the shipped expressions may use besides metric names.
@@ -353,7 +356,7 @@ def test_docs_categories_are_exactly_the_error_category_enum_with_its_phases() -
 def test_docs_categories_say_which_protocols_produce_each_one() -> None:
     header, rows = markdown_table(doc_section(CATEGORIES_DOC, IMPLEMENTED_CATEGORIES))
     produced_by = header.index("produced by")
-    protocols = {"all", "Chat Completions", "Responses", "Anthropic"}
+    protocols = {"all", "Chat Completions", "Responses", "Anthropic", "Gemini"}
     for row in rows:
         named = {name.strip() for name in row[produced_by].split(",")}
         assert named and named <= protocols, row

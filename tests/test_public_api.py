@@ -37,6 +37,7 @@ PUBLIC_MODULES = frozenset(
         "integrations.langchain",
         "testing.anthropic",
         "testing.chat",
+        "testing.gemini",
         "testing.responses",
     }
 )

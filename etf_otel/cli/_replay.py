@@ -31,9 +31,11 @@ from etf_otel.core._linkage import DEFAULT_MAX_PENDING, Conversation, Finding
 from etf_otel.core._results import AssemblyResult
 from etf_otel.errors import RecordingError
 from etf_otel.protocols import WireProtocol
+from etf_otel.protocols._bodies import judge_body
 from etf_otel.protocols._chat_completions import DONE
 from etf_otel.recordings import (
     STDIN,
+    body_protocol,
     complete_body,
     display_name,
     later_responses,
@@ -69,6 +71,10 @@ ASSEMBLER_NAMES: Final = ("openai", "anthropic", "langchain", "reference")
 """``--assembler`` names: ``replay_assemblers.ASSEMBLERS``, not imported here to keep the CLI's start fast."""
 
 
+ALLOWABLE: Final = [rule.value for rule in CompatibilityRule if rule is not CompatibilityRule.REQUIRE_CALL_ID]
+"""``--allow`` names: the compatibility rules (``require_call_id`` is strictness, ``--require-call-id``)."""
+
+
 def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
     replay.description = "Assemble one recorded streamed response by the identity rules; report each call."
     replay.epilog = EPILOG
@@ -96,9 +102,14 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
         "--allow",
         action="append",
         default=[],
-        choices=[rule.value for rule in CompatibilityRule],
+        choices=ALLOWABLE,
         metavar="RULE",
-        help="enable a compatibility rule: " + ", ".join(rule.value for rule in CompatibilityRule),
+        help="enable a compatibility rule: " + ", ".join(ALLOWABLE),
+    )
+    replay.add_argument(
+        "--require-call-id",
+        action="store_true",
+        help="Gemini: every call without an id is missing_id (by default such calls are identified by position)",
     )
     replay.add_argument(
         "--assembler",
@@ -123,13 +134,22 @@ def _refuse(reason: str) -> int:
     return EXIT_BAD_INPUT
 
 
-def _load(source: str, name: str | None) -> tuple[WireProtocol, list[object]]:
+@dataclasses.dataclass(frozen=True)
+class _Recording:
+    protocol: WireProtocol
+    events: list[object]
+    """The events replayed; for a complete body, the events it would have streamed as (``--html``)."""
+    body: object = None
+    """The complete (non-streamed) response body, when the file holds one."""
+
+
+def _load(source: str, name: str | None) -> _Recording:
     """The recording's protocol and events; ``RecordingError`` when unusable.
 
     Detection looks at the first event only (a recording starts with its protocol's start
     event or chunk). A named protocol must recognize at least one event. A complete
-    (non-streamed) body and several responses in a row are refused (docs/cli.md, "One
-    streamed response per recording").
+    (non-streamed) body, on one line or pretty-printed, is judged as such. Several responses
+    in a row are refused (docs/cli.md, "One response per recording").
     """
     label = display_name(source)
     data = read_input(source)
@@ -139,13 +159,11 @@ def _load(source: str, name: str | None) -> tuple[WireProtocol, list[object]]:
         document = _whole_document(data)  # a pretty-printed body is no JSON lines
         if _is_traces(document):
             raise RecordingError(_traces_hint(label)) from None
-        body = complete_body(document) if document is not None else None
-        if body is None:
+        if body_protocol(document) is None:
             raise
-        raise RecordingError(_not_a_stream(label, body)) from None
-    body = complete_body(events[0]) if events else None
-    if body is not None:
-        raise RecordingError(_not_a_stream(label, body))
+        return _body(label, document, name)
+    if len(events) == 1 and body_protocol(events[0]) is not None:
+        return _body(label, events[0], name)
     if name is None:
         protocol = protocols.detect(events[0]) if events else None
         if protocol is None:
@@ -159,13 +177,34 @@ def _load(source: str, name: str | None) -> tuple[WireProtocol, list[object]]:
             raise RecordingError(
                 f"{label}: not a {protocol.name} recording: none of its events is one of that protocol's"
             )
+    if body_protocol(events[0]) is not None:
+        raise RecordingError(f"{label}: {complete_body(events[0])} followed by more events: replay reads one response")
     starts = later_responses(protocol, events)
     if starts:
         raise RecordingError(
             f"{label}: {len(starts) + 1} responses in one recording (the second starts at event {starts[0] + 1});"
             " replay reads one: split it"
         )
-    return protocol, events
+    return _Recording(protocol, events)
+
+
+def _body(label: str, document: object, name: str | None) -> _Recording:
+    """A complete body of its protocol (``--protocol``, when given, must be that one)."""
+    found = body_protocol(document)
+    assert found is not None
+    description = found.complete_body(document)
+    if name is not None and protocols.get(name) is not found:
+        raise RecordingError(f"{label}: {description}, not a {protocols.get(name).name} response")
+    events = found.body_events(document)
+    if events is not None:
+        return _Recording(found, events, document)
+    if found.body_events is _JUDGES_NO_BODY:
+        raise RecordingError(f"{label}: {description}, not a stream: {found.name} judges streamed responses only")
+    raise RecordingError(f"{label}: {description} that has not ended (a background response): nothing to judge")
+
+
+_JUDGES_NO_BODY: Final = WireProtocol.__dataclass_fields__["body_events"].default
+"""The ``body_events`` of a protocol that describes no complete body (a registered one may not)."""
 
 
 def _whole_document(data: bytes) -> object:
@@ -188,12 +227,8 @@ def _traces_hint(label: str) -> str:
     return f"{label}: exported traces (OTLP JSON), not a recorded response: check them with etf-otel audit {path}"
 
 
-def _not_a_stream(label: str, body: str) -> str:
-    return f"{label}: {body}, not a stream: replay reads a streamed response (stream: true), as JSON lines or SSE"
-
-
-def _result_ids(source: str, protocol: WireProtocol) -> list[str | None]:
-    """The call ids the next request answers; an id that is not a string answers nothing."""
+def _next_request(source: str, protocol: WireProtocol) -> tuple[object, list[str | None]]:
+    """The next request, and the call ids it answers; an id that is not a string answers nothing."""
     label = display_name(source)
     document = read_document(source)
     try:
@@ -202,7 +237,7 @@ def _result_ids(source: str, protocol: WireProtocol) -> list[str | None]:
         ids = None
     if ids is None:
         raise RecordingError(f"{label}: not a {protocol.name} next request ({protocol.followup_shape})")
-    return [call_id if isinstance(call_id, str) else None for call_id in ids]
+    return document, [call_id if isinstance(call_id, str) else None for call_id in ids]
 
 
 def _assemble(protocol: WireProtocol, events: Sequence[object], allow: Sequence[str]) -> AssemblyResult:
@@ -226,11 +261,17 @@ def linkage(result: AssemblyResult, result_ids: Sequence[str | None]) -> list[Fi
 def run_replay(args: argparse.Namespace) -> int:
     if args.file == STDIN and args.followup == STDIN:
         return _refuse("FILE and --followup cannot both read standard input (-)")
+    if getattr(args, "require_call_id", False):
+        args.allow = [*args.allow, CompatibilityRule.REQUIRE_CALL_ID.value]
     try:
-        protocol, events = _load(args.file, args.protocol)
-        result_ids = _result_ids(args.followup, protocol) if args.followup is not None else None
+        recording = _load(args.file, args.protocol)
+        protocol, events = recording.protocol, recording.events
+        followup = _next_request(args.followup, protocol) if args.followup is not None else None
     except RecordingError as error:
         return _refuse(str(error))
+    streamed = recording.body is None
+    if args.assembler and not streamed:
+        return _refuse("--assembler compares stream assemblers; FILE is a complete body: nothing was streamed")
     if args.assembler:
         from etf_otel.cli._replay_assemblers import check_assembler
 
@@ -238,11 +279,20 @@ def run_replay(args: argparse.Namespace) -> int:
             check_assembler(args.assembler, protocol)
         except (ImportError, ValueError) as error:  # not for this protocol, or its library is missing
             return _refuse(str(error) or f"--assembler {args.assembler} needs {getattr(error, 'name', None)}")
-    result = _assemble(protocol, events, args.allow)
-    findings = linkage(result, result_ids) if result_ids is not None else None
+    if streamed:
+        result = _assemble(protocol, events, args.allow)
+    else:
+        judged = judge_body(protocol, recording.body, IdentityRules.for_rules(args.allow))
+        assert judged is not None  # _load judged it a complete body
+        result = judged
+    findings = None
+    if followup is not None:
+        document, result_ids = followup
+        linked = protocol.link(result, document) if protocol.link is not None else None
+        findings = linked if linked is not None else linkage(result, result_ids)
     if args.export:
         try:
-            _export(events, protocol, args)
+            _export(recording, args)
         except OSError as error:
             return _refuse(f"--export: cannot write {display_name(args.export)}: {error.strerror or error}")
     if args.html is not None:
@@ -252,7 +302,7 @@ def run_replay(args: argparse.Namespace) -> int:
             return _refuse(str(error))
     if args.assembler:
         return _compare(args, protocol, events, result, findings)
-    report = build_report(result, show_arguments=args.show_arguments, linkage=findings)
+    report = build_report(result, show_arguments=args.show_arguments, linkage=findings, streamed=streamed)
     if args.json:
         write_json(report.to_dict(show_arguments=args.show_arguments))
     else:
@@ -321,7 +371,7 @@ def _displayable_comparison(comparison: AssemblerComparison) -> AssemblerCompari
     )
 
 
-def _export(events: list[object], protocol: WireProtocol, args: argparse.Namespace) -> None:
+def _export(recording: _Recording, args: argparse.Namespace) -> None:
     """Run the recording through the real instrumentation; append its telemetry to ``args.export``.
 
     The telemetry is collected in memory and written here, in one go: a path that cannot be
@@ -331,13 +381,13 @@ def _export(events: list[object], protocol: WireProtocol, args: argparse.Namespa
     path = Path(args.export)
     if not path.parent.is_dir():  # as --html: a typo in the directory must not create a tree somewhere
         raise FileNotFoundError(errno.ENOENT, f"no directory {os.fspath(path.parent) or '.'}")
-    text = _telemetry(events, protocol, args.allow)
+    text = _telemetry(recording, args.allow)
     with open(path, "a", encoding="utf-8") as out:  # the OTLP JSON file exporters append too
         out.write(text)
 
 
-def _telemetry(events: list[object], protocol: WireProtocol, allow: Sequence[str]) -> str:
-    """What the instrumentation emits for ``events``, as OTLP JSON lines (spans, then metrics)."""
+def _telemetry(recording: _Recording, allow: Sequence[str]) -> str:
+    """What the instrumentation emits for the recording, as OTLP JSON lines (spans, then metrics)."""
     from opentelemetry.exporter.otlp.json.file import FileMetricExporter, FileSpanExporter
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -354,8 +404,11 @@ def _telemetry(events: list[object], protocol: WireProtocol, allow: Sequence[str
     reader = PeriodicExportingMetricReader(FileMetricExporter(stream=buffer), export_interval_millis=60_000)
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
     instrumentation = Instrumentation(tracer_provider, meter_provider, allow=allow)
-    for _ in instrumentation.stream(iter(events), protocol=protocol):
-        pass
+    if recording.body is not None:
+        instrumentation.response(recording.body, protocol=recording.protocol)
+    else:
+        for _ in instrumentation.stream(iter(recording.events), protocol=recording.protocol):
+            pass
     tracer_provider.shutdown()  # exports every span left
     meter_provider.shutdown()  # collects and exports the metrics once
     return buffer.getvalue()

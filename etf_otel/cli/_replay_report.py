@@ -45,6 +45,8 @@ def add_call_columns(table: Table, headers: Sequence[str]) -> None:
 class StreamSummary(BaseModel):
     state: str
     finish_reasons: list[str]
+    streamed: bool = True
+    """``False`` for a complete (non-streamed) body: no fragments, the same rules."""
 
 
 class CallReport(BaseModel):
@@ -79,6 +81,8 @@ class LinkageReport(BaseModel):
     id: str | None
     """The call id, only when it is a preserved, proposed id (never an orphaned result's)."""
     category: str
+    name: str | None = None
+    """The function name, for a protocol that links results by name (Gemini); left out otherwise."""
 
 
 class ReplayReport(BaseModel):
@@ -95,7 +99,9 @@ class ReplayReport(BaseModel):
         exclude = None if show_arguments else {"calls": {"__all__": {"arguments"}}}
         document = self.model_dump(exclude=exclude)
         if self.linkage is not None:
-            document["linkage"] = [finding.model_dump() for finding in self.linkage]
+            document["linkage"] = [
+                finding.model_dump(exclude={"name"} if finding.name is None else None) for finding in self.linkage
+            ]
         return document
 
     def to_json(self, *, show_arguments: bool, ascii_only: bool = False) -> str:
@@ -103,11 +109,17 @@ class ReplayReport(BaseModel):
 
 
 def linkage_report(findings: Sequence[Finding]) -> list[LinkageReport]:
-    return [LinkageReport(id=finding.call_id, category=finding.category.value) for finding in findings]
+    return [
+        LinkageReport(id=finding.call_id, category=finding.category.value, name=finding.name) for finding in findings
+    ]
 
 
 def build_report(
-    result: AssemblyResult, *, show_arguments: bool = False, linkage: Sequence[Finding] | None = None
+    result: AssemblyResult,
+    *,
+    show_arguments: bool = False,
+    linkage: Sequence[Finding] | None = None,
+    streamed: bool = True,
 ) -> ReplayReport:
     """The docs/cli.md document for ``result``; arguments only when asked for."""
     return ReplayReport(
@@ -117,6 +129,7 @@ def build_report(
             finish_reasons=[
                 reason if show_arguments else bounded_finish_reason(reason) for reason in result.finish_reasons
             ],
+            streamed=streamed,
         ),
         calls=[
             CallReport(
@@ -181,7 +194,8 @@ def render_report(report: ReplayReport, console: Console, *, show_arguments: boo
         transitions[diagnostic.transition] = transitions.get(diagnostic.transition, 0) + 1
     summary = ", ".join(f"{name} {count}" for name, count in sorted(transitions.items())) or "none"
     reasons = ", ".join(displayable(reason) for reason in report.stream.finish_reasons) or "-"
-    console.print(f"stream: {report.stream.state} (finish reasons: {reasons})")
+    what = "stream" if report.stream.streamed else "response (complete body, not streamed)"
+    console.print(f"{what}: {report.stream.state} (finish reasons: {reasons})")
     console.print(f"id transitions: {summary}")
     console.print("dispatchable: " + ("yes" if report.dispatchable else "no"))
     if report.linkage is not None:
@@ -196,8 +210,14 @@ def render_linkage(findings: Sequence[LinkageReport], console: Console, *, dispa
     table = Table(title="linkage (next request)", title_justify="left")
     table.add_column("id", overflow="fold")
     table.add_column("category")  # a closed vocabulary: always whole
+    named = any(finding.name is not None for finding in findings)
+    if named:
+        table.add_column("name", overflow="ellipsis", no_wrap=True)  # whole, or cut with a marker
     for finding in findings:
-        table.add_row(shown(finding.id), finding.category)
+        cells = [shown(finding.id), finding.category]
+        if named:
+            cells.append(shown(finding.name))
+        table.add_row(*cells)
     print_table(console, table)
     if not dispatchable:
         console.print("linkage: the response is not dispatchable, so it proposed nothing to answer")

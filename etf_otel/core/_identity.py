@@ -105,6 +105,12 @@ class CompatibilityRule(str, Enum):
     DROP_POST_DONE_DELTA = "drop_post_done_delta"
     """Responses: a delta after ``arguments.done`` that would change arguments already equal to the
     done snapshot is counted and dropped (``drop_late``), not merged."""
+    DROP_REPEATED_CALL = "drop_repeated_call"
+    """Gemini: a whole call repeating an earlier whole call's non-empty id, name and arguments is
+    counted and set aside (``drop_repeat``), not a second slot."""
+    REQUIRE_CALL_ID = "require_call_id"
+    """Gemini: a strict option, not an accommodation: every id-less call is ``missing_id`` (by
+    default an id-less candidate's calls are identified by position)."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -192,7 +198,18 @@ _RULE_ROWS: Final[dict[CompatibilityRule, dict[tuple[IdState, Incoming], _Row]]]
     CompatibilityRule.INFER_MISSING_INDEX: {},
     CompatibilityRule.BUFFER_EARLY_DELTAS: {},  # the Responses adapter applies it: no identity row changes
     CompatibilityRule.DROP_POST_DONE_DELTA: {},  # likewise
+    CompatibilityRule.DROP_REPEATED_CALL: {},  # the Gemini adapter applies it
+    CompatibilityRule.REQUIRE_CALL_ID: {},  # likewise, at the end of the response
 }
+
+_UNSET_ROWS: Final[dict[tuple[IdState, Incoming], _Row]] = {
+    (IdState.NONE, Incoming.NULL): (Transition.AWAIT, None, IdState.NONE, False),
+    (IdState.NONE, Incoming.EMPTY): (Transition.AWAIT, None, IdState.NONE, False),
+    (IdState.ESTABLISHED, Incoming.NULL): (Transition.KEEP_OMITTED, None, IdState.ESTABLISHED, False),
+    (IdState.ESTABLISHED, Incoming.EMPTY): (Transition.KEEP_OMITTED, None, IdState.ESTABLISHED, False),
+}
+"""A protocol whose ``null`` and ``""`` ids mean "not set" (protobuf JSON: Gemini) reads them as an absent
+id, while the diagnostics keep the kind that arrived: no ``initial_null``, no ``empty_after_established``."""
 
 
 def _build(rows: Mapping[tuple[IdState, Incoming], _Row]) -> dict[tuple[IdState, Incoming], IdDecision]:
@@ -291,14 +308,18 @@ class IdentityRules:
     tables costs tens of microseconds, so :meth:`for_rules` caches one per rule set.
     """
 
-    __slots__ = ("initial_row", "rows", "rules", "table")
+    __slots__ = ("initial_row", "rows", "rules", "table", "unset_ids")
 
-    def __init__(self, rules: Iterable[CompatibilityRule | str] = ()) -> None:
+    def __init__(self, rules: Iterable[CompatibilityRule | str] = (), *, unset_ids: bool = False) -> None:
         enabled = frozenset(CompatibilityRule(rule) for rule in rules)
         rows = dict(_STRICT_ROWS)
         for rule in sorted(enabled, key=lambda r: r.value):
             rows.update(_RULE_ROWS[rule])
+        if unset_ids:
+            rows.update(_UNSET_ROWS)
         self.rules: frozenset[CompatibilityRule] = enabled
+        self.unset_ids = unset_ids
+        """Whether ``null`` and ``""`` ids are "not set" (a protocol's reading, not a user's rule)."""
         self.table: Mapping[tuple[IdState, Incoming], IdDecision] = _build(rows)
         self.rows: Mapping[IdState, Mapping[str, IdDecision]] = _rows_by_state(self.table)
         """The decisions of each state, keyed by ``Incoming`` value (what the slot model reads)."""
@@ -306,9 +327,9 @@ class IdentityRules:
         """The decisions for a new slot, keyed by ``Incoming`` value (see ``IdDecision.next_row``)."""
 
     @classmethod
-    def for_rules(cls, rules: Iterable[CompatibilityRule | str] = ()) -> IdentityRules:
+    def for_rules(cls, rules: Iterable[CompatibilityRule | str] = (), *, unset_ids: bool = False) -> IdentityRules:
         """The shared instance for ``rules`` (built once per distinct set)."""
-        return _cached_rules(frozenset(CompatibilityRule(rule) for rule in rules))
+        return _cached_rules(frozenset(CompatibilityRule(rule) for rule in rules), unset_ids)
 
     def allows(self, rule: CompatibilityRule) -> bool:
         return rule in self.rules
@@ -324,5 +345,5 @@ class IdentityRules:
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_rules(rules: frozenset[CompatibilityRule]) -> IdentityRules:
-    return IdentityRules(rules)
+def _cached_rules(rules: frozenset[CompatibilityRule], unset_ids: bool) -> IdentityRules:
+    return IdentityRules(rules, unset_ids=unset_ids)

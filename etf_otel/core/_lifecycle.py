@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Final
 
 from etf_otel.core._identity import ABSENT, IdentityRules
-from etf_otel.core._slot_state import ARGUMENTS_CLOSED, CLOSED, INCOMPLETE, SlotState
+from etf_otel.core._slot_state import ARGUMENTS_CLOSED, CLOSED, INCOMPLETE, POSITIONAL, SlotState
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS, DEFAULT_MAX_DIAGNOSTICS, ResponseSlots
 from etf_otel.core._unslotted import COMPATIBILITY
 from etf_otel.core._vocabulary import Transition
@@ -68,18 +68,22 @@ class LifecycleSlots(ResponseSlots):
             checks_when_cut=False,
         )
 
-    def slot(self, key: int) -> SlotState | None:
-        return self._slots.get((SCOPE, key))
+    def slot(self, key: int, *, scope: int = SCOPE) -> SlotState | None:
+        return self._slots.get((scope, key))
 
     def is_open(self, key: int) -> bool:
         """A slot is at ``key`` and it was not closed."""
         slot = self.slot(key)
         return slot is not None and not slot.status & CLOSED
 
-    def open(self, key: int, id: object = ABSENT, name: object = ABSENT) -> None:  # the wire field is called id
-        """The opening event of the call at ``key``; at a key that has a slot, it re-opens it."""
-        self.fragment(SCOPE, key, id, name)
-        slot = self._slots[SCOPE, key]
+    def open(
+        self, key: int, id: object = ABSENT, name: object = ABSENT, *, scope: int = SCOPE
+    ) -> None:  # the wire field is called id
+        """The opening event of the call at ``key``; at a key that has a slot, it re-opens it.
+
+        ``scope`` is the choice: Gemini's candidates each have their own slots."""
+        self.fragment(scope, key, id, name)
+        slot = self._slots[scope, key]
         slot.status &= INCOMPLETE
         slot.closed_ns = None  # its span ends at the last close
 
@@ -98,13 +102,13 @@ class LifecycleSlots(ResponseSlots):
         else:
             self.unattributable(SCOPE)
 
-    def snapshot(self, key: int, text: object, *, placeholder: bool = False) -> None:
+    def snapshot(self, key: int, text: object, *, placeholder: bool = False, scope: int = SCOPE) -> None:
         """The provider's statement of the slot's whole arguments (a no-op for a key with no slot).
 
         ``""`` is a placeholder wherever it appears. Arguments that are not a string are
         invalid, as a fragment of that kind would be.
         """
-        slot = self.slot(key)
+        slot = self.slot(key, scope=scope)
         if slot is None:
             return
         if not isinstance(text, str) or len(text) > self._max_argument_chars:
@@ -125,25 +129,48 @@ class LifecycleSlots(ResponseSlots):
         if slot is not None:
             slot.status |= ARGUMENTS_CLOSED
 
-    def close_slot(self, key: int) -> None:
+    def close_slot(self, key: int, *, scope: int = SCOPE) -> None:
         """The slot at ``key`` is finished: no fragment may join it until it is opened again."""
-        slot = self.slot(key)
+        slot = self.slot(key, scope=scope)
         if slot is not None:
             slot.status |= CLOSED | ARGUMENTS_CLOSED
-            self.close(SCOPE, key)
+            self.close(scope, key)
+
+    def assembled(self, key: int, text: object, *, scope: int = SCOPE) -> None:
+        """Arguments the adapter built itself from typed pieces (Gemini ``partialArgs``), as the slot's deltas.
+
+        Counted as no fragment (the pieces were); text that is no string, or longer than the
+        slot may still take, makes the arguments invalid."""
+        slot = self.slot(key, scope=scope)
+        if slot is None:
+            return
+        if isinstance(text, str) and len(text) <= slot.room:
+            slot.room -= len(text)
+            slot.arguments.append(text)
+        else:
+            slot.room = _INVALID_ARGUMENTS
+
+    def positional(self, key: int, *, scope: int = SCOPE) -> None:
+        """The slot's identity is its key: an id-less call of a protocol where ids are optional (Gemini).
+
+        ``missing_id`` is not raised for it, and the transition ``positional`` is counted once."""
+        slot = self.slot(key, scope=scope)
+        if slot is not None and not slot.status & POSITIONAL:
+            slot.status |= POSITIONAL
+            self.admitted(key, Transition.POSITIONAL, applied_next=True, scope=scope)
 
     def mark_incomplete(self, key: int) -> None:
         slot = self.slot(key)
         if slot is not None:
             slot.status |= INCOMPLETE
 
-    def admitted(self, key: int, transition: Transition, *, applied_next: bool = False) -> None:
+    def admitted(self, key: int, transition: Transition, *, applied_next: bool = False, scope: int = SCOPE) -> None:
         """Count a fragment a compatibility rule handled (``buffer_early``, ``drop_late``) on slot ``key``.
 
         ``applied_next``: the fragment is applied right after (a buffered delta), and counted
         then; a fragment set aside (``drop_late``) is counted here only.
         """
         self._fragment_count += 1
-        self._diagnose(SCOPE, key, COMPATIBILITY[transition], None)
+        self._diagnose(scope, key, COMPATIBILITY[transition], None)
         if applied_next:
             self._fragment_count -= 1

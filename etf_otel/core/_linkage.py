@@ -29,11 +29,13 @@ class Finding:
     """One linkage problem. ``call_id`` is set only when it is a preserved, proposed id.
 
     ``reason``: why a result is orphaned (``etf.linkage.orphan_reason``), when the caller that
-    matched it knows; a bounded value, never an id."""
+    matched it knows; a bounded value, never an id. ``name``: the function name, for a protocol
+    that links results by name (Gemini)."""
 
     category: ErrorCategory
     call_id: str | None = None
     reason: str | None = None
+    name: str | None = None
 
 
 class Conversation:

@@ -14,7 +14,7 @@ from etf_otel.core._identity import IdDecision
 from etf_otel.core._results import RejectedFragment
 from etf_otel.core._vocabulary import ErrorCategory
 
-__all__ = ["ARGUMENTS_CLOSED", "CLOSED", "INCOMPLETE", "SlotState", "compact"]
+__all__ = ["ARGUMENTS_CLOSED", "CLOSED", "INCOMPLETE", "POSITIONAL", "SlotState", "compact"]
 
 ARGUMENTS_CLOSED: Final = 1
 """No more argument fragments may join the slot (Responses ``arguments.done``, Anthropic block stop)."""
@@ -22,6 +22,8 @@ CLOSED: Final = 2
 """The slot is finished (Responses ``output_item.done``, Anthropic block stop)."""
 INCOMPLETE: Final = 4
 """The provider marked the call itself incomplete (Responses item ``status: "incomplete"``)."""
+POSITIONAL: Final = 8
+"""The slot's key is its identity: an id-less call where the protocol makes ids optional (Gemini)."""
 
 _COMPACT_EVERY: Final = 256
 """Argument pieces joined into one string every this many, so tiny fragments cost no object each."""

@@ -16,7 +16,15 @@ from etf_otel.core._vocabulary import ErrorCategory, IdKind, Transition
 
 __all__ = ["COMPATIBILITY", "INFER_INDEX", "UNATTRIBUTABLE"]
 
-_COMPATIBILITY_TRANSITIONS: Final = frozenset({Transition.INFER_INDEX, Transition.BUFFER_EARLY, Transition.DROP_LATE})
+_COMPATIBILITY_TRANSITIONS: Final = frozenset(
+    {
+        Transition.INFER_INDEX,
+        Transition.BUFFER_EARLY,
+        Transition.DROP_LATE,
+        Transition.POSITIONAL,
+        Transition.DROP_REPEAT,
+    }
+)
 
 
 def _decision(transition: Transition, category: ErrorCategory | None, incoming: Incoming) -> IdDecision:
@@ -47,6 +55,7 @@ INFER_INDEX: Final[dict[Incoming, IdDecision]] = {
 
 COMPATIBILITY: Final[dict[Transition, IdDecision]] = {
     transition: _decision(transition, None, Incoming.ABSENT)
-    for transition in (Transition.BUFFER_EARLY, Transition.DROP_LATE)
+    for transition in (Transition.BUFFER_EARLY, Transition.DROP_LATE, Transition.POSITIONAL, Transition.DROP_REPEAT)
 }
-"""Argument fragments a protocol's compatibility rule admitted late or set aside (no id on them)."""
+"""Argument fragments a protocol's compatibility rule admitted late or set aside (no id on them), and
+the slots whose key is their identity (``positional``: counted per slot, not per fragment)."""

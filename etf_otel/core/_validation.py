@@ -19,7 +19,7 @@ from typing import Final
 
 from etf_otel.core._identity import IdDecision
 from etf_otel.core._results import Rejection, ToolCall
-from etf_otel.core._slot_state import INCOMPLETE, SlotState
+from etf_otel.core._slot_state import INCOMPLETE, POSITIONAL, SlotState
 from etf_otel.core._vocabulary import ErrorCategory, ResponseEnd, Transition, Verdict
 
 __all__ = ["CallSnapshot", "count_decisions", "final_calls", "is_json_object", "resolved_arguments", "same_arguments"]
@@ -118,7 +118,7 @@ def _check(
     slot: SlotState, arguments: str, categories: dict[ErrorCategory, None], contradicted: bool, duplicated: bool
 ) -> None:
     """The assembly checks of one slot, added to ``categories`` in their documented order."""
-    if slot.id is None:
+    if slot.id is None and not slot.status & POSITIONAL:
         categories[ErrorCategory.MISSING_ID] = None
     if slot.name is None:
         categories[ErrorCategory.MISSING_NAME] = None

@@ -131,6 +131,10 @@ class Transition(str, Enum):
     INFER_INDEX = "infer_index"
     BUFFER_EARLY = "buffer_early"
     DROP_LATE = "drop_late"
+    POSITIONAL = "positional"
+    """An id-less call whose key is its identity (Gemini's default; counted once per slot)."""
+    DROP_REPEAT = "drop_repeat"
+    """A repeated whole call set aside by ``drop_repeated_call`` (Gemini)."""
     REJECT = "reject"
 
 

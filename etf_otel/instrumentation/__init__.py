@@ -15,7 +15,7 @@ from etf_otel.instrumentation._convenience import SetupOptions, instrument_assem
 from etf_otel.instrumentation._host import ObservedHost, ToolFunction, ToolHost
 from etf_otel.instrumentation._observer import ResponseObserver
 from etf_otel.instrumentation._setup import Instrumentation
-from etf_otel.instrumentation._streams import ObservedAsyncStream, ObservedStream, observer_of
+from etf_otel.instrumentation._streams import ObservedAsyncStream, ObservedDualStream, ObservedStream, observer_of
 from etf_otel.instrumentation._telemetry import Telemetry
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "Instrumentation",
     "ObservedAssembler",
     "ObservedAsyncStream",
+    "ObservedDualStream",
     "ObservedHost",
     "ObservedStream",
     "ResponseObserver",

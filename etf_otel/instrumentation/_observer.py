@@ -24,6 +24,7 @@ from etf_otel.core._vocabulary import StreamState
 from etf_otel.instrumentation import _linkage as linkage
 from etf_otel.instrumentation import _open_calls as open_calls
 from etf_otel.instrumentation._safety import internal_errors_swallowed
+from etf_otel.instrumentation._span_attributes import bounded
 from etf_otel.instrumentation._telemetry import Telemetry
 from etf_otel.protocols import CHAT_COMPLETIONS, StreamAssembler, WireProtocol
 from etf_otel.protocols import get as get_protocol
@@ -35,7 +36,8 @@ EOF: Final = "eof"
 ERROR: Final = "error"
 """The stream (or the wrapped assembler) raised."""
 CLOSED: Final = "closed"
-"""The stream was closed, left early or garbage collected before its end."""
+"""The stream was closed (``close()``, ``aclose()``, leaving ``with``) or garbage collected before its end;
+leaving a ``for`` loop is not an end (the stream may be resumed)."""
 
 
 class ResponseObserver:
@@ -80,7 +82,7 @@ class ResponseObserver:
         wire = get_protocol(protocol)
         self._assembler = wire.assembler(rules=rules, clock=time.time_ns)
         name = wire.name
-        self._protocol = name if isinstance(name, str) and name else None  # etf.protocol
+        self._protocol = bounded(name) if isinstance(name, str) and name else None  # etf.protocol
         self._conversation = conversation
         self._base = telemetry.base_attributes(provider_name)
         self._parent = otel_context.get_current()
@@ -146,21 +148,35 @@ class ResponseObserver:
                 state = StreamState.ABANDONED
             else:
                 state = result.state
-            self.telemetry.record_response(
-                result,
-                state,
-                self._parent,
-                self._started_ns,
-                self._conversation,
-                self._base,
-                self._findings,
-                self._protocol,
-                self._answered,
-                self.linkage_ambiguous,
-            )
-            open_calls.note(self.telemetry, result.calls)  # what an MCP client matches call_tool to (docs/mcp.md)
+            self._report(result, state, streamed=True)
             return result
         return None
+
+    def finish_judged(self, result: AssemblyResult) -> None:
+        """Report a response judged whole (a complete body, :func:`~etf_otel.protocols._bodies.judge_body`)
+        once, instead of the events this observer was fed: nothing was streamed."""
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        with internal_errors_swallowed("reporting a response body"):
+            self._report(result, result.state, streamed=False)
+
+    def _report(self, result: AssemblyResult, state: StreamState, *, streamed: bool) -> None:
+        self.telemetry.record_response(
+            result,
+            state,
+            self._parent,
+            self._started_ns,
+            self._conversation,
+            self._base,
+            self._findings,
+            self._protocol,
+            self._answered,
+            self.linkage_ambiguous,
+            streamed,
+        )
+        open_calls.note(self.telemetry, result.calls)  # what an MCP client matches call_tool to (docs/mcp.md)
 
 
 def observe_failed() -> None:  # pragma: no cover - see ResponseObserver.observe

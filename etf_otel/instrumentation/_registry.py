@@ -88,7 +88,8 @@ class ProposalRegistry:
 
 
 class ToolNameCap:
-    """Bounds the distinct ``gen_ai.tool.name`` values on metrics; the rest become ``_OTHER``."""
+    """Bounds the distinct ``gen_ai.tool.name`` values on metrics (the rest become ``_OTHER``) and
+    their length (cut to ``MAX_RECORDED_CHARS``, like the spans' names; a metric has no flag)."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
@@ -98,6 +99,8 @@ class ToolNameCap:
     def __call__(self, name: str | None) -> str:
         if not name:
             return A.TOOL_NAME_OTHER
+        if len(name) > A.MAX_RECORDED_CHARS:  # as on the spans; the set keeps no long name either
+            name = name[: A.MAX_RECORDED_CHARS]
         if name in self._seen:
             return name
         with self._lock:

@@ -12,6 +12,7 @@ reach the application.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterable, Iterable, Sequence
 from typing import Any, TypeVar, cast, overload
 
@@ -19,16 +20,19 @@ from opentelemetry import metrics, trace
 
 from etf_otel.core._identity import CompatibilityRule, IdentityRules
 from etf_otel.core._linkage import Conversation
+from etf_otel.core._results import AssemblyResult
 from etf_otel.instrumentation import _linkage as linkage
 from etf_otel.instrumentation._assemblers import DEFAULT_ADAPTER, AssemblerAdapter, ChunkAssembler, ObservedAssembler
 from etf_otel.instrumentation._config import environment_settings
 from etf_otel.instrumentation._host import ObservedHost, ToolFunction, ToolHost
 from etf_otel.instrumentation._observer import ResponseObserver
 from etf_otel.instrumentation._safety import internal_errors_swallowed
-from etf_otel.instrumentation._streams import ObservedAsyncStream, ObservedStream
+from etf_otel.instrumentation._streams import ObservedAsyncStream, ObservedDualStream, ObservedStream
 from etf_otel.instrumentation._switches import _disabled, _suppressed
 from etf_otel.instrumentation._telemetry import Telemetry
 from etf_otel.protocols import CHAT_COMPLETIONS, WireProtocol
+from etf_otel.protocols import get as get_protocol
+from etf_otel.protocols._bodies import judge_body
 
 __all__ = ["Instrumentation"]
 
@@ -118,7 +122,9 @@ class Instrumentation:
                 conversation, provider_name=provider_name, tool_message_ids=tool_message_ids, protocol=protocol
             )
             observed: object
-            if hasattr(stream, "__aiter__"):
+            if hasattr(stream, "__aiter__") and hasattr(stream, "__iter__"):  # LiteLLM's stream wrapper
+                observed = ObservedDualStream(cast("Iterable[Any]", stream), observer)
+            elif hasattr(stream, "__aiter__"):
                 observed = ObservedAsyncStream(cast("AsyncIterable[Any]", stream), observer)
             else:
                 observed = ObservedStream(cast("Iterable[Any]", stream), observer)
@@ -127,6 +133,40 @@ class Instrumentation:
             with internal_errors_swallowed("wrapping a stream"):
                 raise
         return stream  # pragma: no cover - reached only when the wrapping itself failed
+
+    def response(
+        self,
+        body: object,
+        *,
+        conversation: Conversation | None = None,
+        provider_name: str | None = None,
+        tool_message_ids: Sequence[str | None] | None = None,
+        protocol: WireProtocol | str = CHAT_COMPLETIONS,
+        linkage_ambiguous: bool = False,
+    ) -> AssemblyResult | None:
+        """Record a complete (non-streamed) response body of ``protocol`` (parsed JSON or the SDK's object).
+
+        Judged by the same rules as a stream of it (docs/protocols.md, "Complete bodies"), reported at
+        once with ``etf.response.streamed = false``; the other arguments as for :meth:`stream`, and
+        ``linkage_ambiguous``: the request carried results whose evidence pointed to no single
+        response (``etf.linkage.ambiguous``, not judged). Returns
+        the result, ``None`` when disabled or when ``body`` is no complete body of ``protocol`` (a
+        background response not yet ended): nothing is recorded then.
+        """
+        if _disabled() or _suppressed():
+            return None
+        with internal_errors_swallowed("recording a response body"):
+            wire = get_protocol(protocol)
+            result = judge_body(wire, body, self.rules, time.time_ns)
+            if result is None:
+                return None
+            observer = self.observer(
+                conversation, provider_name=provider_name, tool_message_ids=tool_message_ids, protocol=wire
+            )
+            observer.linkage_ambiguous = linkage_ambiguous
+            observer.finish_judged(result)
+            return result
+        return None
 
     # An assembler of the default shape.
     @overload

@@ -1,7 +1,9 @@
 """The attributes of etf-otel's spans, built from assembly results (docs/telemetry.md).
 
 Kept apart from :mod:`~etf_otel.instrumentation._telemetry`, which starts and ends the spans:
-these functions only map results onto the bounded attribute values the contract names.
+these functions only map results onto the bounded attribute values the contract names. Every
+string an id, a name or a provider can make arbitrarily long is cut to ``MAX_RECORDED_CHARS``
+(:func:`bounded`, :func:`put_call_id`, :func:`put_tool_name`); the process keeps the whole value.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ __all__ = [
     "COMPAT_SPAN_COUNTERS",
     "INCOMPLETE",
     "answered_attributes",
+    "bounded",
     "count_compatibility",
     "finding_attributes",
+    "put_call_id",
+    "put_tool_name",
     "response_attributes",
     "response_error",
 ]
@@ -34,11 +39,40 @@ COMPAT_SPAN_COUNTERS: Final[dict[Transition, str]] = {
     Transition.INFER_INDEX: A.ETF_ID_INFERRED_INDEX,
     Transition.BUFFER_EARLY: A.ETF_ID_BUFFERED_EARLY,
     Transition.DROP_LATE: A.ETF_ID_DROPPED_LATE,
+    Transition.POSITIONAL: A.ETF_ID_POSITIONAL,
+    Transition.DROP_REPEAT: A.ETF_ID_DROPPED_REPEAT,
 }
 """The call-span attribute counting each compatibility transition (docs/telemetry.md).
 
 A transition missing here is left off the span (it is still counted on
 ``etf.tool_call.id_transitions``): a transition the telemetry has no name for never fails a span."""
+
+_MAX: Final = A.MAX_RECORDED_CHARS
+
+
+def bounded(text: str) -> str:
+    """``text`` as recorded: cut to ``MAX_RECORDED_CHARS`` characters."""
+    return text if len(text) <= _MAX else text[:_MAX]
+
+
+def put_call_id(attributes: dict[str, AttributeValue], call_id: str) -> None:
+    """``gen_ai.tool.call.id``, cut and flagged (``etf.tool_call.id_truncated``) when too long."""
+    if len(call_id) <= _MAX:
+        attributes[A.GEN_AI_TOOL_CALL_ID] = call_id
+    else:
+        attributes[A.GEN_AI_TOOL_CALL_ID] = call_id[:_MAX]
+        attributes[A.ETF_TOOL_CALL_ID_TRUNCATED] = True
+
+
+def put_tool_name(attributes: dict[str, AttributeValue], name: str) -> str:
+    """``gen_ai.tool.name``, cut and flagged (``etf.tool_call.name_truncated``) when too long;
+    returns the name as recorded, for the span name that repeats it."""
+    if len(name) > _MAX:
+        name = name[:_MAX]
+        attributes[A.ETF_TOOL_CALL_NAME_TRUNCATED] = True
+    attributes[A.GEN_AI_TOOL_NAME] = name
+    return name
+
 
 _TRUNCATED: Final = ErrorCategory.TRUNCATED_STREAM.value
 INCOMPLETE: Final = ErrorCategory.INCOMPLETE_RESPONSE.value
@@ -68,9 +102,11 @@ def response_attributes(
     base: dict[str, AttributeValue],
     protocol: str | None,
     error_type: str | None,
+    streamed: bool = True,
 ) -> dict[str, AttributeValue]:
     """The start attributes of an ``assemble_response`` span."""
     attributes: dict[str, AttributeValue] = {
+        A.ETF_RESPONSE_STREAMED: streamed,
         A.ETF_STREAM_STATE: VALUE_OF[state],
         A.GEN_AI_RESPONSE_FINISH_REASONS: [bounded_finish_reason(reason) for reason in result.finish_reasons],
         A.ETF_STREAM_SLOTS: len(result.calls),
@@ -100,7 +136,7 @@ def count_compatibility(transitions: Iterable[tuple[Transition, int]], attribute
 def finding_attributes(finding: Finding) -> dict[str, AttributeValue]:
     attributes: dict[str, AttributeValue] = {A.ETF_ERROR_CATEGORY: finding.category.value}
     if finding.call_id is not None:  # only ever a preserved, proposed id
-        attributes[A.GEN_AI_TOOL_CALL_ID] = finding.call_id
+        put_call_id(attributes, finding.call_id)
     if finding.reason is not None:  # one of A.ORPHAN_REASONS
         attributes[A.ETF_LINKAGE_ORPHAN_REASON] = finding.reason
     return attributes
@@ -116,9 +152,11 @@ def answered_attributes(answered: Sequence[str], limit: int, ambiguous: bool = F
     if not answered:
         return {A.ETF_LINKAGE_AMBIGUOUS: True} if ambiguous else {}
     attributes: dict[str, AttributeValue] = {}
-    kept = list(answered[: max(limit, 0)])
+    kept = [bounded(call_id) for call_id in answered[: max(limit, 0)]]
     if kept:
         attributes[A.ETF_LINKAGE_ANSWERED_IDS] = kept
+        if any(len(call_id) > _MAX for call_id in answered[: len(kept)]):
+            attributes[A.ETF_TOOL_CALL_ID_TRUNCATED] = True
     if len(answered) > len(kept):
         attributes[A.ETF_LINKAGE_ANSWERED_IDS_DROPPED] = len(answered) - len(kept)
     return attributes

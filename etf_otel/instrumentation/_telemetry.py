@@ -32,8 +32,11 @@ from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._span_attributes import (
     INCOMPLETE,
     answered_attributes,
+    bounded,
     count_compatibility,
     finding_attributes,
+    put_call_id,
+    put_tool_name,
     response_attributes,
     response_error,
 )
@@ -93,7 +96,9 @@ class Telemetry:
         self.proposals = ProposalRegistry(max_proposals)
         self.guarding = False
         """Whether a guarded host uses this setup: only then is each proposal's canonical value hashed."""
-        self._base: dict[str, AttributeValue] = {A.GEN_AI_PROVIDER_NAME: provider_name} if provider_name else {}
+        self._base: dict[str, AttributeValue] = (
+            {A.GEN_AI_PROVIDER_NAME: bounded(provider_name)} if provider_name else {}
+        )
 
         self.counters = totals_for(meter_provider)
         self.execute_duration = meter.create_histogram(
@@ -108,7 +113,7 @@ class Telemetry:
     def base_attributes(self, provider_name: str | None = None) -> dict[str, AttributeValue]:
         """Attributes every span and metric of one response carries (the provider, if known)."""
         if provider_name:
-            return {A.GEN_AI_PROVIDER_NAME: provider_name}
+            return {A.GEN_AI_PROVIDER_NAME: bounded(provider_name)}
         return self._base
 
     def record_response(
@@ -123,13 +128,13 @@ class Telemetry:
         protocol: str | None = None,
         answered: Sequence[str] = (),
         ambiguous: bool = False,
+        streamed: bool = True,
     ) -> None:
         """Emit the spans and metrics of one finalized response. ``findings`` (counted already) and ``answered``
-        settled the previous response: events and ``etf.linkage.answered_ids`` on this one's span now.
-        ``ambiguous``: not judged (``etf.linkage.ambiguous``). ``protocol``: to the span and ``etf.streams`` only."""
+        settled the previous response (events, ``etf.linkage.answered_ids``); ``ambiguous``: not judged;
+        ``protocol``: span and ``etf.streams`` only; ``streamed``: ``False`` for a body (``etf.response.streamed``)."""
         ended_ns = time.time_ns()
-        if base is None:
-            base = self._base
+        base = self._base if base is None else base
         error_type = response_error(state, result.rejections)
         with internal_errors_swallowed("counting a response"):
             self.counters.add_response(
@@ -140,7 +145,7 @@ class Telemetry:
                 self.tool_name_label,
                 error_type == INCOMPLETE,
             )
-        attributes = response_attributes(result, state, base, protocol, error_type)
+        attributes = response_attributes(result, state, base, protocol, error_type, streamed)
         attributes.update(answered_attributes(answered, self.max_answered_ids, ambiguous))
         stream_span = self.tracer.start_span(
             A.SPAN_ASSEMBLE_RESPONSE,
@@ -185,7 +190,8 @@ class Telemetry:
         events) or content capture touches the span afterwards.
         """
         span: Span | None = None
-        name = call.name
+        name = call.name  # whole in the proposal record; cut on the span (``shown``)
+        shown = name
         try:
             attributes: dict[str, AttributeValue] = {
                 A.ETF_CHOICE_INDEX: call.choice,
@@ -196,16 +202,16 @@ class Telemetry:
             if base:
                 attributes.update(base)
             if name is not None:
-                attributes[A.GEN_AI_TOOL_NAME] = name
+                shown = put_tool_name(attributes, name)
             if call.id is not None:
-                attributes[A.GEN_AI_TOOL_CALL_ID] = call.id
+                put_call_id(attributes, call.id)
             if call.transitions:
                 count_compatibility(call.transitions, attributes)
             if call.categories:
                 attributes[A.ETF_TOOL_CALL_CATEGORIES] = [category.value for category in call.categories]
                 attributes[A.ERROR_TYPE] = call.categories[0].value
             span = self.tracer.start_span(
-                f"{A.SPAN_ASSEMBLE_TOOL_CALL} {name}" if name else A.SPAN_ASSEMBLE_TOOL_CALL,
+                f"{A.SPAN_ASSEMBLE_TOOL_CALL} {shown}" if shown else A.SPAN_ASSEMBLE_TOOL_CALL,
                 context=parent,
                 kind=SpanKind.INTERNAL,
                 attributes=attributes,
@@ -301,9 +307,9 @@ class Telemetry:
             **self._base,
         }
         if name:
-            attributes[A.GEN_AI_TOOL_NAME] = name
+            name = put_tool_name(attributes, name)
         if call_id and (record is not None or record_unverified_id):
-            attributes[A.GEN_AI_TOOL_CALL_ID] = call_id
+            put_call_id(attributes, call_id)
         links = [Link(record.span_context)] if record is not None and record.span_context is not None else None
         return self.tracer.start_span(
             f"{A.SPAN_EXECUTE_TOOL} {name}" if name else A.SPAN_EXECUTE_TOOL,
@@ -325,7 +331,7 @@ class Telemetry:
             duration = time.perf_counter() - started
             metric_attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_NAME: self.tool_name_label(name)}
             if error is not None or error_type is not None:
-                kind = error_type or type(error).__qualname__
+                kind = bounded(error_type or type(error).__qualname__)
                 metric_attributes[A.ERROR_TYPE] = kind
                 span.set_attribute(A.ERROR_TYPE, kind)
                 span.set_status(Status(StatusCode.ERROR))

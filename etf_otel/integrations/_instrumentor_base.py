@@ -22,6 +22,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 
 from etf_otel.core._identity import CompatibilityRule
 from etf_otel.core._linkage import Conversation
+from etf_otel.core._results import AssemblyResult
 from etf_otel.instrumentation._config import environment_max_conversations
 from etf_otel.instrumentation._setup import Instrumentation
 from etf_otel.instrumentation._streams import observer_of
@@ -138,7 +139,7 @@ def instrumented(instrumentor: _Instrumentor, options: InstrumentorOptions) -> _
 
 @dataclass(slots=True)
 class Prepared:
-    """What one streamed request decided before it was sent: how its stream is to be observed."""
+    """What one model request decided before it was sent: how its response is to be observed."""
 
     provider_name: str | None
     conversation: Conversation | None = None
@@ -150,6 +151,8 @@ class Prepared:
     """The Responses API's fingerprint of the request's input."""
     ambiguous: bool = False
     """It carried results whose evidence pointed to no single response (``etf.linkage.ambiguous``)."""
+    observed: bool = False
+    """Its response was handed to the instrumentor once already (:mod:`etf_otel.integrations._sdk_hooks`)."""
 
     def observe(self, instrumentation: Instrumentation, stream: Any) -> Any:
         """``stream`` observed as this request decided (``Instrumentation.stream``)."""
@@ -165,6 +168,17 @@ class Prepared:
             if observer is not None:
                 observer.linkage_ambiguous = True
         return observed
+
+    def record(self, instrumentation: Instrumentation, body: Any) -> AssemblyResult | None:
+        """A complete body, recorded as this request decided (``Instrumentation.response``)."""
+        return instrumentation.response(
+            body,
+            conversation=self.conversation,
+            provider_name=self.provider_name,
+            tool_message_ids=self.result_ids,
+            protocol=self.protocol,
+            linkage_ambiguous=self.ambiguous,
+        )
 
 
 def rejected_by(instrumentation: Instrumentation) -> Callable[[str], bool]:

@@ -14,6 +14,7 @@ from typing import Final
 from etf_otel.core._identity import ABSENT
 from etf_otel.protocols._anthropic_messages import EVENT_TYPES, AnthropicAssembler
 from etf_otel.protocols._base import CallFields, FollowUp, WireProtocol, field, last_position, typed_starts
+from etf_otel.protocols._bodies import anthropic_body_events
 
 __all__ = ["ANTHROPIC_MESSAGES"]
 
@@ -137,6 +138,7 @@ ANTHROPIC_MESSAGES: Final = WireProtocol(
     followup_shape="the messages list, or the request object holding it",
     follow_up=_follow_up,
     complete_body=_complete_body,
+    body_events=anthropic_body_events,
     later_responses=_later_responses,
     slot_label=_slot_label,
     call_fields=_call_fields,

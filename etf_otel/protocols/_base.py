@@ -1,6 +1,6 @@
 """The seam every wire protocol plugs into.
 
-A wire protocol (Chat Completions, OpenAI Responses, Anthropic Messages) is
+A wire protocol (Chat Completions, OpenAI Responses, Anthropic Messages, Gemini) is
 one small adapter that reads its own events and lowers them onto the protocol-neutral
 slot model of :mod:`etf_otel.core._slots`: a slot opened or updated with an identity, an
 argument delta, a close, a finish reason, the response's proper end. Everything above
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from etf_otel.core._identity import ABSENT, IdentityRules
+from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import ResponseSlots
 
@@ -86,6 +87,11 @@ def _no_body(event: object) -> str | None:
     return None
 
 
+def _no_body_events(body: object) -> list[object] | None:
+    """This protocol has no complete-body shape to judge."""
+    return None
+
+
 def _one_response(events: Sequence[object]) -> list[int]:
     """A recording of this protocol is not checked for a second response."""
     return []
@@ -143,6 +149,10 @@ class WireProtocol:
     complete_body: Callable[[object], str | None] = _no_body
     """What a first event is when it is a complete, non-streamed response body of this
     protocol (``"a complete ... body"``), else ``None``: ``replay`` refuses it."""
+    body_events: Callable[[object], list[object] | None] = _no_body_events
+    """The events a complete, non-streamed body of this protocol would have been streamed as,
+    every call in one piece (``None``: not such a body). Bodies are judged through them by the
+    same adapter and rules as streams (:func:`etf_otel.protocols._bodies.judge_body`)."""
     later_responses: Callable[[Sequence[object]], list[int]] = _one_response
     """Where each response after the first starts in a recording (``[]`` for one): ``replay``
     refuses several responses one after the other."""
@@ -161,6 +171,10 @@ class WireProtocol:
     states_arguments: Callable[[object], bool] = _states_nothing
     """Whether an event restates a call's whole arguments (a snapshot mark on ``replay --html``)
     even when the slot model counts no new claim from it."""
+    link: Callable[[AssemblyResult, object], list[Finding] | None] | None = None
+    """The linkage findings of a next request (as :attr:`result_ids` takes it) against a response,
+    for a protocol that links results by more than their ids (Gemini: by name and order too);
+    ``None`` (the default): linkage by :attr:`result_ids`."""
 
     @property
     def heading(self) -> str:

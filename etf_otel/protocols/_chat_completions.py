@@ -24,6 +24,7 @@ from etf_otel.core._identity import ABSENT, CompatibilityRule, IdentityRules
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS, ResponseSlots
 from etf_otel.protocols._base import CallFields, FollowUp, WireProtocol, field, last_position
+from etf_otel.protocols._bodies import chat_body_events
 
 __all__ = ["CHAT_COMPLETIONS", "DONE", "ReferenceAssembler", "assemble"]
 
@@ -308,6 +309,7 @@ CHAT_COMPLETIONS: Final = WireProtocol(
     followup_shape="the messages list, or the request object holding it",
     follow_up=_follow_up,
     complete_body=_complete_body,
+    body_events=chat_body_events,
     later_responses=_later_responses,
     slot_label=_slot_label,
     call_fields=_call_fields,

@@ -13,6 +13,7 @@ from typing import Final
 
 from etf_otel.core._identity import ABSENT
 from etf_otel.protocols._base import CallFields, WireProtocol, field, typed_starts
+from etf_otel.protocols._bodies import responses_body_events
 from etf_otel.protocols._responses import NOT_OBJECTS, ResponsesAssembler
 
 __all__ = ["RESPONSES"]
@@ -102,6 +103,7 @@ RESPONSES: Final = WireProtocol(
     finish_reasons=frozenset({"max_output_tokens", "content_filter"}),
     followup_shape="the input list, or the request object holding it",
     complete_body=_complete_body,
+    body_events=responses_body_events,
     later_responses=_later_responses,
     slot_label=_slot_label,
     call_fields=_call_fields,

@@ -14,14 +14,16 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from etf_otel import protocols
-from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES, WireProtocol
+from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, GEMINI, RESPONSES, WireProtocol
 from etf_otel.testing import anthropic as a
 from etf_otel.testing import chat
 from etf_otel.testing import responses as r
+from etf_otel.testing._gemini_quirks import GEMINI_QUIRK_STREAMS
 from etf_otel.testing._wire import MISSING
 
 __all__ = [
     "ANTHROPIC_QUIRK_STREAMS",
+    "GEMINI_QUIRK_STREAMS",
     "QUIRK_STREAMS",
     "QUIRK_TABLES",
     "RESPONSES_QUIRK_STREAMS",
@@ -314,6 +316,7 @@ _TABLES: dict[str, Mapping[str, list[object]]] = {
     CHAT_COMPLETIONS.name: QUIRK_STREAMS,
     RESPONSES.name: RESPONSES_QUIRK_STREAMS,
     ANTHROPIC_MESSAGES.name: ANTHROPIC_QUIRK_STREAMS,
+    GEMINI.name: GEMINI_QUIRK_STREAMS,
 }
 _BUILT_IN: Final = frozenset(_TABLES)
 

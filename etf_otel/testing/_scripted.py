@@ -8,6 +8,7 @@ two pieces), and the follow-up that sends their results back gets a short text a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
@@ -64,6 +65,49 @@ def _answer(protocol: str) -> list[Any]:
     return a.stream(a.text_block(0, ANSWER), stop_reason="end_turn")
 
 
+def _body(protocol: str, answered: bool) -> dict[str, Any]:
+    """The same turn as one complete body, for a request without ``stream: true``."""
+    calls = [(f"{'toolu' if protocol == ANTHROPIC_MESSAGES.name else 'call'}_{i + 1}", name, "".join(pieces))
+             for i, (name, pieces) in enumerate(_CALLS)]  # fmt: skip
+    if protocol == CHAT_COMPLETIONS.name:
+        message: dict[str, Any] = {"role": "assistant", "content": ANSWER if answered else None}
+        if not answered:
+            message["tool_calls"] = [
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+                for call_id, name, arguments in calls
+            ]
+        choice = {"index": 0, "message": message, "finish_reason": "stop" if answered else "tool_calls"}
+        return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "etf-demo", "choices": [choice]}
+    if protocol == RESPONSES.name:
+        output = (
+            [{**r.message_item("msg_1", ANSWER), "status": "completed"}]
+            if answered
+            else [
+                r.function_call(call_id, name, arguments, f"fc_{i + 1}", "completed")
+                for i, (call_id, name, arguments) in enumerate(calls)
+            ]  # fmt: skip
+        )
+        return r.response("resp_1", "completed", output)
+    content = (
+        [{"type": "text", "text": ANSWER}]
+        if answered
+        else [
+            {"type": "tool_use", "id": call_id, "name": name, "input": json.loads(arguments)}
+            for call_id, name, arguments in calls
+        ]  # fmt: skip
+    )
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "etf-demo",
+        "content": content,
+        "stop_reason": "end_turn" if answered else "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
+
+
 def _has_tool_result(protocol: str, body: Any) -> bool:
     """Whether the request sends tool results back (the follow-up of a tool-calling turn)."""
     if not isinstance(body, Mapping):
@@ -86,11 +130,15 @@ def _typed(value: Any, kind: str) -> bool:
 
 
 def tool_turn_responder(request: RecordedRequest) -> Script | None:
-    """Two tool calls, or the text answer once the request carries their results."""
+    """Two tool calls, or the text answer once the request carries their results: streamed when the
+    request asks for a stream, else as one complete body."""
     protocol = PATHS.get(request.path)
     if protocol is None:
         return None
-    events = _answer(protocol) if _has_tool_result(protocol, request.body) else _tool_calls(protocol)
+    answered = _has_tool_result(protocol, request.body)
+    if not (isinstance(request.body, Mapping) and request.body.get("stream") is True):
+        return Script(body=_body(protocol, answered))
+    events = _answer(protocol) if answered else _tool_calls(protocol)
     return Script(events=events, named=protocol in _NAMED)
 
 

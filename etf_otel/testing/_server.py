@@ -36,6 +36,8 @@ Wire format, chosen to match real providers closely enough that the SDK takes it
 
 - A non-200 ``status`` answers ``application/json``: the script's first event if it is a dict (so a test
   can shape the error body), otherwise a generic OpenAI-style error object.
+- A script with a ``body`` answers that complete response as ``application/json`` (what a request
+  without ``stream`` gets).
 
 Only the standard library is used: the module ships inside the package for the demo, which must run on a
 bare install.
@@ -89,8 +91,12 @@ class Script:
     status: int = 200
     named: bool = False
     """Precede each event that has a string ``type`` with ``event: <type>`` (Responses, Anthropic)."""
+    body: Mapping[str, Any] | None = None
+    """A complete (non-streamed) response: sent as ``application/json`` with ``status``, instead of events."""
 
     def __post_init__(self) -> None:
+        if self.body is not None and (self.events or self.cut_after is not None):
+            raise ValueError("a script answers with events or with a body, not both")
         # Freeze the events too: a script shared between tests must not change under a running server.
         object.__setattr__(self, "events", tuple(self.events))
         if self.cut_after is not None and self.cut_after < 0:
@@ -169,6 +175,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(HTTPStatus.NOT_FOUND, _error_body(f"no route for POST {path}", 404))
         elif script is None:
             self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, _error_body("no script queued", 500))
+        elif script.body is not None:
+            self._send_json(script.status, script.body)
         elif script.status != 200:
             first = script.events[0] if script.events else None
             payload = (

@@ -1,8 +1,8 @@
 """One verdict vocabulary: ``proposed`` only for the calls of a dispatchable response.
 
-Per protocol, a stream with one call whose own checks pass and a problem elsewhere that blocks the
-response: that call is ``rejected`` with the response's blocking category in every place a user
-reads it (``replay --json``, the replay table, the ``assemble_tool_call`` span, the
+Per protocol (Gemini too), a stream with one call whose own checks pass and a problem elsewhere
+that blocks the response: that call is ``rejected`` with the response's blocking category in
+every place a user reads it (``replay --json``, the replay table, the ``assemble_tool_call`` span, the
 ``etf.tool_calls`` metric, the ``replay --html`` page, the audit of the exported spans in both
 engines), and no ``proposed`` is counted anywhere.
 """
@@ -18,7 +18,7 @@ import pytest
 
 from etf_otel import attributes as A
 from etf_otel.instrumentation import Instrumentation
-from etf_otel.testing import Capture, anthropic, responses
+from etf_otel.testing import Capture, anthropic, gemini, responses
 from etf_otel.testing.chat import chunk, finished, fragment
 
 from .test_cli_replay import run, run_json
@@ -67,6 +67,13 @@ def _anthropic_sibling_invalid() -> list[Any]:
     return anthropic.stream(anthropic.tool_call(0, "call_a", "get_weather", *WEATHER), cut)
 
 
+def _gemini_sibling_without_id() -> list[Any]:
+    """A call with an id beside one without: once a call of the candidate has an id, every call needs one."""
+    return gemini.stream(
+        gemini.chunk(gemini.call("get_weather", {"city": "Paris"}, id="call_a"), gemini.call("get_time", {}))
+    )
+
+
 CASES = {
     # name: (protocol, events, the response's blocking category)
     "chat-missing-index": ("chat_completions", _chat_missing_index, "missing_index"),
@@ -75,6 +82,7 @@ CASES = {
     "responses-sibling-incomplete": ("responses", _responses_sibling_incomplete, "incomplete_response"),
     "anthropic-unknown-slot": ("anthropic_messages", _anthropic_unknown_slot, "unknown_slot"),
     "anthropic-sibling-invalid": ("anthropic_messages", _anthropic_sibling_invalid, "invalid_arguments"),
+    "gemini-sibling-without-id": ("gemini", _gemini_sibling_without_id, "missing_id"),
 }
 CASE_IDS = list(CASES)
 
@@ -84,7 +92,7 @@ def recording(tmp_path: Path, name: str) -> Path:
     protocol, events, _ = CASES[name]
     frames = []
     for event in events():
-        head = f"event: {event['type']}\n" if protocol != "chat_completions" else ""
+        head = f"event: {event['type']}\n" if protocol in ("responses", "anthropic_messages") else ""
         frames.append(f"{head}data: {event if isinstance(event, str) else json.dumps(event)}\n\n")
     path = tmp_path / f"{name}.sse"
     path.write_text("".join(frames), encoding="utf-8")

@@ -7,7 +7,7 @@ the behaviour the report described:
 
 1. ``replay --export`` to a directory or a full disk: one line, exit 2, no traceback;
 2. ``replay --assembler langchain`` without ``langchain``: exit 2 with the install command;
-3. a complete ``chat.completion`` body (not a stream): refused, exit 2, saying so;
+3. a complete ``chat.completion`` body (not a stream): judged as a body (no fragments);
 4. two responses in one recording (``cat a.sse a.sse``): refused, exit 2, never merged;
 5. ``etf-otel`` alone is one line and exit 2; every ``--help`` states the exit codes;
 6. one output shape: ``--assembler --json`` is the ``--json`` document plus ``assembler``,
@@ -172,10 +172,6 @@ CHAT_BODY: dict[str, Any] = {
         }
     ],
 }
-CHAT_NOT_A_STREAM = (
-    "a complete chat.completion body, not a stream: replay reads a streamed response (stream: true),"
-    " as JSON lines or SSE"
-)
 
 
 @pytest.mark.parametrize(
@@ -185,15 +181,21 @@ CHAT_NOT_A_STREAM = (
         ("pretty-printed", json.dumps(CHAT_BODY, indent=2) + "\n", []),
         ("without object", json.dumps({**CHAT_BODY, "object": None}) + "\n", []),
         ("protocol named", json.dumps(CHAT_BODY) + "\n", ["--protocol", "chat_completions"]),
-        ("as SSE data", f"data: {json.dumps(CHAT_BODY)}\n\n", ["--json"]),
+        ("as SSE data", f"data: {json.dumps(CHAT_BODY)}\n\n", []),
     ],
 )
-def test_a_complete_chat_completion_body_is_refused_not_judged(
+def test_a_complete_chat_completion_body_is_judged_as_a_body(
     name: str, text: str, extra: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "body.json"
     path.write_text(text)
-    assert refused(*run(["replay", str(path), *extra], capsys)) == f"{path}: {CHAT_NOT_A_STREAM}"
+    code, out, err = run(["replay", str(path), "--json", *extra], capsys)
+    assert (code, err) == (0, "")
+    report = json.loads(out)
+    assert report["stream"] == {"state": "completed", "finish_reasons": ["tool_calls"], "streamed": False}
+    assert [(call["id"], call["verdict"], call["fragments"]) for call in report["calls"]] == [("call-a", "proposed", 0)]
+    code, out, _ = run(["replay", str(path), *extra], capsys)
+    assert code == 0 and "response (complete body, not streamed): completed" in out
 
 
 @pytest.mark.parametrize(
@@ -206,13 +208,29 @@ def test_a_complete_chat_completion_body_is_refused_not_judged(
         ({"id": "msg_1", "type": "message", "role": "assistant", "content": []}, "Messages body (type: message)"),
     ],
 )
-def test_complete_bodies_of_the_other_protocols_are_refused_too(
+def test_complete_bodies_of_the_other_protocols_are_judged_too(
     body: dict[str, Any], what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "body.json"
     path.write_text(json.dumps(body, indent=1))
-    reason = refused(*run(["replay", str(path)], capsys))
-    assert reason.startswith(f"{path}: a complete {what}, not a stream")
+    code, out, _ = run(["replay", str(path), "--json"], capsys)
+    assert code == 0 and json.loads(out)["stream"]["streamed"] is False
+
+
+def test_a_body_that_has_not_ended_another_protocol_named_or_an_assembler_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queued = tmp_path / "queued.json"
+    queued.write_text(json.dumps({"id": "resp_1", "object": "response", "status": "queued", "output": []}))
+    assert refused(*run(["replay", str(queued)], capsys)).endswith(
+        "that has not ended (a background response): nothing to judge"
+    )
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps(CHAT_BODY))
+    assert refused(*run(["replay", str(body), "--protocol", "responses"], capsys)) == (
+        f"{body}: a complete chat.completion body, not a responses response"
+    )
+    assert "nothing was streamed" in refused(*run(["replay", str(body), "--assembler", "openai"], capsys))
 
 
 # --- row 4: several responses in one recording ---------------------------------------------------------
@@ -230,7 +248,10 @@ def sse(events: list[Any]) -> bytes:
 def test_two_responses_piped_into_one_replay_are_refused(name: str) -> None:
     """``cat a.sse a.sse | etf-otel replay -``, literally: the second copy is never merged into the first."""
     recording = sse(SAMPLES[name])
-    done = python_m("replay", "-", stdin=recording + recording)
+    second_copy = recording
+    if name == "gemini":  # no start event: only another responseId after the end tells a second response
+        second_copy = recording.replace(b'"responseId": "resp-gemini-1"', b'"responseId": "resp-gemini-2"')
+    done = python_m("replay", "-", stdin=recording + second_copy)
     second = len(SAMPLES[name]) + 1
     assert one_line(done, "etf-otel replay: ") == (
         f"<stdin>: 2 responses in one recording (the second starts at event {second}); replay reads one: split it"
@@ -241,7 +262,10 @@ def test_two_responses_piped_into_one_replay_are_refused(name: str) -> None:
 def test_three_responses_in_json_lines_are_counted(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = write_jsonl(tmp_path / "three.jsonl", SAMPLES[name] * 3)
+    copies = [SAMPLES[name]] * 3
+    if name == "gemini":  # no start event: another responseId after the end starts a response
+        copies = [[{**event, "responseId": f"resp-{n}"} for event in SAMPLES[name]] for n in range(3)]
+    path = write_jsonl(tmp_path / "three.jsonl", [event for copy in copies for event in copy])
     for extra in ([], ["--json"], ["--protocol", name], ["--assembler", "reference"]):
         reason = refused(*run(["replay", str(path), *extra], capsys))
         assert reason.startswith(f"{path}: 3 responses in one recording"), reason

@@ -65,7 +65,8 @@ def assert_report_shape(report: dict[str, Any], *, show_arguments: bool) -> None
     assert type(report["dispatchable"]) is bool
 
     stream = report["stream"]
-    assert set(stream) == {"state", "finish_reasons"}
+    assert set(stream) == {"state", "finish_reasons", "streamed"}
+    assert stream["streamed"] is True
     assert stream["state"] in ("completed", "truncated")
     assert type(stream["finish_reasons"]) is list
     assert all(type(reason) is str for reason in stream["finish_reasons"])
@@ -129,7 +130,7 @@ def test_case_study_recordings_preserve_call_a(name: str, capsys: pytest.Capture
     assert code == 0
     assert_report_shape(report, show_arguments=True)
     assert report["dispatchable"] is True
-    assert report["stream"] == {"state": "completed", "finish_reasons": ["tool_calls"]}
+    assert report["stream"] == {"state": "completed", "finish_reasons": ["tool_calls"], "streamed": True}
     assert [(c["id"], c["name"], c["arguments"], c["verdict"]) for c in report["calls"]] == [
         ("call-a", "read_page", '{"page":1}', "proposed")
     ]
@@ -244,7 +245,7 @@ def test_truncated_stream_reports_its_state(tmp_path: Path, capsys: pytest.Captu
     path = write_jsonl(tmp_path / "cut.jsonl", SHAPE_STREAMS["truncated"])
     code, report = run_json(["replay", str(path)], capsys)
     assert code == 1
-    assert report["stream"] == {"state": "truncated", "finish_reasons": []}
+    assert report["stream"] == {"state": "truncated", "finish_reasons": [], "streamed": True}
     assert report["dispatchable"] is False
     assert report["calls"][0]["id"] == "call-a"
     assert "truncated_stream" in report["calls"][0]["categories"]

@@ -22,7 +22,7 @@ import pytest
 
 from etf_otel import ABSENT, AssemblyResult, IdentityRules, ResponseSlots, protocols
 from etf_otel.protocols import WireProtocol
-from etf_otel.testing import anthropic, responses
+from etf_otel.testing import anthropic, gemini, responses
 from etf_otel.testing.chat import chunk, finished, fragment
 
 from ._terminal import in_terminal
@@ -137,8 +137,16 @@ SAMPLES: dict[str, list[Any]] = {
     ),
     "responses": responses.stream(responses.call(0, "call_r1", "read_page", ('{"page":', "1}"), item_id="fc_1")),
     "anthropic_messages": anthropic.stream(anthropic.tool_call(0, "toolu_01", "read_page", '{"page":', "1}")),
+    "gemini": gemini.stream(
+        gemini.chunk(gemini.call("read_page", {"page": 1}, id="k3xq9ab2")), gemini.chunk(gemini.text("done"))
+    ),
 }
-SAMPLE_IDS = {"chat_completions": "call-a", "responses": "call_r1", "anthropic_messages": "toolu_01"}
+SAMPLE_IDS = {
+    "chat_completions": "call-a",
+    "responses": "call_r1",
+    "anthropic_messages": "toolu_01",
+    "gemini": "k3xq9ab2",
+}
 FOLLOWUPS: dict[str, Callable[[list[str]], Any]] = {
     "chat_completions": lambda ids: {
         "messages": [{"role": "assistant", "tool_calls": []}]
@@ -151,6 +159,15 @@ FOLLOWUPS: dict[str, Callable[[list[str]], Any]] = {
         "messages": [
             {"role": "assistant", "content": []},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": i, "content": "ok"} for i in ids]},
+        ]
+    },
+    "gemini": lambda ids: {
+        "contents": [
+            {"role": "model", "parts": []},
+            {
+                "role": "user",
+                "parts": [{"functionResponse": {"id": i, "name": "read_page", "response": {}}} for i in ids],
+            },
         ]
     },
 }
@@ -201,7 +218,8 @@ def test_each_registered_protocol_links_its_next_request(
         followup.write_text(json.dumps(FOLLOWUPS[name](ids)))
         code, out, err = run(["replay", str(recording), "--followup", str(followup), "--json"], capsys)
         assert (code, err) == ((1 if expected else 0), ""), case
-        assert json.loads(out)["linkage"] == expected, case
+        found = [{k: v for k, v in f.items() if k != "name"} for f in json.loads(out)["linkage"]]
+        assert found == expected, case  # Gemini adds each finding's function name
         assert CANARY not in out
 
     cut = write_jsonl(tmp_path / "cut.jsonl", SAMPLES[name][:-2])  # no proper end: not dispatchable
@@ -211,7 +229,9 @@ def test_each_registered_protocol_links_its_next_request(
     assert (code, err) == (1, "")
     report = json.loads(out)
     assert report["dispatchable"] is False and report["stream"]["state"] == "truncated"
-    assert report["linkage"] == [{"id": None, "category": "orphaned_result"}] * 2
+    assert [{k: v for k, v in f.items() if k != "name"} for f in report["linkage"]] == [
+        {"id": None, "category": "orphaned_result"}
+    ] * 2
     assert CANARY not in out
 
 

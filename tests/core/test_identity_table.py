@@ -183,3 +183,19 @@ def test_unknown_rule_name_is_refused() -> None:
 
 def test_rules_repr_names_enabled_rules() -> None:
     assert repr(IdentityRules(["infer_missing_index"])) == "IdentityRules([infer_missing_index])"
+
+
+def test_unset_ids_read_null_and_empty_as_absent_and_keep_their_kind() -> None:
+    """A protocol whose null and "" ids mean "not set" (protobuf JSON) changes four rows, nothing else."""
+    strict, unset = IdentityRules.for_rules(), IdentityRules.for_rules(unset_ids=True)
+    assert unset is IdentityRules.for_rules(unset_ids=True) and unset.unset_ids and not strict.unset_ids
+    changed = {key for key in strict.table if strict.table[key].transition is not unset.table[key].transition}
+    assert changed == {  # "" before an id was already awaited; the EMPTY state is never reached
+        (IdState.NONE, Incoming.NULL),
+        (IdState.ESTABLISHED, Incoming.NULL),
+        (IdState.ESTABLISHED, Incoming.EMPTY),
+    }
+    assert unset.decide(IdState.NONE, None, None).category is None
+    assert unset.decide(IdState.NONE, None, "").next_state is IdState.NONE  # no placeholder state either
+    decision = unset.decide(IdState.ESTABLISHED, "c1", "")
+    assert (decision.transition, decision.category, decision.id_empty) == (Transition.KEEP_OMITTED, None, True)

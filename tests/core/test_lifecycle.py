@@ -327,3 +327,55 @@ def test_many_small_deltas_are_compacted_and_each_keeps_its_diagnostic() -> None
     kept_omitted = [d for d in result.diagnostics if d.transition is Transition.KEEP_OMITTED]
     assert [d.fragment for d in kept_omitted] == list(range(2, len(text) + 2))
     assert {(d.choice, d.index, d.category) for d in kept_omitted} == {(0, 0, None)}
+
+
+# --- scopes, assembled arguments and positional identity (the seams Gemini needs) ----------------
+
+
+def test_slots_live_in_scopes_and_take_arguments_an_adapter_assembled() -> None:
+    slots = LifecycleSlots(max_argument_chars=12)
+    slots.open(0, ABSENT, "f", scope=1)
+    slots.open(1, ABSENT, "g", scope=1)
+    slots.open(2, ABSENT, "h", scope=1)
+    assert slots.slot(0) is None and slots.slot(0, scope=1) is not None
+    slots.assembled(0, '{"a":1}', scope=1)
+    slots.assembled(1, '{"a":"long!"}', scope=1)  # past the cap: invalid, never cut
+    slots.assembled(2, object(), scope=1)  # no text: invalid
+    slots.assembled(0, "{}")  # no slot in scope 0: nothing happens
+    for key in range(3):
+        slots.positional(key, scope=1)
+        slots.close_slot(key, scope=1)
+    slots.end()
+    result = slots.finish()
+    assert [(c.choice, c.index, c.arguments, c.categories) for c in result.calls] == [
+        (1, 0, '{"a":1}', (E.INVALID_ARGUMENTS,)),  # valid itself: its siblings block the response
+        (1, 1, "", (E.INVALID_ARGUMENTS,)),
+        (1, 2, "", (E.INVALID_ARGUMENTS,)),
+    ]
+    assert [r.index for r in result.rejections] == [1, 2]  # the causes
+    assert result.fragments == 3  # neither assembled arguments nor positional identity is a fragment
+
+
+def test_a_positional_slot_needs_no_id_and_counts_its_transition_once() -> None:
+    slots = LifecycleSlots()
+    slots.open(0, ABSENT, "f")
+    slots.open(1, ABSENT, "g")
+    slots.positional(0)
+    slots.positional(0)  # once per slot
+    slots.positional(7)  # no slot: nothing
+    slots.assembled(0, "{}")
+    slots.assembled(1, "{}")
+    slots.end()
+    result = slots.finish()
+    # The key is the first one's identity; it is rejected only because its sibling blocks the response.
+    assert [c.categories for c in result.calls] == [(E.MISSING_ID,), (E.MISSING_ID,)]
+    assert [r.index for r in result.rejections] == [1]
+    assert [c.transition_count(Transition.POSITIONAL) for c in result.calls] == [1, 0]
+    assert (
+        sum(
+            count
+            for (transition, _), count in result.transition_counts().items()
+            if transition is Transition.POSITIONAL
+        )
+        == 1
+    )

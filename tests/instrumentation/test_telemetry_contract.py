@@ -58,6 +58,7 @@ def test_case_study_target_stream_spans(captured: Captured) -> None:
     stream_attributes = dict(stream_span.attributes or {})
     assert tuple(stream_attributes.pop("gen_ai.response.finish_reasons")) == ("tool_calls",)
     assert stream_attributes == {
+        "etf.response.streamed": True,
         "etf.stream.state": "completed",
         "etf.stream.slots": 1,
         "etf.stream.fragments": 2,
@@ -675,6 +676,8 @@ def test_every_compatibility_transition_has_a_call_span_counter() -> None:
         A.ETF_ID_INFERRED_INDEX,
         A.ETF_ID_BUFFERED_EARLY,
         A.ETF_ID_DROPPED_LATE,
+        A.ETF_ID_POSITIONAL,
+        A.ETF_ID_DROPPED_REPEAT,
     }
 
 

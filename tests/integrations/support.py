@@ -51,6 +51,35 @@ def wrappers(cls: type, name: str = "create") -> list[Any]:
     return found
 
 
+def hook_points(sdk: str) -> list[tuple[type, str]]:
+    """The SDK's methods every call shape passes, which etf-otel wraps (etf_otel.integrations._sdk_hooks)."""
+    import importlib
+
+    base_client = importlib.import_module(f"{sdk}._base_client")
+    response = importlib.import_module(f"{sdk}._response")
+    points = [
+        (base_client.SyncAPIClient, "request"),
+        (base_client.AsyncAPIClient, "request"),
+        (response.BaseAPIResponse, "_parse"),
+    ]
+    try:
+        legacy = importlib.import_module(f"{sdk}._legacy_response")
+    except ImportError:
+        return points
+    return [*points, (legacy.LegacyAPIResponse, "_parse")]
+
+
+def hooked(sdk: str) -> list[str]:
+    """The hook points of ``sdk`` that etf-otel wraps right now."""
+    from etf_otel.integrations._sdk_hooks import SdkHooks
+
+    return [
+        f"{cls.__name__}.{name}"
+        for cls, name in hook_points(sdk)
+        if any(isinstance(owner, SdkHooks) and owner.sdk == sdk for owner in wrappers(cls, name))
+    ]
+
+
 def dump(item: Any) -> tuple[str, str]:
     """An item as the application saw it: its type and its JSON (``repr`` when it is not a model)."""
     if hasattr(item, "model_dump_json"):

@@ -47,6 +47,8 @@ from tests.integrations.support import (
     drain,
     drain_async,
     dump,
+    hook_points,
+    hooked,
     response_span,
     tool_spans,
     wrappers,
@@ -177,21 +179,12 @@ async def consume_text_async(client: anthropic.AsyncAnthropic, messages: Any = U
     return Outcome(final=final.model_dump_json(warnings=False), text=text)
 
 
-_METHODS = (
-    (messages_module.Messages, "create"),
-    (messages_module.AsyncMessages, "create"),
-    (messages_module.Messages, "stream"),
-    (messages_module.AsyncMessages, "stream"),
-)
+_METHODS = hook_points("anthropic")
 
 
 def wrapped_methods() -> list[str]:
-    """The ``Messages`` methods etf-otel's instrumentor wraps right now."""
-    return [
-        f"{cls.__name__}.{name}"
-        for cls, name in _METHODS
-        if any(isinstance(owner, AnthropicInstrumentor) for owner in wrappers(cls, name))
-    ]
+    """The anthropic SDK's hook points etf-otel's instrumentor wraps right now."""
+    return hooked("anthropic")
 
 
 class Etf(Harness[AnthropicInstrumentor]):
@@ -200,7 +193,7 @@ class Etf(Harness[AnthropicInstrumentor]):
     def instrument(self, **config: Any) -> AnthropicInstrumentor:
         assert wrapped_methods() == [], "a previous test left anthropic instrumented"
         self.instrumentor = instrument_anthropic(**self.providers(), **config)
-        assert len(wrapped_methods()) == 4
+        assert len(wrapped_methods()) == len(hook_points("anthropic"))
         return self.instrumentor
 
 
@@ -410,11 +403,10 @@ def test_stream_is_still_an_anthropic_stream_with_its_response(etf: Etf, server:
     assert response_span(etf.captured).attributes["etf.stream.state"] == "abandoned"
 
 
-def test_raw_response_is_returned_untouched(etf: Etf, server: LocalChatServer) -> None:
-    """``with_raw_response`` goes through ``create`` but gets no stream: nothing to observe.
+def test_raw_response_is_returned_untouched_and_observed_when_parsed(etf: Etf, server: LocalChatServer) -> None:
+    """``with_raw_response`` gives the SDK's own response object; the stream its ``parse()`` gives is observed.
 
-    A new client each time: ``messages.with_raw_response`` is cached per client and keeps the
-    ``create`` it found first (a client that used it before instrumenting bypasses the wrapper).
+    A new client each time: ``messages.with_raw_response`` is cached per client.
     """
 
     def run() -> tuple[type, list[tuple[str, str]]]:
@@ -426,8 +418,8 @@ def test_raw_response_is_returned_untouched(etf: Etf, server: LocalChatServer) -
     baseline = run()
     etf.instrument()
     assert run() == baseline
-    gc.collect()
-    assert etf.captured.spans() == []
+    assert [span.attributes["gen_ai.tool.call.id"] for span in tool_spans(etf.captured)] == ["toolu_01", "toolu_02"]
+    assert response_span(etf.captured).attributes["etf.response.streamed"] is True
 
 
 # --- messages.stream(...) ---------------------------------------------------------------------------------------
@@ -524,8 +516,9 @@ def test_instrument_twice_is_a_no_op(etf: Etf, server: LocalChatServer, client: 
     assert len(etf.captured.spans("assemble_response")) == 1
 
 
-def test_non_streaming_create_is_untouched(etf: Etf, server: LocalChatServer, client: Any) -> None:
-    """LocalChatServer answers 200 with SSE only, so a non-stream call is exercised through an error status."""
+def test_non_streaming_error_status_is_unchanged_and_records_nothing(
+    etf: Etf, server: LocalChatServer, client: Any
+) -> None:
     error_body = {"type": "error", "error": {"type": "invalid_request_error", "message": "bad request"}}
 
     def call() -> tuple[type, str, Any]:

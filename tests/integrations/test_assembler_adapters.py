@@ -356,6 +356,7 @@ QUIRKS_SECTIONS = {
     "chat_completions": "Chat Completions",
     "responses": "OpenAI Responses",
     "anthropic_messages": "Anthropic Messages",
+    "gemini": "Gemini",
 }
 
 

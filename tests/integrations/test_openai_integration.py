@@ -43,6 +43,8 @@ from tests.integrations.support import (
     drain,
     drain_async,
     dump,
+    hook_points,
+    hooked,
     response_span,
     tool_spans,
     wrappers,
@@ -167,9 +169,11 @@ async def consume_async(
     return outcome
 
 
-def is_wrapped(cls: type = completions_module.Completions) -> bool:
-    """Whether etf-otel's instrumentor wraps ``cls.create``."""
-    return any(isinstance(owner, OpenAIInstrumentor) for owner in wrappers(cls))
+def is_wrapped() -> bool:
+    """Whether etf-otel's instrumentor wraps the openai SDK's hook points (all of them)."""
+    wrapped = hooked("openai")
+    assert wrapped in ([], [f"{cls.__name__}.{name}" for cls, name in hook_points("openai")]), wrapped
+    return bool(wrapped)
 
 
 class Etf(Harness[OpenAIInstrumentor]):
@@ -543,16 +547,17 @@ def test_instrument_twice_is_a_no_op(
 
 
 def test_uninstrument_restores_the_client(etf: Etf, server: LocalChatServer, client: Any) -> None:
-    original_sync = completions_module.Completions.__dict__["create"]
-    original_async = completions_module.AsyncCompletions.__dict__["create"]
+    points = hook_points("openai")
+    originals = [cls.__dict__[name] for cls, name in points]
     assert not is_wrapped()
     instrumentor = etf.instrument()
-    assert completions_module.Completions.__dict__["create"] is not original_sync
+    # (identity: a wrapt wrapper compares equal to the function it wraps)
+    assert all(cls.__dict__[name] is not before for (cls, name), before in zip(points, originals, strict=True))
     instrumentor.uninstrument()
     etf.instrumentor = None
-    assert completions_module.Completions.__dict__["create"] is original_sync
-    assert completions_module.AsyncCompletions.__dict__["create"] is original_async
-    assert wrappers(completions_module.AsyncCompletions) == []
+    assert all(cls.__dict__[name] is before for (cls, name), before in zip(points, originals, strict=True))
+    assert all(wrappers(cls, name) == [] for cls, name in hook_points("openai"))
+    assert wrappers(completions_module.Completions) == []
 
     server.enqueue(Script(events=NULL_CONTINUATION))
     outcome = consume(client)
@@ -811,7 +816,7 @@ def test_coexists_with_the_opentelemetry_genai_openai_instrumentation(
         else:
             instrument_peer()
             etf.instrument()
-        assert len(wrappers(completions_module.Completions)) == 2
+        assert len(wrappers(completions_module.Completions)) == 1 and is_wrapped()  # theirs on create, ours below
         observed = consume(client)
     finally:  # last in, first out
         if ours_first:
@@ -941,16 +946,22 @@ def test_stream_left_before_the_sentinel_is_abandoned(etf: Etf, server: LocalCha
     assert response_span(etf.captured).attributes["etf.stream.state"] == "abandoned"
 
 
-def test_raw_response_wrapper_is_left_alone(etf: Etf, server: LocalChatServer, client: Any) -> None:
-    """``with_raw_response.create(stream=True)`` returns the HTTP response, not a stream: nothing is observed."""
+def test_raw_response_is_observed_when_the_application_parses_it(
+    etf: Etf, server: LocalChatServer, client: Any
+) -> None:
+    """``with_raw_response.create(stream=True)`` returns the HTTP response; the stream its ``parse()``
+    gives is observed (the ``[DONE]`` the SDK swallows included), once however often it is parsed."""
     etf.instrument()
     server.enqueue(Script(events=DONE_WITHOUT_FINISH_REASON))
     raw = client.chat.completions.with_raw_response.create(model="m", messages=USER, stream=True)
     assert type(raw).__name__ == "LegacyAPIResponse"
+    assert etf.captured.spans() == []  # nothing parsed yet
     stream = raw.parse()
-    assert type(stream) is openai.Stream
+    assert isinstance(stream, openai.Stream) and raw.parse() is stream
     assert len(list(stream)) == 2
-    assert etf.captured.spans() == []
+    response = response_span(etf.captured)
+    assert response.attributes["etf.stream.state"] == "completed"
+    assert response.attributes["etf.response.streamed"] is True
 
 
 def test_sdk_leaves_its_event_loop_early_only_at_the_sentinel() -> None:

@@ -20,7 +20,6 @@ from typing import Any
 
 import httpx2
 import openai
-import openai.resources.responses.responses as responses_module
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
@@ -35,7 +34,16 @@ from etf_otel.protocols import RESPONSES
 from etf_otel.testing import LocalChatServer, Script
 from etf_otel.testing import responses as R
 from tests.conftest import Captured
-from tests.integrations.support import Harness, LocalRedirect, all_attribute_values, response_span, tool_spans, wrappers
+from tests.integrations.support import (
+    Harness,
+    LocalRedirect,
+    all_attribute_values,
+    hook_points,
+    hooked,
+    response_span,
+    tool_spans,
+    wrappers,
+)
 
 USER: list[dict[str, Any]] = [{"role": "user", "content": "read page 1 and save a report"}]
 MODES = ("sync", "async")
@@ -166,11 +174,8 @@ def consume_helper(server: LocalChatServer, mode: str = "sync", **request: Any) 
     return outcome
 
 
-_PATCHED = ("create", "retrieve")
-
-
-def is_wrapped(cls: type = responses_module.Responses, name: str = "create") -> bool:
-    return any(type(owner).__module__ == "etf_otel.integrations.openai._responses" for owner in wrappers(cls, name))
+def is_wrapped() -> bool:
+    return bool(hooked("openai"))
 
 
 class Etf(Harness[OpenAIInstrumentor]):
@@ -712,31 +717,35 @@ def test_guard_executes_the_sdks_own_function_call_item(etf: Etf, server: LocalC
 
 
 def test_uninstrument_restores_the_client(etf: Etf, server: LocalChatServer) -> None:
-    classes = (responses_module.Responses, responses_module.AsyncResponses)
-    originals = {(cls, name): cls.__dict__[name] for cls in classes for name in _PATCHED}
+    points = hook_points("openai")
+    originals = [cls.__dict__[name] for cls, name in points]
     instrumentor = etf.instrument()
-    assert all(is_wrapped(cls, name) for cls in classes for name in _PATCHED)
+    assert is_wrapped()
     instrumentor.uninstrument()
     etf.instrumentor = None
-    assert {(cls, name): cls.__dict__[name] for cls in classes for name in _PATCHED} == originals
-    assert not any(wrappers(cls, name) for cls in classes for name in _PATCHED)
+    assert [cls.__dict__[name] for cls, name in points] == originals
+    assert not any(wrappers(cls, name) for cls, name in points)
 
     server.enqueue(script(VALID))
     assert consume(server).stream_type is openai.Stream
     assert etf.captured.spans() == []
 
 
-def test_raw_response_and_error_status_are_untouched(etf: Etf, server: LocalChatServer) -> None:
+def test_raw_response_is_observed_when_parsed_and_an_error_status_records_nothing(
+    etf: Etf, server: LocalChatServer
+) -> None:
     error_body = {"error": {"message": "rate limited", "type": "rate_limit", "param": None, "code": "429"}}
     etf.instrument()
-    server.enqueue(script(VALID), Script(events=[error_body], status=429))
+    server.enqueue(Script(events=[error_body], status=429), script(VALID))
     with openai.OpenAI(**_client_options(server)) as client:
+        with pytest.raises(openai.RateLimitError):
+            client.responses.create(model="m", input="hi", stream=True)
+        assert etf.captured.spans() == []
         raw = client.responses.with_raw_response.create(model="m", input="hi", stream=True)
         assert type(raw).__name__ == "LegacyAPIResponse"
         assert len(list(raw.parse())) == len(VALID)
-        with pytest.raises(openai.RateLimitError):
-            client.responses.create(model="m", input="hi", stream=True)
-    assert etf.captured.spans() == []
+    assert response_span(etf.captured).attributes["etf.stream.state"] == "completed"
+    assert len(tool_spans(etf.captured)) == 2
 
 
 def test_provider_is_detected_from_the_clients_base_url(etf: Etf, server: LocalChatServer) -> None:

@@ -178,7 +178,7 @@ def test_replay_json_detects_and_assembles_it(tmp_path: Path, capsys: pytest.Cap
 def test_replay_refuses_its_complete_body_and_two_responses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = replay([write(tmp_path / "body.jsonl", [{"toy": "whole"}])], capsys)
     assert code == 2
-    assert "a complete toy body, not a stream" in err
+    assert "a complete toy body, not a stream: toy judges streamed responses only" in err
     code, _, err = replay([write(tmp_path / "two.jsonl", [*EVENTS, *EVENTS])], capsys)
     assert code == 2
     assert "2 responses in one recording (the second starts at event 4)" in err

@@ -149,6 +149,34 @@ def test_an_anthropic_tool_turn_then_the_answer_with_the_real_anthropic_client(c
     assert "Paris" in answer.content[0].text
 
 
+def test_a_request_without_stream_gets_the_same_turn_as_one_complete_body(command: Command) -> None:
+    """The scripted turn for the SDKs' non-streamed calls: two calls, then the answer, per protocol."""
+    anthropic = pytest.importorskip("anthropic")
+    client = openai.OpenAI(base_url=command.base_url, api_key="none", max_retries=0)
+    user: list[Any] = [{"role": "user", "content": "Weather and time in Paris?"}]
+    message = client.chat.completions.create(model="m", messages=user).choices[0].message
+    assert [(call.id, call.function.name) for call in message.tool_calls or []] == [
+        ("call_1", "get_weather"),
+        ("call_2", "get_time"),
+    ]
+    results = [{"role": "tool", "tool_call_id": call.id, "content": "ok"} for call in message.tool_calls or []]
+    follow_up = [*user, message.model_dump(exclude_none=True), *results]
+    assert "Paris" in (client.chat.completions.create(model="m", messages=follow_up).choices[0].message.content or "")
+
+    response = client.responses.create(model="m", input="Weather and time in Paris?")
+    assert [(item.call_id, item.name) for item in response.output if item.type == "function_call"] == [
+        ("call_1", "get_weather"),
+        ("call_2", "get_time"),
+    ]
+
+    claude = anthropic.Anthropic(base_url=command.root_url, api_key="none", max_retries=0)
+    final = claude.messages.create(model="claude-sonnet-5-5", max_tokens=64, messages=user)
+    assert [(block.id, block.input) for block in final.content if block.type == "tool_use"] == [
+        ("toolu_1", {"city": "Paris"}),
+        ("toolu_2", {"timezone": "Europe/Paris"}),
+    ]
+
+
 def test_quirk_serves_the_named_stream_of_each_protocol() -> None:
     server = Command("--quirk", "null continuations")
     try:

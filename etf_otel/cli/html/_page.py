@@ -80,9 +80,9 @@ table.data th { background: #f3f3f6; font-weight: 600; } td.num { text-align: ri
 .mark.s-bar { width: 10px; border-radius: 2px; margin-left: 7px; }
 .mark.s-tag { border-radius: 3px 12px 12px 3px; }
 .t-establish { --c: #1b6e2a; } .t-replace_empty { --c: #2f7f6f; }
-.t-keep_omitted { --c: #44618f; } .t-keep_null { --c: #2856b8; }
+.t-keep_omitted, .t-positional { --c: #44618f; } .t-keep_null { --c: #2856b8; }
 .t-keep_identical { --c: #5a49a8; } .t-keep_empty { --c: #6b6f7a; }
-.t-infer_index, .t-buffer_early, .t-drop_late { --c: #a86400; }
+.t-infer_index, .t-buffer_early, .t-drop_late, .t-drop_repeat { --c: #a86400; }
 .t-reject, .t-snapshot_mismatch { --c: #b3261e; } .t-snapshot { --c: #7a3e9d; }
 .t-close, .t-arguments_closed { --c: #333; } .t-end { --c: #111; } .t-finish { --c: #555; }
 .timeline { display: grid; grid-template-columns: minmax(170px, 230px) 1fr minmax(150px, 210px);

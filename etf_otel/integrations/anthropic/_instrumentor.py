@@ -1,24 +1,20 @@
-"""OpenTelemetry instrumentor for the ``anthropic`` client's streamed Messages.
+"""OpenTelemetry instrumentor for the ``anthropic`` client's Messages, streamed or not.
 
 ``AnthropicInstrumentor().instrument()`` (or ``opentelemetry-instrument``, through the
-``etf_otel_anthropic`` entry point of the ``opentelemetry_instrumentor`` group) wraps, on
-the sync and async ``Messages`` resources:
+``etf_otel_anthropic`` entry point of the ``opentelemetry_instrumentor`` group) observes every
+response of ``POST /v1/messages`` whatever the call shape: ``messages.create`` streamed or not,
+``messages.stream(...)``, ``beta.messages.create`` / ``beta.messages.stream``, the raw and
+streaming-response forms, sync and async. It wraps the two places all of them pass
+(:mod:`etf_otel.integrations._sdk_hooks`), when the application imports ``anthropic``. A stream
+the application gets is a transparent proxy of the SDK's own (the ``MessageStream`` helpers read
+it as they would read the SDK's); a complete ``Message`` is judged by the same rules and
+returned as it is.
 
-* ``messages.create(stream=True)``: when it returns the SDK's ``Stream`` / ``AsyncStream``,
-  the application gets a transparent proxy of it that yields the SDK's own events while the
-  identity rules (protocol ``anthropic_messages``) run beside them. Anything else it returns
-  (a ``Message``, the raw response of ``with_raw_response``) is returned untouched.
-* ``messages.stream(...)``: the SDK's own ``MessageStreamManager`` is returned; only the
-  request it makes when the ``with`` block is entered is wrapped, so the ``MessageStream``
-  (``text_stream``, ``get_final_message()``, ...) is the SDK's, reading an observed raw
-  stream. The helper posts the request itself and never calls ``create``: one response is
-  observed once.
-
-``Anthropic``, ``AsyncAnthropic`` and the Bedrock, Vertex and Foundry clients share these
-resource classes, so all of them are covered. ``gen_ai.provider.name`` is the one the
-client states for its own telemetry (``anthropic``, ``aws.bedrock`` for the Bedrock clients,
-``gcp.vertex_ai`` for Vertex), unless ``provider_name=`` or ``OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME``
-overrides it.
+``Anthropic``, ``AsyncAnthropic`` and the Bedrock, Vertex and Foundry clients share the SDK's
+base client, so all of them are covered (the instrumentor reads the request before a Bedrock or
+Vertex client rewrites its path). ``gen_ai.provider.name`` is the one the client states for its
+own telemetry (``anthropic``, ``aws.bedrock`` for the Bedrock clients, ``gcp.vertex_ai`` for
+Vertex), unless ``provider_name=`` or ``OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME`` overrides it.
 
 Linkage across turns (docs/protocols.md). The results of a response's calls must all be
 ``tool_result`` blocks of the **first** user message after the assistant message that
@@ -45,24 +41,21 @@ fails with ``tool_use ids were found without tool_result blocks immediately afte
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Generator, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 
-from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _disabled
 from etf_otel.integrations._conversation import FollowUp, PrefixConversations, string_ids
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
-    Method,
     Prepared,
     instrumented,
     rejected_by,
-    unwrap_methods,
-    wrap_methods,
 )
+from etf_otel.integrations._sdk_hooks import SdkHooks
 from etf_otel.protocols import ANTHROPIC_MESSAGES, field
 
 if TYPE_CHECKING:
@@ -83,9 +76,7 @@ FALLBACK_PROVIDER: Final = "anthropic"
 
 _DEPENDENCY = "anthropic >= 2.10"
 
-# The SDK's private attributes this module relies on; the integration tests pin them.
-_SYNC_REQUEST = "_MessageStreamManager__api_request"
-_ASYNC_REQUEST = "_AsyncMessageStreamManager__api_request"
+_MESSAGES_PATH: Final = "/messages"
 
 
 def provider_of_client(client: object) -> str:
@@ -111,133 +102,74 @@ def turn_call_ids(message: Any) -> list[str]:
     return string_ids(field(block, "id") for block in content if field(block, "type") == "tool_use")
 
 
-class _ObservedRequest:
-    """The awaitable an ``AsyncMessageStreamManager`` awaits on entry, giving the observed stream.
-
-    Not a coroutine: a manager that is never entered leaves only the SDK's own request
-    un-awaited, as it would without instrumentation.
-    """
-
-    __slots__ = ("_observe", "_request")
-
-    def __init__(self, request: Awaitable[Any], observe: Callable[[Any], Any]) -> None:
-        self._request = request
-        self._observe = observe
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        stream = yield from self._request.__await__()
-        return self._observe(stream)
-
-
 class AnthropicInstrumentor(ClientInstrumentor):
-    """Instruments ``anthropic`` streamed Messages (``create(stream=True)`` and ``stream(...)``) with etf-otel.
+    """Instruments ``anthropic`` Messages (every call shape, streamed or not) with etf-otel.
 
     ``instrument(**options)`` (:class:`~etf_otel.integrations._instrumentor_base.InstrumentorOptions`);
     an option left ``None`` takes its environment variable, else its default.
     ``uninstrument()`` restores the client.
     """
 
+    _hooks: SdkHooks | None = None
+
     def instrumentation_dependencies(self) -> Collection[str]:
         return (_DEPENDENCY,)
 
     def _instrument(self, **kwargs: Any) -> None:
-        # Imported first: without the package, the launcher skips this entry point on the
-        # ModuleNotFoundError, before anything was set up.
-        import anthropic
-        from anthropic.resources.messages import messages
-
-        conflict = get_dependency_conflicts([_DEPENDENCY])
-        if conflict is not None:
-            # ``opentelemetry-instrument`` skips ``instrumentation_dependencies`` (it checks only
-            # the distribution's ``instruments`` extra, which etf-otel does not declare).
-            _logger.warning("etf-otel: %s; the anthropic client is not instrumented", conflict)
-            return
-        self._stream_types = (anthropic.Stream, anthropic.AsyncStream)
         instrumentation, capacity = self._set_up(kwargs)
         self._conversations = PrefixConversations(
             capacity, split_follow_up, turn_call_ids, rejected_by(instrumentation)
         )
-        wrap_methods(messages, self._methods())
+        self._hooks = SdkHooks("anthropic", self._prepare, self._observe, _checked_version)
+        self._hooks.install()
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        from anthropic.resources.messages import messages
-
-        unwrap_methods(messages, self._methods())
+        if self._hooks is not None:
+            self._hooks.uninstall()
+            self._hooks = None
         self._instrumentation = None
 
-    def _methods(self) -> list[Method]:
-        return [
-            ("Messages", "create", self._create),
-            ("AsyncMessages", "create", self._async_create),
-            ("Messages", "stream", self._stream),
-            ("AsyncMessages", "stream", self._async_stream),
-        ]
+    def _prepare(self, client: Any, options: Any) -> Prepared | None:
+        """The decision for one request of ``client``; ``None`` for anything but ``POST /v1/messages``."""
+        url = getattr(options, "url", None)
+        if (
+            self._instrumentation is None
+            or not isinstance(url, str)
+            or not url.split("?", 1)[0].rstrip("/").endswith(_MESSAGES_PATH)
+            or getattr(options, "method", None) != "post"
+            or _disabled()
+        ):
+            return None
+        body = getattr(options, "json_data", None)
+        messages = body.get("messages") if isinstance(body, Mapping) else None
+        provider = self._provider_override or provider_of_client(client)
+        linked = self._conversations.link(messages)
+        return Prepared(
+            provider, linked.conversation, linked.result_ids, ANTHROPIC_MESSAGES, ambiguous=linked.ambiguous
+        )
 
-    # --- before the request ---------------------------------------------------------------------------------
-
-    def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> Prepared | None:
-        """Everything the stream wrapper needs, decided before the request is sent; ``None``: do not observe."""
-        with internal_errors_swallowed("preparing an anthropic request"):
-            if self._instrumentation is None or _disabled():
-                return None
-            provider = self._provider_override or provider_of_client(getattr(instance, "_client", None))
-            linked = self._conversations.link(kwargs.get("messages"))
-            return Prepared(
-                provider, linked.conversation, linked.result_ids, ANTHROPIC_MESSAGES, ambiguous=linked.ambiguous
-            )
-        return None
-
-    # --- the stream -------------------------------------------------------------------------------------------
-
-    def _observed(self, result: Any, prepared: Prepared | None) -> Any:
-        """``result`` observed when it is the SDK's stream; anything else, unchanged."""
+    def _observe(self, parsed: Any, prepared: Prepared, is_stream: bool) -> Any:
+        """What the application gets for ``parsed``: a stream observed, a ``Message`` recorded and returned."""
         instrumentation = self._instrumentation
-        if prepared is None or instrumentation is None or not isinstance(result, self._stream_types):
-            return result
-        return prepared.observe(instrumentation, result)
+        if instrumentation is None:
+            return parsed
+        if is_stream:
+            return prepared.observe(instrumentation, parsed)
+        prepared.record(instrumentation, parsed)
+        return parsed
 
-    def _create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        prepared = self._prepare(instance, kwargs) if kwargs.get("stream") else None
-        return self._observed(wrapped(*args, **kwargs), prepared)
 
-    def _async_create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        """Calls ``create`` now, as the SDK does (its argument check raises at the call, not at ``await``)."""
-        if not kwargs.get("stream"):
-            return wrapped(*args, **kwargs)
-        prepared = self._prepare(instance, kwargs)
-        coroutine = wrapped(*args, **kwargs)
-        if prepared is None:
-            return coroutine
-        return self._awaited(coroutine, prepared)
+def _checked_version() -> bool:
+    """Whether the imported ``anthropic`` is one this version of etf-otel knows (else a warning, once).
 
-    async def _awaited(self, coroutine: Awaitable[Any], prepared: Prepared) -> Any:
-        return self._observed(await coroutine, prepared)
-
-    # --- the stream helper ------------------------------------------------------------------------------------
-
-    def _stream(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        prepared = self._prepare(instance, kwargs)
-        return self._observed_manager(wrapped(*args, **kwargs), prepared, _SYNC_REQUEST)
-
-    def _async_stream(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        prepared = self._prepare(instance, kwargs)
-        return self._observed_manager(wrapped(*args, **kwargs), prepared, _ASYNC_REQUEST)
-
-    def _observed_manager(self, manager: Any, prepared: Prepared | None, attribute: str) -> Any:
-        """``manager`` whose request (``attribute``, sync or async), made on entering ``with``, is observed."""
-        if prepared is not None:
-            with internal_errors_swallowed("instrumenting a message stream manager"):
-                request = getattr(manager, attribute)
-                observe: Callable[[Any], Any] = lambda stream: self._observed(stream, prepared)  # noqa: E731
-                if attribute == _ASYNC_REQUEST:
-                    if not hasattr(request, "__await__"):
-                        raise TypeError("the stream manager's request is not awaitable")
-                    setattr(manager, attribute, _ObservedRequest(request, observe))
-                else:
-                    if not callable(request):
-                        raise TypeError("the stream manager's request is not callable")
-                    setattr(manager, attribute, lambda: observe(request()))
-        return manager
+    ``opentelemetry-instrument`` skips ``instrumentation_dependencies`` (it checks only the
+    distribution's ``instruments`` extra, which etf-otel does not declare).
+    """
+    conflict = get_dependency_conflicts([_DEPENDENCY])
+    if conflict is not None:
+        _logger.warning("etf-otel: %s; the anthropic client is not instrumented", conflict)
+        return False
+    return True
 
 
 def instrument_anthropic(**options: Unpack[InstrumentorOptions]) -> AnthropicInstrumentor:

@@ -41,6 +41,7 @@ from etf_otel.instrumentation import _open_calls as open_calls
 from etf_otel.instrumentation._host import call_fields
 from etf_otel.instrumentation._registry import ProposalRecord
 from etf_otel.instrumentation._safety import internal_errors_swallowed
+from etf_otel.instrumentation._span_attributes import put_call_id, put_tool_name
 from etf_otel.instrumentation._telemetry import Telemetry
 from etf_otel.integrations.mcp._meta import format_proposal, parse_call_id
 
@@ -222,9 +223,9 @@ def _enrich_client_span(span: trace.Span, match: Match, name: str | None) -> Non
         match = Match(UNMATCHED, refusal=match.refusal)
     attributes: dict[str, AttributeValue] = {A.ETF_MCP_MATCH: match.kind}
     if match.call_id is not None:
-        attributes[A.GEN_AI_TOOL_CALL_ID] = match.call_id
+        put_call_id(attributes, match.call_id)
         if name:
-            attributes[A.GEN_AI_TOOL_NAME] = name
+            put_tool_name(attributes, name)
     span.set_attributes(attributes)
     if match.record is not None and match.record.span_context is not None:
         span.add_link(match.record.span_context)

@@ -29,6 +29,7 @@ from opentelemetry.util.types import AttributeValue
 
 from etf_otel import attributes as A
 from etf_otel.instrumentation._safety import internal_errors_swallowed
+from etf_otel.instrumentation._span_attributes import bounded, put_call_id, put_tool_name
 from etf_otel.instrumentation._switches import _disabled
 from etf_otel.integrations.mcp._meta import parse_call_id, parse_proposal
 
@@ -47,7 +48,7 @@ def enrich_execution(span: Span, meta: object) -> None:
         if A.MCP_META_TOOL_CALL_ID in meta:
             call_id, reason = parse_call_id(meta[A.MCP_META_TOOL_CALL_ID])
             if call_id is not None:
-                attributes[A.GEN_AI_TOOL_CALL_ID] = call_id
+                put_call_id(attributes, call_id)  # at most MAX_CALL_ID_CHARS already (parse_call_id)
                 attributes[A.ETF_TOOL_CALL_ID_SOURCE] = A.TOOL_CALL_ID_SOURCE_MCP_META
             elif reason is not None:
                 rejected.append(reason)
@@ -117,7 +118,7 @@ async def _own_execution(tracer: trace.Tracer, call: Callable[[Any], Awaitable[A
         try:
             result = await call(context)
         except BaseException as error:
-            span.set_attribute(A.ERROR_TYPE, type(error).__qualname__)
+            span.set_attribute(A.ERROR_TYPE, bounded(type(error).__qualname__))
             span.set_status(Status(StatusCode.ERROR))
             raise
         if _is_tool_error(result):
@@ -136,7 +137,7 @@ def _start_own_span(tracer: trace.Tracer, context: Any) -> Span:
         A.MCP_METHOD_NAME: A.MCP_METHOD_TOOLS_CALL,
     }
     if isinstance(name, str):
-        attributes[A.GEN_AI_TOOL_NAME] = name
+        name = put_tool_name(attributes, name)
     meta = getattr(context, "meta", None)
     span = tracer.start_span(
         f"{A.SPAN_EXECUTE_TOOL} {name}" if isinstance(name, str) else A.SPAN_EXECUTE_TOOL,

@@ -1,12 +1,15 @@
-"""OpenTelemetry instrumentor for the ``openai`` client's streamed Chat Completions and Responses.
+"""OpenTelemetry instrumentor for the ``openai`` client's Chat Completions and Responses.
 
 ``OpenAIInstrumentor().instrument()`` (or ``opentelemetry-instrument``, through the
-``opentelemetry_instrumentor`` entry point) wraps ``chat.completions.create`` of the sync
-and async clients, and the Responses API (:mod:`etf_otel.integrations.openai._responses`).
-Only ``stream=True`` calls that return the SDK's ``Stream`` / ``AsyncStream`` are touched:
-the returned stream is a transparent proxy that yields the SDK's own chunks while the
-identity rules run beside it. ``chat.completions.stream(...)`` calls ``create`` internally
-and is covered too.
+``opentelemetry_instrumentor`` entry point) observes every response of ``POST
+/chat/completions`` and of the Responses API (:mod:`etf_otel.integrations.openai._responses`),
+whatever the call shape: ``create`` streamed or not, ``with_raw_response`` and
+``with_streaming_response`` then ``.parse()``, the ``.stream(...)`` and ``.parse(...)``
+helpers, the low-level ``post``, the Azure client, sync and async. It wraps the two places all
+of them pass (:mod:`etf_otel.integrations._sdk_hooks`), when the application imports
+``openai``. A stream the application gets is a transparent proxy that yields the SDK's own
+chunks while the identity rules run beside it; a complete body is judged by the same rules
+and returned as it is.
 
 The end sentinel. The SDK stops at ``data: [DONE]`` without yielding it, so a stream that
 ends with ``[DONE]`` and no ``finish_reason`` (TGI, vllm-mlx) would look cut. The
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
@@ -52,15 +55,13 @@ from etf_otel.integrations._conversation import FollowUp, PrefixConversations, s
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
-    Method,
     Prepared,
     instrumented,
     rejected_by,
-    unwrap_methods,
-    wrap_methods,
 )
-from etf_otel.integrations.openai._responses import ResponsesWrappers, is_sdk_stream
-from etf_otel.protocols import CHAT_COMPLETIONS, field
+from etf_otel.integrations._sdk_hooks import SdkHooks
+from etf_otel.integrations.openai._responses import ResponsesLinkage
+from etf_otel.protocols import CHAT_COMPLETIONS, RESPONSES, field
 from etf_otel.protocols._chat_completions import DONE
 
 if TYPE_CHECKING:
@@ -68,7 +69,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FALLBACK_PROVIDER", "OpenAIInstrumentor", "detect_provider", "instrument_openai", "provider_of_client"]
 
-_MODULE = "openai.resources.chat.completions"
+_CHAT_PATH: Final = "/chat/completions"
+_RESPONSES_PATH: Final = "/responses"
 
 # Hosts whose provider is unambiguous, with the GenAI ``gen_ai.provider.name`` value.
 _PROVIDER_HOSTS = (
@@ -123,7 +125,7 @@ def turn_call_ids(message: Any) -> list[str]:
 
 
 class OpenAIInstrumentor(ClientInstrumentor):
-    """Instruments ``openai`` streamed Chat Completions and Responses with etf-otel.
+    """Instruments ``openai`` Chat Completions and Responses, streamed or not, with etf-otel.
 
     ``instrument(**options)`` (:class:`~etf_otel.integrations._instrumentor_base.InstrumentorOptions`);
     an option left ``None`` takes its environment variable, else its default (no provider
@@ -132,7 +134,8 @@ class OpenAIInstrumentor(ClientInstrumentor):
     conversations (Chat Completions prefixes, Responses input prefixes, Responses response ids).
     """
 
-    _responses: ResponsesWrappers | None = None
+    _responses: ResponsesLinkage | None = None
+    _hooks: SdkHooks | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return ("openai >= 1.40",)
@@ -143,27 +146,25 @@ class OpenAIInstrumentor(ClientInstrumentor):
         self._conversations = PrefixConversations(
             capacity, split_follow_up, turn_call_ids, rejected_by(instrumentation)
         )
-        wrap_methods(_MODULE, self._methods())
-        self._responses = ResponsesWrappers(instrumentation, self._provider_for, capacity)
-        self._responses.wrap()
+        self._responses = ResponsesLinkage(instrumentation, capacity)
+        self._hooks = SdkHooks("openai", self._prepare, self._observe)
+        self._hooks.install()
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        import openai.resources.chat.completions as completions
-
-        unwrap_methods(completions, self._methods())
+        if self._hooks is not None:
+            self._hooks.uninstall()
+            self._hooks = None
         if self._responses is not None:
-            self._responses.unwrap()
+            self._responses.close()
             self._responses = None
         self._instrumentation = None
 
-    def _methods(self) -> list[Method]:
-        return [("Completions", "create", self._create), ("AsyncCompletions", "create", self._async_create)]
-
     def _provider_of(self, client: object) -> str:
-        """:func:`provider_of_client`, remembered for the last base URL object and client class seen.
-
-        Usually the only ones; the client itself is not held, so it can be collected.
-        """
+        """``gen_ai.provider.name`` for a call of ``client``: the configured one, else
+        :func:`provider_of_client`, remembered for the last base URL object and client class seen
+        (usually the only ones; the client itself is not held, so it can be collected)."""
+        if self._provider_override:
+            return self._provider_override
         base_url = getattr(client, "base_url", "")
         cached = self._last_provider
         if cached is not None and cached[0] is base_url and cached[1] is type(client):
@@ -172,46 +173,56 @@ class OpenAIInstrumentor(ClientInstrumentor):
         self._last_provider = (base_url, type(client), provider)
         return provider
 
-    def _provider_for(self, resource: Any) -> str:
-        """``gen_ai.provider.name`` for a call on ``resource`` (an SDK resource such as ``Completions``)."""
-        return self._provider_override or self._provider_of(resource._client)
+    def _prepare(self, client: Any, options: Any) -> Prepared | None:
+        """The decision for one request of ``client``: a model call of which protocol, linked to what.
 
-    def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> Prepared | None:
-        """Everything the stream wrapper needs, decided before the request is sent."""
-        with internal_errors_swallowed("preparing an openai request"):
-            if self._instrumentation is None or not kwargs.get("stream"):
-                return None
-            provider = self._provider_for(instance)
-            linked = self._conversations.link(kwargs.get("messages"))
-            return Prepared(provider, linked.conversation, linked.result_ids, ambiguous=linked.ambiguous)
+        Runs for every request the client makes: anything but the two model paths returns at once.
+        """
+        url = getattr(options, "url", None)
+        if self._instrumentation is None or not isinstance(url, str):
+            return None
+        path = url.split("?", 1)[0].rstrip("/")
+        method = getattr(options, "method", None)
+        if path.endswith(_CHAT_PATH):
+            if method != "post":
+                return None  # stored completions (GET /chat/completions/...) are read back, not answers
+            body = _body(options)
+            linked = self._conversations.link(body.get("messages"))
+            return Prepared(
+                self._provider_of(client), linked.conversation, linked.result_ids, ambiguous=linked.ambiguous
+            )
+        responses = self._responses
+        if responses is None:
+            return None
+        if path.endswith(_RESPONSES_PATH) and method == "post":
+            return responses.prepare(self._provider_of(client), _body(options))
+        if method == "get" and path.rsplit("/", 2)[-2:-1] == [_RESPONSES_PATH[1:]]:
+            query = getattr(options, "params", None)
+            return responses.prepare_replay(self._provider_of(client), query if isinstance(query, dict) else {})
         return None
 
-    def _observe(self, result: Any, prepared: Prepared) -> Any:
-        """The proxy the application gets for an SDK stream of Chat Completions chunks; anything else unchanged."""
-        observed = result
-        with internal_errors_swallowed("observing an openai stream"):
-            instrumentation = self._instrumentation
-            if instrumentation is None or not is_sdk_stream(result):
-                return result
-            observed = prepared.observe(instrumentation, result)
-            observer = observer_of(observed)
-            if observer is not None:
-                feed_done_at_sentinel(result, observer)
+    def _observe(self, parsed: Any, prepared: Prepared, is_stream: bool) -> Any:
+        """What the application gets for ``parsed``: a stream observed, a body recorded and returned as it is."""
+        instrumentation = self._instrumentation
+        if instrumentation is None:
+            return parsed
+        if prepared.protocol is RESPONSES:
+            responses = self._responses
+            return parsed if responses is None else responses.observe(parsed, prepared, is_stream)
+        if not is_stream:
+            prepared.record(instrumentation, parsed)
+            return parsed
+        observed = prepared.observe(instrumentation, parsed)
+        observer = observer_of(observed)
+        if observer is not None:
+            feed_done_at_sentinel(parsed, observer)
         return observed
 
-    def _create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        prepared = self._prepare(instance, kwargs)
-        result = wrapped(*args, **kwargs)
-        if prepared is None:
-            return result
-        return self._observe(result, prepared)
 
-    async def _async_create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        prepared = self._prepare(instance, kwargs)
-        result = await wrapped(*args, **kwargs)
-        if prepared is None:
-            return result
-        return self._observe(result, prepared)
+def _body(options: Any) -> Mapping[str, Any]:
+    """The JSON body of a request as the SDK will send it (after its own transformation)."""
+    body = getattr(options, "json_data", None)
+    return body if isinstance(body, Mapping) else {}
 
 
 def _sentinel_seen(feed_done: Callable[[], None]) -> None:

@@ -1,17 +1,16 @@
 """The Responses API part of the ``openai`` instrumentor (docs/protocols.md).
 
-:class:`~etf_otel.integrations.openai._instrumentor.OpenAIInstrumentor` wraps, for the sync and async
-clients:
+:class:`~etf_otel.integrations.openai._instrumentor.OpenAIInstrumentor` hands it the Responses
+requests of every call shape (:mod:`etf_otel.integrations._sdk_hooks`):
 
-* ``responses.create``: a ``stream=True`` call that returns the SDK's ``Stream`` /
-  ``AsyncStream`` gets the same transparent proxy as Chat Completions, observed with the
-  ``RESPONSES`` protocol. ``responses.stream(input=..., model=...)`` builds its
-  ``ResponseStreamManager`` around ``create(stream=True)`` and is covered through it: the
-  helper's raw stream is the proxy, its own events and types are untouched, and nothing
-  else is wrapped, so each response is observed once.
-* ``responses.retrieve``: ``responses.stream(response_id=...)`` replays a stored
-  response through ``retrieve(stream=True)`` (from its first event; ``starting_after``
-  is applied by the helper on the client side). Such a stream is observed too. A direct
+* ``POST /responses``: ``responses.create`` streamed or not, ``responses.stream(...)``,
+  ``responses.parse(...)``, the raw and streaming-response forms. A stream gets the same
+  transparent proxy as Chat Completions, observed with the ``RESPONSES`` protocol; a
+  complete body is judged at once. A background response (``queued``) is no answer yet and
+  is not recorded.
+* ``GET /responses/{id}?stream=true``: ``responses.stream(response_id=...)`` replays a stored
+  response through ``retrieve(stream=True)`` (from its first event; ``starting_after`` is
+  applied by the helper on the client side). Such a stream is observed too. A direct
   ``retrieve(stream=True, starting_after=n)`` starts mid-response and is left alone: its
   first events are missing, so the rules could only call it broken.
 
@@ -39,7 +38,7 @@ recently used first out).
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from etf_otel.instrumentation._safety import internal_errors_swallowed
@@ -54,29 +53,16 @@ from etf_otel.integrations._conversation import (
     string_ids,
     string_or_none,
 )
-from etf_otel.integrations._instrumentor_base import Method, Prepared, rejected_by, unwrap_methods, wrap_methods
+from etf_otel.integrations._instrumentor_base import Prepared, rejected_by
 from etf_otel.protocols import RESPONSES, field
 
-__all__ = ["ResponsesWrappers", "function_call_ids", "is_sdk_stream", "output_run_starts", "result_call_ids"]
+__all__ = ["ResponsesLinkage", "function_call_ids", "output_run_starts", "result_call_ids"]
 
-_MODULE: Final = "openai.resources.responses.responses"
 _CREATED: Final = "response.created"
 
 # Items that a response outputs and the next request repeats; everything else in an input
 # (user, system and developer messages, ``*_call_output`` items, references) is not.
 _OUTPUT_TYPES: Final = frozenset({"reasoning", "mcp_list_tools", "mcp_approval_request", "compaction"})
-
-
-def is_sdk_stream(result: object) -> bool:
-    """Whether ``result`` is the SDK's ``Stream`` / ``AsyncStream`` (not a raw or parsed response wrapper).
-
-    ``with_raw_response.create(stream=True)`` goes through the wrapped ``create`` too but
-    returns the HTTP response, which the application parses itself: it is left alone. Shared
-    with the Chat Completions wrappers (:mod:`etf_otel.integrations.openai._instrumentor`).
-    """
-    from openai import AsyncStream, Stream
-
-    return isinstance(result, (Stream, AsyncStream))
 
 
 # --- input items ------------------------------------------------------------------------------------------
@@ -120,86 +106,29 @@ def function_call_ids(items: Sequence[Any]) -> list[str]:
     return string_ids(field(item, "call_id") for item in items if field(item, "type") == "function_call")
 
 
-class ResponsesWrappers:
-    """The wrappers of ``Responses`` / ``AsyncResponses`` and the conversations they link."""
+class ResponsesLinkage:
+    """The Responses API's requests, linked across turns, and their responses observed."""
 
-    def __init__(
-        self,
-        instrumentation: Instrumentation,
-        provider_for: Callable[[Any], str | None],
-        max_conversations: int,
-    ) -> None:
+    def __init__(self, instrumentation: Instrumentation, max_conversations: int) -> None:
         self._instrumentation: Instrumentation | None = instrumentation
-        self._provider_for = provider_for
         self.index = ConversationIndex(max_conversations, rejected_by(instrumentation))
-        self._wrapped = False
 
-    # --- patching ---------------------------------------------------------------------------
-
-    def wrap(self) -> None:
-        """Wrap the Responses resources; an ``openai`` without the Responses API is left as it is."""
-        try:
-            import openai.resources.responses.responses  # noqa: F401 - only checks that it exists
-        except ImportError:
-            return
-        wrap_methods(_MODULE, self._methods())
-        self._wrapped = True
-
-    def unwrap(self) -> None:
+    def close(self) -> None:
         self._instrumentation = None
-        if not self._wrapped:
-            return
-        import openai.resources.responses.responses as responses
 
-        unwrap_methods(responses, self._methods())
-        self._wrapped = False
+    # --- before the request -----------------------------------------------------------------
 
-    def _methods(self) -> list[Method]:
-        return [
-            ("Responses", "create", self._create),
-            ("AsyncResponses", "create", self._async_create),
-            ("Responses", "retrieve", self._retrieve),
-            ("AsyncResponses", "retrieve", self._async_retrieve),
-        ]
-
-    # --- the wrappers -----------------------------------------------------------------------
-
-    def _create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        prepared = self._prepare(instance, kwargs)
-        result = wrapped(*args, **kwargs)
-        return result if prepared is None else self._observe(result, prepared)
-
-    async def _async_create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        prepared = self._prepare(instance, kwargs)
-        result = await wrapped(*args, **kwargs)
-        return result if prepared is None else self._observe(result, prepared)
-
-    def _retrieve(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        prepared = self._prepare_replay(instance, kwargs)
-        result = wrapped(*args, **kwargs)
-        return result if prepared is None else self._observe(result, prepared)
-
-    async def _async_retrieve(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        prepared = self._prepare_replay(instance, kwargs)
-        result = await wrapped(*args, **kwargs)
-        return result if prepared is None else self._observe(result, prepared)
-
-    # --- linkage ----------------------------------------------------------------------------
-
-    def _prepare(self, instance: Any, kwargs: dict[str, Any]) -> Prepared | None:
-        """Which conversation a ``create`` request continues and the results it carries, before it is sent."""
-        with internal_errors_swallowed("preparing an openai Responses request"):
-            if self._instrumentation is None or not kwargs.get("stream"):
-                return None
-            provider = self._provider_for(instance)
-            items = input_items(kwargs.get("input"))
-            item_digests = digests(items)
-            linked = self._link(items, item_digests, kwargs.get("previous_response_id"))
-            request_key = fingerprint(item_digests) if items else None
-            return Prepared(
-                provider, linked.conversation, linked.result_ids, RESPONSES, request_key, ambiguous=linked.ambiguous
-            )
-        return None
+    def prepare(self, provider: str | None, body: Mapping[str, Any]) -> Prepared | None:
+        """Which conversation a ``POST /responses`` continues and the results it carries, before it is sent."""
+        if self._instrumentation is None:
+            return None
+        items = input_items(body.get("input"))
+        item_digests = digests(items)
+        linked = self._link(items, item_digests, body.get("previous_response_id"))
+        request_key = fingerprint(item_digests) if items else None
+        return Prepared(
+            provider, linked.conversation, linked.result_ids, RESPONSES, request_key, ambiguous=linked.ambiguous
+        )
 
     def _link(self, items: list[Any], item_digests: list[bytes], previous: object) -> Linked:
         """The evidence of a request, in order: the call ids of its last run of output items, its
@@ -219,35 +148,46 @@ class ResponsesWrappers:
             return Linked(None, None, ambiguous)
         return Linked(found, result_call_ids(items[evidence[position][1] :]))
 
-    def _prepare_replay(self, instance: Any, kwargs: dict[str, Any]) -> Prepared | None:
-        """A stored response streamed again from its first event: a new conversation, no results."""
-        with internal_errors_swallowed("preparing an openai Responses replay"):
-            if self._instrumentation is None or kwargs.get("stream") is not True:
-                return None
-            if isinstance(kwargs.get("starting_after"), int):
-                return None  # starts mid-response
-            return Prepared(self._provider_for(instance), protocol=RESPONSES)
-        return None
+    def prepare_replay(self, provider: str | None, query: Mapping[str, Any]) -> Prepared | None:
+        """``GET /responses/{id}?stream=true``: a stored response streamed again from its first event,
+        a new conversation with no results. From ``starting_after`` on, its first events are
+        missing (the rules could only call it broken); read without ``stream``, it is a response
+        recorded already: both are left alone."""
+        if self._instrumentation is None or query.get("stream") is not True:
+            return None
+        if isinstance(query.get("starting_after"), int):
+            return None
+        return Prepared(provider, protocol=RESPONSES)
 
-    def _observe(self, result: Any, prepared: Prepared) -> Any:
-        """The proxy the application gets for an SDK stream of Responses events; anything else unchanged."""
-        observed = result
-        with internal_errors_swallowed("observing an openai Responses stream"):
-            instrumentation = self._instrumentation
-            if instrumentation is None or not is_sdk_stream(result):
-                return result
-            conversation = prepared.conversation
-            if not isinstance(conversation, LinkedConversation):
-                conversation = prepared.conversation = self.index.new()  # result_ids are None for it
-            observed = prepared.observe(instrumentation, result)
-            if observed is result:
-                return result  # not observed (disabled, suppressed): nothing to link either
-            # The request reached the model: it is now the conversation's latest.
-            conversation.response_id = None
-            conversation.request_key = None
-            if prepared.request_key is not None:
-                self.index.requested(conversation, prepared.request_key)
-            _watch_response_id(result, self._started(conversation))
+    # --- the response -----------------------------------------------------------------------
+
+    def observe(self, parsed: Any, prepared: Prepared, is_stream: bool) -> Any:
+        """The proxy the application gets for a stream of Responses events; a body is recorded and returned."""
+        instrumentation = self._instrumentation
+        if instrumentation is None:
+            return parsed
+        conversation = prepared.conversation
+        if not isinstance(conversation, LinkedConversation):
+            conversation = prepared.conversation = self.index.new()  # result_ids are None for it
+        if is_stream:
+            observed = prepared.observe(instrumentation, parsed)
+            if observed is parsed:
+                return parsed  # not observed (disabled, suppressed): nothing to link either
+        elif prepared.record(instrumentation, parsed) is None:
+            return parsed
+        else:
+            observed = parsed
+        # The request reached the model: it is now the conversation's latest.
+        conversation.response_id = None
+        conversation.request_key = None
+        if prepared.request_key is not None:
+            self.index.requested(conversation, prepared.request_key)
+        if is_stream:
+            _watch_response_id(parsed, self._started(conversation))
+        else:
+            response_id = field(parsed, "id")
+            if isinstance(response_id, str) and response_id:
+                self.index.responded(conversation, response_id)
         return observed
 
     def _started(self, conversation: LinkedConversation) -> Callable[[str], None]:

@@ -1,0 +1,168 @@
+"""The two places every response of the ``openai`` and ``anthropic`` SDKs passes (docs/integrations.md).
+
+Both SDKs are generated from one template: every call shape (``create`` streamed or not,
+``with_streaming_response`` / ``with_raw_response`` then ``.parse()``, the ``.stream(...)`` and
+``.parse(...)`` helpers, ``beta`` namespaces, the low-level ``post``, the Azure, Bedrock and
+Vertex clients) ends in the client's ``request(cast_to, options, stream=..., stream_cls=...)``,
+and its answer becomes the application's object in the response's ``_parse()``. So only
+those are wrapped, on the SDK's base classes, and a method the SDK adds later is seen too:
+
+* ``SyncAPIClient.request`` / ``AsyncAPIClient.request``: the request as the SDK will send it
+  (method, path, JSON body), before it is sent. The instrumentor decides there whether it is a
+  model call and of which protocol, and links it to the response it answers
+  (:class:`~etf_otel.integrations._instrumentor_base.Prepared`); a response that fails is
+  linked all the same. Only the path is read for every other request (files, embeddings, ...).
+* ``BaseAPIResponse._parse`` (and ``LegacyAPIResponse._parse``, where the SDK has it): the
+  SDK's stream object or its parsed body, which the instrumentor observes (a transparent
+  proxy of the stream; a body is judged at once and returned as it is).
+
+The decision reaches the parse through a context variable while ``request`` runs (the SDK
+parses inside it), or, for ``with_raw_response`` and ``with_streaming_response`` whose
+response is parsed later by the application, through the response object it returned. Each
+decision is observed once: a second ``parse()`` (the SDK caches it) or a parse into another
+type (``parse(to=...)``) is left alone.
+
+Instrumenting never imports the SDK: the hooks are put in place when the application imports
+it (a post-import hook), so a process that never uses it pays nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import wrapt
+
+from etf_otel.instrumentation._safety import internal_errors_swallowed
+from etf_otel.integrations._instrumentor_base import Method, Prepared, remove_own_wrapper
+
+__all__ = ["SdkHooks", "request_options"]
+
+_pending: ContextVar[Prepared | None] = ContextVar("etf_otel_pending_response", default=None)
+_later: weakref.WeakKeyDictionary[Any, Prepared] = weakref.WeakKeyDictionary()
+"""The decisions of responses the application parses after ``request`` returned."""
+_later_lock: Final = threading.Lock()
+
+Prepare = Callable[[Any, Any], "Prepared | None"]
+"""``(client, options)``: the decision for one request, ``None`` for a request that is no model call."""
+Observe = Callable[[Any, Prepared, bool], Any]
+"""``(parsed, prepared, is_stream)``: what the application gets instead of ``parsed`` (the same object for a body)."""
+
+
+def request_options(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The ``options`` argument of ``request(cast_to, options, ...)``."""
+    return args[1] if len(args) > 1 else kwargs.get("options")
+
+
+@dataclass
+class SdkHooks:
+    """The wrappers of one SDK's ``request`` and ``_parse``, put in place when it is imported."""
+
+    sdk: str
+    """The SDK's top-level module: ``openai``, ``anthropic``."""
+    prepare: Prepare
+    observe: Observe
+    supported: Callable[[], bool] = lambda: True
+    """Checked once the SDK is imported: ``False`` leaves it as it is (a version this one does not know)."""
+    _generation: int = 0
+    _stream_types: tuple[type, ...] = ()
+    _installed: list[tuple[Any, str, Any]] = field(default_factory=list)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def install(self) -> None:
+        """Wrap the SDK now if it is imported, else when it is (never importing it here)."""
+        with self._lock:
+            self._generation += 1
+            generation = self._generation
+        wrapt.register_post_import_hook(lambda module: self._wrap(generation, module), self.sdk)
+
+    def uninstall(self) -> None:
+        """Remove the wrappers (another instrumentation's wrappers around them stay); a pending hook does nothing."""
+        with self._lock:
+            self._generation += 1
+            for owner, name, wrapper in self._installed:
+                remove_own_wrapper(owner, wrapper, name)
+            self._installed.clear()
+
+    def _wrap(self, generation: int, module: Any) -> None:
+        with self._lock, internal_errors_swallowed(f"instrumenting the {self.sdk} SDK"):
+            if generation != self._generation or self._installed or not self.supported():
+                return
+            base_client = sys.modules.get(f"{self.sdk}._base_client")
+            responses = sys.modules.get(f"{self.sdk}._response")
+            streaming = sys.modules.get(f"{self.sdk}._streaming")
+            if base_client is None or responses is None or streaming is None:
+                raise TypeError(f"the {self.sdk} SDK does not have the layout this version of etf-otel knows")
+            self._stream_types = (streaming.Stream, streaming.AsyncStream)
+            targets: list[tuple[Any, Method]] = [
+                (base_client, ("SyncAPIClient", "request", self._request)),
+                (base_client, ("AsyncAPIClient", "request", self._async_request)),
+                (responses, ("BaseAPIResponse", "_parse", self._parse)),
+            ]
+            legacy = sys.modules.get(f"{self.sdk}._legacy_response")
+            if legacy is not None and hasattr(legacy, "LegacyAPIResponse"):
+                targets.append((legacy, ("LegacyAPIResponse", "_parse", self._parse)))
+            for owner_module, (cls, name, wrapper) in targets:
+                wrapt.wrap_function_wrapper(owner_module, f"{cls}.{name}", wrapper)
+                self._installed.append((getattr(owner_module, cls), name, wrapper))
+
+    # --- the request --------------------------------------------------------------------------
+
+    def _decide(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared | None:
+        with internal_errors_swallowed(f"preparing a {self.sdk} request"):
+            return self.prepare(instance, request_options(args, kwargs))
+        return None
+
+    def _request(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        prepared = self._decide(instance, args, kwargs)
+        if prepared is None:
+            return wrapped(*args, **kwargs)
+        token = _pending.set(prepared)
+        try:
+            result = wrapped(*args, **kwargs)
+        finally:
+            _pending.reset(token)
+        return self._parsed_later(result, prepared)
+
+    async def _async_request(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        prepared = self._decide(instance, args, kwargs)
+        if prepared is None:
+            return await wrapped(*args, **kwargs)
+        token = _pending.set(prepared)
+        try:
+            result = await wrapped(*args, **kwargs)
+        finally:
+            _pending.reset(token)
+        return self._parsed_later(result, prepared)
+
+    @staticmethod
+    def _parsed_later(result: Any, prepared: Prepared) -> Any:
+        """Remember the decision on a response the application will parse itself (raw, streaming)."""
+        if not prepared.observed:
+            with internal_errors_swallowed("remembering a response to observe"), _later_lock:
+                _later[result] = prepared
+        return result
+
+    # --- the parse ----------------------------------------------------------------------------
+
+    def _parse(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        parsed = wrapped(*args, **kwargs)
+        if args or kwargs.get("to") is not None:
+            return parsed  # into a type of the application's choosing: its own reading
+        prepared: Prepared | None = None
+        with internal_errors_swallowed("finding the request of a response"):
+            with _later_lock:
+                prepared = _later.pop(instance, None)
+            if prepared is None:
+                prepared = _pending.get()
+        if prepared is None or prepared.observed:
+            return parsed
+        prepared.observed = True
+        with internal_errors_swallowed(f"observing a {self.sdk} response"):
+            return self.observe(parsed, prepared, isinstance(parsed, self._stream_types))
+        return parsed

@@ -1,0 +1,136 @@
+"""Complete (non-streamed) response bodies, judged by the same rules as streams.
+
+A body is what a stream would have been had every call arrived in one piece: each protocol
+says which of its own events that is (:attr:`WireProtocol.body_events`), and the protocol's
+adapter assembles them like any stream. One rule set then judges both: a call without an id
+is ``missing_id``, two calls with one id ``duplicate_call_id``, arguments that are not a JSON
+object ``invalid_arguments``, an end that says the output was cut ``incomplete_response``
+(Responses ``incomplete``, Anthropic ``max_tokens``; Chat Completions' ``length`` is left to
+JSON validation, as on streams). :func:`judge_body` then drops what only a stream has: a body
+has no fragments and no identity transitions.
+
+Bodies come as parsed JSON (``replay``) or as the SDK's own objects (the integrations); both
+are read through :func:`~etf_otel.protocols._base.field`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Final
+
+from etf_otel.core._identity import ABSENT, IdentityRules
+from etf_otel.core._results import AssemblyResult
+from etf_otel.protocols._base import WireProtocol, field
+
+__all__ = ["anthropic_body_events", "chat_body_events", "judge_body", "responses_body_events"]
+
+_DONE: Final = "[DONE]"
+_RESPONSE_ENDS: Final = {
+    "completed": "response.completed",
+    "incomplete": "response.incomplete",
+    "failed": "response.failed",
+}
+
+
+def _sequence(value: object) -> list[object] | None:
+    return list(value) if isinstance(value, (list, tuple)) else None
+
+
+def _given(**values: object) -> dict[str, object]:
+    """``values`` without the ones the body did not carry (absent, or ``None`` as SDK objects say it)."""
+    return {key: value for key, value in values.items() if value is not ABSENT and value is not None}
+
+
+def chat_body_events(body: object) -> list[object] | None:
+    """A ``chat.completion`` as one chunk holding every call whole, then ``[DONE]``.
+
+    ``None`` when a choice holds no ``message`` (not a complete body).
+    """
+    choices = _sequence(field(body, "choices"))
+    if choices is None:
+        return None
+    lowered: list[object] = []
+    for position, choice in enumerate(choices):
+        message = field(choice, "message")
+        if message is ABSENT or message is None:
+            return None
+        index = field(choice, "index")
+        delta: dict[str, object] = {}
+        calls = _sequence(field(message, "tool_calls"))
+        if calls:
+            delta["tool_calls"] = [_chat_call(slot, call) for slot, call in enumerate(calls)]
+        lowered.append(
+            _given(
+                index=index if type(index) is int else position,
+                delta=delta,
+                finish_reason=field(choice, "finish_reason"),
+            )
+        )
+    return [_given(id=field(body, "id"), object="chat.completion.chunk", choices=lowered), _DONE]
+
+
+def _chat_call(slot: int, call: object) -> dict[str, object]:
+    function = field(call, "function")
+    named = {} if function is ABSENT or function is None else function
+    return _given(
+        index=slot,
+        id=field(call, "id"),
+        type=field(call, "type"),
+        function=_given(name=field(named, "name"), arguments=field(named, "arguments")),
+    )
+
+
+def responses_body_events(body: object) -> list[object] | None:
+    """An ``object: response`` as each output item added and done whole, then its terminal event.
+
+    ``None`` for a response that has not ended (``queued``, ``in_progress``: a background
+    response, read again later) or has no ``output`` list.
+    """
+    end = _RESPONSE_ENDS.get(str(field(body, "status")))
+    output = _sequence(field(body, "output"))
+    if end is None or output is None:
+        return None
+    events: list[object] = [{"type": "response.created", "response": _given(id=field(body, "id"))}]
+    for position, item in enumerate(output):
+        events.append({"type": "response.output_item.added", "output_index": position, "item": item})
+        events.append({"type": "response.output_item.done", "output_index": position, "item": item})
+    # The items were each stated whole already: the terminal event restates no output, which with
+    # duplicate call ids would be matched to the wrong item (a false snapshot_mismatch).
+    ending = _given(id=field(body, "id"), incomplete_details=field(body, "incomplete_details"))
+    events.append({"type": end, "response": ending})
+    return events
+
+
+def anthropic_body_events(body: object) -> list[object] | None:
+    """A ``message`` as each content block started whole and stopped, its stop reason, ``message_stop``."""
+    content = _sequence(field(body, "content"))
+    if content is None:
+        return None
+    events: list[object] = [{"type": "message_start", "message": _given(id=field(body, "id"), content=[])}]
+    for position, block in enumerate(content):
+        events.append({"type": "content_block_start", "index": position, "content_block": block})
+        events.append({"type": "content_block_stop", "index": position})
+    delta = _given(stop_reason=field(body, "stop_reason"), stop_sequence=field(body, "stop_sequence"))
+    events.append({"type": "message_delta", "delta": delta})
+    events.append({"type": "message_stop"})
+    return events
+
+
+def judge_body(
+    protocol: WireProtocol, body: object, rules: IdentityRules, clock: Callable[[], int] | None = None
+) -> AssemblyResult | None:
+    """``body`` assembled and validated as ``protocol``'s stream of it would be; ``None`` when it is
+    no complete body of that protocol.
+
+    The result carries no fragments, identity decisions or transitions: nothing was streamed.
+    """
+    events = protocol.body_events(body)
+    if events is None:
+        return None
+    assembler = protocol.assembler(rules=rules, clock=clock)
+    for event in events:
+        assembler.feed(event)
+    result = assembler.finish()
+    calls = tuple(call._replace(fragments=0, transitions=()) for call in result.calls)
+    return dataclasses.replace(result, calls=calls, fragments=0, _diagnostics=(), _overflow=(), _decision_counts=())

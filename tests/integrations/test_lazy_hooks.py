@@ -1,0 +1,78 @@
+"""The openai and anthropic instrumentors never import their SDK (docs/protocols.md, "Call shapes").
+
+Each scenario runs in a fresh interpreter: ``sys.modules`` of the test process holds both SDKs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+LOAD_ENTRY_POINTS = """
+import sys
+from importlib.metadata import entry_points
+instrumentors = [
+    entry_point.load()()
+    for entry_point in entry_points(group="opentelemetry_instrumentor")
+    if entry_point.name.startswith("etf_otel")
+]
+assert len(instrumentors) >= 3, instrumentors
+for instrumentor in instrumentors:
+    instrumentor.instrument()
+"""
+
+
+def run(script: str) -> str:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip()
+
+
+def test_etf_otel_entry_points_import_no_sdk_the_process_does_not_use() -> None:
+    """What ``opentelemetry-instrument`` does with etf-otel's entry points, in a process that uses neither SDK."""
+    script = (
+        LOAD_ENTRY_POINTS
+        + """
+print(sorted(name for name in ("openai", "anthropic", "mcp", "httpx2", "pydantic") if name in sys.modules))
+"""
+    )
+    assert run(script) == "[]"
+
+
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+def test_the_sdk_is_hooked_when_imported_and_an_uninstrumented_hook_stands_aside(sdk: str) -> None:
+    script = (
+        LOAD_ENTRY_POINTS
+        + f"""
+import wrapt
+import {sdk}
+from {sdk}._base_client import SyncAPIClient, AsyncAPIClient
+from {sdk}._response import BaseAPIResponse
+hooked = [isinstance(vars(cls)[name], wrapt.FunctionWrapper) for cls, name in
+          ((SyncAPIClient, "request"), (AsyncAPIClient, "request"), (BaseAPIResponse, "_parse"))]
+for instrumentor in instrumentors:
+    instrumentor.uninstrument()
+unhooked = [isinstance(vars(cls)[name], wrapt.FunctionWrapper) for cls, name in
+            ((SyncAPIClient, "request"), (AsyncAPIClient, "request"), (BaseAPIResponse, "_parse"))]
+print(hooked, unhooked)
+"""
+    )
+    assert run(script) == "[True, True, True] [False, False, False]"
+
+
+def test_a_hook_registered_then_uninstrumented_before_the_import_wraps_nothing() -> None:
+    script = """
+import wrapt
+from etf_otel.integrations.openai import instrument_openai
+instrument_openai().uninstrument()
+import openai
+from openai._base_client import SyncAPIClient
+print(isinstance(vars(SyncAPIClient)["request"], wrapt.FunctionWrapper))
+"""
+    assert run(script) == "False"

@@ -1,0 +1,270 @@
+"""Complete (non-streamed) bodies judged by the stream rules (docs/protocols.md, "Complete bodies").
+
+Every body is judged twice: as parsed JSON (what ``replay`` reads) and as the SDK's own
+response object (what the integrations get from ``create()``), built by the SDK's
+constructor; both must give the very same result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from anthropic._models import construct_type as anthropic_construct
+from anthropic.types import Message
+from openai._models import construct_type as openai_construct
+from openai.types.chat import ChatCompletion
+from openai.types.responses import Response
+
+from etf_otel import ErrorCategory, IdentityRules, StreamState, Verdict
+from etf_otel.core._results import AssemblyResult
+from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES, WireProtocol
+from etf_otel.protocols._bodies import judge_body
+
+RULES = IdentityRules()
+MISSING_ID = ErrorCategory.MISSING_ID
+DUPLICATE = ErrorCategory.DUPLICATE_CALL_ID
+INVALID = ErrorCategory.INVALID_ARGUMENTS
+INCOMPLETE = ErrorCategory.INCOMPLETE_RESPONSE
+
+
+def chat_call(call_id: str | None, name: str | None, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def chat(finish: str | None, *calls: dict[str, Any], choices: int = 1) -> dict[str, Any]:
+    message = {"role": "assistant", "content": None, "tool_calls": list(calls) or None}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": i, "message": message, "finish_reason": finish} for i in range(choices)],
+    }
+
+
+def function_call(call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": f"fc_{call_id}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+def response(status: str, *items: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 0,
+        "model": "m",
+        "status": status,
+        "output": list(items),
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "incomplete_details": {"reason": reason} if reason else None,
+    }
+
+
+def tool_use(call_id: str, name: str, arguments: object) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+
+
+def message(stop: str | None, *blocks: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": list(blocks),
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
+
+
+SDK_TYPES: dict[str, Any] = {
+    CHAT_COMPLETIONS.name: ChatCompletion,
+    RESPONSES.name: Response,
+    ANTHROPIC_MESSAGES.name: Message,
+}
+
+
+def sdk_object(protocol: WireProtocol, body: dict[str, Any]) -> object:
+    """``body`` as the SDK parses it off the wire (its lenient constructor, not validation)."""
+    construct = anthropic_construct if protocol is ANTHROPIC_MESSAGES else openai_construct
+    return construct(type_=SDK_TYPES[protocol.name], value=body)
+
+
+def judged(protocol: WireProtocol, body: dict[str, Any]) -> AssemblyResult:
+    """The result of ``body`` as JSON, checked equal to the result of the SDK's object of it."""
+    as_json = judge_body(protocol, body, RULES)
+    as_object = judge_body(protocol, sdk_object(protocol, body), RULES)
+    assert as_json is not None and as_object is not None
+    assert as_object.calls == as_json.calls
+    assert (as_object.state, as_object.dispatchable, as_object.rejections) == (
+        as_json.state,
+        as_json.dispatchable,
+        as_json.rejections,
+    )
+    return as_json
+
+
+def summary(result: AssemblyResult) -> list[tuple[object, ...]]:
+    return [(call.id, call.name, call.arguments, call.verdict, call.categories) for call in result.calls]
+
+
+CASES = [
+    pytest.param(
+        CHAT_COMPLETIONS,
+        chat("tool_calls", chat_call("a", "f", "{}"), chat_call("b", "g", '{"x":1}')),
+        True,
+        [("a", "f", "{}", Verdict.PROPOSED, ()), ("b", "g", '{"x":1}', Verdict.PROPOSED, ())],
+        id="chat-two-calls",
+    ),
+    pytest.param(
+        CHAT_COMPLETIONS,
+        chat("tool_calls", chat_call("a", "f", "{}"), chat_call("a", "g", "{}")),
+        False,
+        [("a", "f", "{}", Verdict.REJECTED, (DUPLICATE,)), ("a", "g", "{}", Verdict.REJECTED, (DUPLICATE,))],
+        id="chat-duplicate-ids",
+    ),
+    pytest.param(
+        CHAT_COMPLETIONS,
+        chat("tool_calls", chat_call(None, "f", "{}")),
+        False,
+        [(None, "f", "{}", Verdict.REJECTED, (MISSING_ID,))],
+        id="chat-missing-id",
+    ),
+    pytest.param(
+        CHAT_COMPLETIONS,
+        chat("length", chat_call("a", "f", '{"city": "Par')),
+        False,
+        [("a", "f", '{"city": "Par', Verdict.REJECTED, (INVALID,))],
+        id="chat-length-cut-arguments",
+    ),
+    pytest.param(
+        CHAT_COMPLETIONS,
+        chat("tool_calls", chat_call("a", "f", "[1]")),
+        False,
+        [("a", "f", "[1]", Verdict.REJECTED, (INVALID,))],
+        id="chat-arguments-not-an-object",
+    ),
+    pytest.param(
+        CHAT_COMPLETIONS,
+        chat("tool_calls", chat_call("a", "f", "{}"), choices=2),
+        False,
+        [("a", "f", "{}", Verdict.REJECTED, (DUPLICATE,)), ("a", "f", "{}", Verdict.REJECTED, (DUPLICATE,))],
+        id="chat-two-choices-one-id",
+    ),
+    pytest.param(
+        RESPONSES,
+        response(
+            "completed",
+            {"type": "message", "id": "msg", "role": "assistant", "status": "completed", "content": []},
+            function_call("a", "f", "{}"),
+            function_call("b", "g", '{"x":1}'),
+        ),
+        True,
+        [("a", "f", "{}", Verdict.PROPOSED, ()), ("b", "g", '{"x":1}', Verdict.PROPOSED, ())],
+        id="responses-two-calls",
+    ),
+    pytest.param(
+        RESPONSES,
+        response("incomplete", function_call("a", "f", "{}"), reason="max_output_tokens"),
+        False,
+        [("a", "f", "{}", Verdict.REJECTED, (INCOMPLETE,))],
+        id="responses-incomplete",
+    ),
+    pytest.param(
+        RESPONSES,
+        response("completed", function_call("a", "f", "{}"), function_call("a", "g", "{}")),
+        False,
+        [("a", "f", "{}", Verdict.REJECTED, (DUPLICATE,)), ("a", "g", "{}", Verdict.REJECTED, (DUPLICATE,))],
+        id="responses-duplicate-ids",
+    ),
+    pytest.param(
+        RESPONSES,
+        response("completed", function_call("a", "f", "not json")),
+        False,
+        [("a", "f", "not json", Verdict.REJECTED, (INVALID,))],
+        id="responses-invalid-arguments",
+    ),
+    pytest.param(
+        ANTHROPIC_MESSAGES,
+        message("tool_use", {"type": "text", "text": "hi"}, tool_use("a", "f", {}), tool_use("b", "g", {"x": 1})),
+        True,
+        [("a", "f", "{}", Verdict.PROPOSED, ()), ("b", "g", '{"x":1}', Verdict.PROPOSED, ())],
+        id="anthropic-two-calls",
+    ),
+    pytest.param(
+        ANTHROPIC_MESSAGES,
+        message("max_tokens", tool_use("a", "f", {"x": 1})),
+        False,
+        [("a", "f", '{"x":1}', Verdict.REJECTED, (INCOMPLETE,))],
+        id="anthropic-max-tokens",
+    ),
+    pytest.param(
+        ANTHROPIC_MESSAGES,
+        message("tool_use", tool_use("a", "f", {}), tool_use("a", "g", {})),
+        False,
+        [("a", "f", "{}", Verdict.REJECTED, (DUPLICATE,)), ("a", "g", "{}", Verdict.REJECTED, (DUPLICATE,))],
+        id="anthropic-duplicate-ids",
+    ),
+]
+
+
+@pytest.mark.parametrize(("protocol", "body", "dispatchable", "calls"), CASES)
+def test_a_body_is_judged_by_the_stream_rules(
+    protocol: WireProtocol, body: dict[str, Any], dispatchable: bool, calls: list[tuple[object, ...]]
+) -> None:
+    result = judged(protocol, body)
+    assert summary(result) == calls
+    assert result.dispatchable is dispatchable
+    assert result.state is StreamState.COMPLETED
+
+
+@pytest.mark.parametrize(("protocol", "body"), [(case.values[0], case.values[1]) for case in CASES])
+def test_a_body_has_no_fragments_and_no_identity_decisions(protocol: WireProtocol, body: dict[str, Any]) -> None:
+    result = judged(protocol, body)
+    assert result.fragments == 0
+    assert all(call.fragments == 0 and call.transitions == () for call in result.calls)
+    assert result.diagnostics == () and result.decision_counts == () and result.diagnostics_dropped == 0
+
+
+def test_a_chat_body_without_calls_or_finish_reason_is_complete() -> None:
+    """The HTTP body ended: no chunk can be missing, unlike a stream without finish reason or ``[DONE]``."""
+    result = judged(CHAT_COMPLETIONS, chat(None))
+    assert result.state is StreamState.COMPLETED and result.calls == () and result.rejections == ()
+
+
+def test_a_failed_response_body_is_failed() -> None:
+    result = judged(RESPONSES, response("failed", function_call("a", "f", "{}")))
+    assert result.dispatchable is False
+
+
+@pytest.mark.parametrize(
+    ("protocol", "body"),
+    [
+        (RESPONSES, response("queued")),
+        (RESPONSES, response("in_progress")),
+        (RESPONSES, {"object": "response", "status": "completed"}),
+        (CHAT_COMPLETIONS, {"choices": [{"index": 0, "delta": {}}]}),
+        (CHAT_COMPLETIONS, {"object": "list"}),
+        (ANTHROPIC_MESSAGES, {"type": "message", "content": "text"}),
+    ],
+    ids=["background-queued", "in-progress", "no-output", "chunk-not-body", "no-choices", "content-not-a-list"],
+)
+def test_what_is_no_complete_body_is_not_judged(protocol: WireProtocol, body: dict[str, Any]) -> None:
+    assert judge_body(protocol, body, RULES) is None
+
+
+def test_a_protocol_that_describes_no_body_judges_none() -> None:
+    """A protocol registered from outside judges no body unless it describes one (the default)."""
+    bare = WireProtocol(
+        name="bare", assembler=CHAT_COMPLETIONS.assembler, recognizes=lambda event: False, result_ids=lambda r: None
+    )
+    assert judge_body(bare, chat("tool_calls", chat_call("a", "f", "{}")), RULES) is None
