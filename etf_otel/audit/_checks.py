@@ -10,7 +10,7 @@ linking into it, in any order, and returns the trace's findings. It runs in phas
    matched to its proposal (refused, orphaned, or executing a call that was not a valid proposal);
 3. :func:`call_findings`: each proposal's executions (duplicated, only failed), or the lack of any
    evidence about it (``unjudged``);
-4. :func:`tool_message_findings`: tool messages answering nothing the trace proposed;
+4. :func:`tool_message_findings`: tool messages answering nothing of the response their evidence names;
 5. :func:`recorded_violation_findings`: what the instrumentation recorded and the audit did not find.
 
 Findings map to docs/categories.md categories where one exists; ``missing_span`` and
@@ -36,6 +36,7 @@ from etf_otel.audit._evidence import DEFAULT_MAX_EVIDENCE_IDS, Evidence
 from etf_otel.audit._executions import conflict_findings, executions_of, orphan_detail
 from etf_otel.audit._model import AuditFinding, FindingKind, Item, LinkProbe, Role, SpanRecord
 from etf_otel.audit._responses import rejection_findings, unobserved_findings, unobserved_llm_calls
+from etf_otel.audit._tool_messages import tool_message_findings
 from etf_otel.core._vocabulary import ErrorCategory, StreamState, Verdict
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
 
 
 _UNANSWERED: str = ErrorCategory.UNANSWERED_CALL.value
+_ORPHANED: str = ErrorCategory.ORPHANED_RESULT.value
 RECORDED_UNANSWERED_DETAIL = "recorded by the instrumentation"
 """``detail`` of an ``unanswered_call`` finding: the settlement's own event is the evidence."""
 UNJUDGED_DETAIL = "no execution, no settlement recorded"
@@ -315,23 +317,6 @@ def call_findings(
     return findings
 
 
-def tool_message_findings(index: TraceIndex) -> list[AuditFinding]:
-    """Phase 4: tool messages answering nothing the trace proposed (each id reported once)."""
-    proposed = {call.call_id for call in index.calls if call.call_id is not None and index.judge(call)[0] is not False}
-    findings: list[AuditFinding] = []
-    reported: set[str] = set()
-    for record in index.records:
-        for message_id in record.tool_messages:
-            if message_id not in proposed and message_id not in reported:
-                reported.add(message_id)
-                findings.append(
-                    AuditFinding.of(
-                        FindingKind.ORPHANED_TOOL_MESSAGE, index.trace_id, record.span_id, call_id=message_id
-                    )
-                )
-    return findings
-
-
 def recorded_violation_findings(index: TraceIndex, found: list[AuditFinding]) -> list[AuditFinding]:
     """Phase 5: what the instrumentation already recorded, unless ``found`` has the same thing.
 
@@ -341,7 +326,7 @@ def recorded_violation_findings(index: TraceIndex, found: list[AuditFinding]) ->
     by_call = {(finding.category, finding.call_id) for finding in found if finding.call_id is not None}
     findings: list[AuditFinding] = []
     for record in index.records:
-        for category, call_id in record.violations:
+        for category, call_id, reason in record.violations:
             if (category, record.span_id) in by_span or (call_id is not None and (category, call_id) in by_call):
                 continue
             if category == _UNANSWERED and call_id is not None:  # a settlement's evidence: the finding itself
@@ -354,7 +339,12 @@ def recorded_violation_findings(index: TraceIndex, found: list[AuditFinding]) ->
                 )
             else:
                 finding = AuditFinding.of(
-                    FindingKind.RECORDED_VIOLATION, index.trace_id, record.span_id, category=category, call_id=call_id
+                    FindingKind.RECORDED_VIOLATION,
+                    index.trace_id,
+                    record.span_id,
+                    category=category,
+                    call_id=call_id,
+                    reason=reason if category == _ORPHANED else None,
                 )
             findings.append(finding)
     return findings
@@ -372,6 +362,6 @@ def check_trace(trace_id: str, items: Iterable[Item], evidence: Evidence | None 
     findings += rejection_findings(index.trace_id, index.records, index.response_of, index.first_category_of_response)
     findings += unobserved_findings(index.trace_id, index.unobserved)
     findings += call_findings(index, executed, evidence)
-    findings += tool_message_findings(index)
+    findings += tool_message_findings(index, evidence)
     findings += recorded_violation_findings(index, findings)
     return findings

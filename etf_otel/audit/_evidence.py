@@ -97,7 +97,7 @@ class Evidence:
 
     def add_events(self, record: SpanRecord) -> None:
         """Note the ``unanswered_call`` events of ``record`` (all a trace checked on its own has)."""
-        for category, call_id in record.violations:
+        for category, call_id, _ in record.violations:
             if category == _UNANSWERED and call_id is not None:
                 self.note(call_id, record.end_ns)
 
@@ -105,6 +105,11 @@ class Evidence:
         """Whether a settlement recorded after ``call``'s span ended names its call id."""
         at_ns = self.settled.get(call.call_id) if call.call_id is not None else None
         return at_ns is not None and at_ns >= call.end_ns
+
+    def proposers(self, call_id: str) -> int:
+        """How many spans of the input proposed ``call_id``: 0, 1, or 2 for several."""
+        seen = self.proposals.get(call_id)
+        return 0 if seen is None else 2 if seen == _SEVERAL else 1
 
     def proposed_elsewhere(self, call_id: str) -> bool | None:
         """For an execution its trace cannot match: ``True`` if one span of the input proposed ``call_id``,

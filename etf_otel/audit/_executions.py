@@ -74,7 +74,7 @@ def _nested(records: list[SpanRecord]) -> dict[str, SpanRecord]:
     outer: dict[str, SpanRecord] = {}
     for record in executions.values():
         parent = executions.get(record.parent_id) if record.parent_id is not None else None
-        if parent is not None and _same_call(record, parent):
+        if parent is not None and parent is not record and _same_call(record, parent):  # no span is its own parent
             outer[parent.span_id] = parent
     return outer
 

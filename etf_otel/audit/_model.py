@@ -10,7 +10,6 @@ Pure: plain values only, no I/O and no OpenTelemetry SDK.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
@@ -18,6 +17,7 @@ from typing import Any
 
 from etf_otel import attributes as A
 from etf_otel.audit._foreign import foreign_call_id, is_foreign_execution, is_llm_call
+from etf_otel.audit._messages import ATTR_INPUT_MESSAGES, assistant_call_ids, input_messages, tool_message_ids
 from etf_otel.core._vocabulary import OTHER, ErrorCategory, Verdict
 
 __all__ = [
@@ -35,10 +35,6 @@ __all__ = [
 
 EXECUTE_TOOL_PREFIX = A.SPAN_EXECUTE_TOOL + " "
 ASSEMBLE_TOOL_CALL_PREFIX = A.SPAN_ASSEMBLE_TOOL_CALL + " "
-EVENT_TOOL_MESSAGE = "gen_ai.tool.message"
-"""Read, never emitted by etf-otel (so not in ``attributes``): a tool message recorded as an event."""
-ATTR_INPUT_MESSAGES = "gen_ai.input.messages"
-"""Read, never emitted by etf-otel (so not in ``attributes``): the messages sent to the model."""
 STATUS_CODE_ERROR = 2
 """``SpanData.status_code`` of a span whose status is ERROR (OTLP ``STATUS_CODE_ERROR``)."""
 MATCHED = ("explicit", "unique")
@@ -178,8 +174,11 @@ class SpanRecord:
     dispatchable: bool | None = None
     refused: bool = False
     links: tuple[tuple[str, str], ...] = ()
-    violations: tuple[tuple[str, str | None], ...] = ()
+    violations: tuple[tuple[str, str | None, str | None], ...] = ()
+    """The recorded ``etf.integrity.violation`` events: (category, call id, ``etf.linkage.orphan_reason``)."""
     tool_messages: tuple[str, ...] = ()
+    assistant_ids: tuple[str, ...] = ()
+    """The call ids of the last assistant turn of a span with tool messages: which response they answer."""
     problems: tuple[str, ...] = ()
     match: str | None = None
     """``etf.mcp.match`` of a :attr:`Role.REMOTE_CALL` (one of ``MCP_MATCH_VALUES``), for the finding's detail."""
@@ -233,47 +232,24 @@ def _role(span: SpanData) -> Role:
     return Role.OTHER
 
 
-def _tool_message_ids(span: SpanData) -> list[str]:
-    """Ids answered by ``role: tool`` messages recorded on a span, in the usual shapes."""
-    ids: list[str] = []
-    for name, event_attributes in span.events:
-        if name == EVENT_TOOL_MESSAGE:
-            value = _string(event_attributes.get(A.GEN_AI_TOOL_CALL_ID)) or _string(event_attributes.get("id"))
-            if value:
-                ids.append(value)
-    messages = span.attributes.get(ATTR_INPUT_MESSAGES)
-    if isinstance(messages, str):
-        try:
-            messages = json.loads(messages)
-        except (ValueError, RecursionError):
-            messages = None
-    if isinstance(messages, list):
-        for message in messages:
-            if not isinstance(message, dict) or message.get("role") != "tool":
-                continue
-            direct = _string(message.get("tool_call_id"))
-            if direct:
-                ids.append(direct)
-            parts = message.get("parts")
-            if isinstance(parts, list):
-                for part in parts:
-                    if isinstance(part, dict) and part.get("type") == "tool_call_response":
-                        part_id = _string(part.get("id"))
-                        if part_id:
-                            ids.append(part_id)
-    return ids
-
-
-def _read_violations(span: SpanData, problems: list[str]) -> tuple[tuple[str, str | None], ...]:
-    """The recorded ``etf.integrity.violation`` events (category, call id); notes those without a category."""
-    violations: list[tuple[str, str | None]] = []
+def _read_violations(span: SpanData, problems: list[str]) -> tuple[tuple[str, str | None, str | None], ...]:
+    """The recorded ``etf.integrity.violation`` events (category, call id, orphan reason); notes those
+    without a category."""
+    violations: list[tuple[str, str | None, str | None]] = []
     for name, event_attributes in span.events:
         if name == A.EVENT_INTEGRITY_VIOLATION:
             category = _string(event_attributes.get(A.ETF_ERROR_CATEGORY))
             if category is None:
                 problems.append(f"{A.EVENT_INTEGRITY_VIOLATION} event without {A.ETF_ERROR_CATEGORY}")
             else:
-                violations.append((category, _string(event_attributes.get(A.GEN_AI_TOOL_CALL_ID))))
+                reason = event_attributes.get(A.ETF_LINKAGE_ORPHAN_REASON)
+                violations.append(
+                    (
+                        category,
+                        _string(event_attributes.get(A.GEN_AI_TOOL_CALL_ID)),
+                        reason if isinstance(reason, str) and reason in A.ORPHAN_REASONS else None,
+                    )
+                )
     return tuple(violations)
 
 
@@ -334,7 +310,10 @@ def to_record(span: SpanData) -> SpanRecord:
     if span.events:
         record.violations = _read_violations(span, problems)
     if span.events or ATTR_INPUT_MESSAGES in attributes:
-        record.tool_messages = tuple(_tool_message_ids(span))
+        messages = input_messages(attributes)
+        record.tool_messages = tuple(tool_message_ids(span.events, messages))
+        if record.tool_messages:
+            record.assistant_ids = tuple(assistant_call_ids(messages))
     if role is Role.CALL:
         _read_call(record, attributes, problems)
     elif role is Role.RESPONSE:
@@ -373,6 +352,8 @@ class AuditFinding:
     category: str | None = None
     call_id: str | None = None
     detail: str | None = None
+    reason: str | None = None
+    """Why a result or tool message is orphaned (``etf.linkage.orphan_reason``, one of ``ORPHAN_REASONS``)."""
 
     @classmethod
     def of(
@@ -384,11 +365,12 @@ class AuditFinding:
         category: str | None = None,
         call_id: str | None = None,
         detail: str | None = None,
+        reason: str | None = None,
     ) -> AuditFinding:
         """A finding whose category is the kind's fixed one (:data:`FIXED_CATEGORY`) when it has one."""
         if kind in FIXED_CATEGORY:
             category = FIXED_CATEGORY[kind]
-        return cls(kind, trace_id, span_id, category, call_id, detail)
+        return cls(kind, trace_id, span_id, category, call_id, detail, reason)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind.value, "category": self.category, "span_id": self.span_id}
@@ -396,4 +378,6 @@ class AuditFinding:
             out["call_id"] = self.call_id
         if self.detail is not None:
             out["detail"] = self.detail
+        if self.reason is not None:
+            out["orphan_reason"] = self.reason
         return out

@@ -38,6 +38,8 @@ class KindSummary:
     traces: int = 0
     first_traces: list[str] = field(default_factory=list)
     categories: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, int] = field(default_factory=dict)
+    """Orphaned results and tool messages by ``orphan_reason`` (``etf.linkage.orphan_reason``)."""
 
 
 @dataclass
@@ -106,6 +108,8 @@ class AuditReport:
         summary.count += 1
         if finding.category is not None:
             summary.categories[finding.category] = summary.categories.get(finding.category, 0) + 1
+        if finding.reason is not None:
+            summary.reasons[finding.reason] = summary.reasons.get(finding.reason, 0) + 1
         if first_of_kind_in_batch:
             summary.traces += 1
             if len(summary.first_traces) < FIRST_TRACES and finding.trace_id not in summary.first_traces:
@@ -150,6 +154,7 @@ class AuditReport:
                     "count": summary.count,
                     "traces": summary.traces,
                     "first_traces": summary.first_traces,
+                    **({"orphan_reasons": dict(sorted(summary.reasons.items()))} if summary.reasons else {}),
                 }
                 for kind, summary in self.sorted_kinds()
             ],

@@ -61,7 +61,9 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
     table.add_column("count", justify="right")
     table.add_column("traces", justify="right")
     for kind, summary in report.sorted_kinds():
-        shown = "\n".join(f"{displayable(name)} ({n})" for name, n in sorted(summary.categories.items())) or "-"
+        lines = [f"{displayable(name)} ({n})" for name, n in sorted(summary.categories.items())]
+        lines += [f"orphan_reason {displayable(name)} ({n})" for name, n in sorted(summary.reasons.items())]
+        shown = "\n".join(lines) or "-"
         table.add_row(Text(kind.value), Text(shown), Text(str(summary.count)), Text(str(summary.traces)))
     print_table(console, table)
     console.print("First trace ids:")

@@ -16,12 +16,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
+from etf_otel.core._refused import NO_REFUSED, RefusedIds
 from etf_otel.core._vocabulary import ErrorCategory
 
-__all__ = ["DEFAULT_MAX_PENDING", "Conversation", "Finding"]
+__all__ = ["DEFAULT_MAX_PENDING", "MAX_CONCATENATED_CHARS", "Conversation", "Finding", "concatenated"]
 
 DEFAULT_MAX_PENDING = 256
+
+MAX_CONCATENATED_CHARS: Final = 4096
+"""A longer id is not taken apart (``concatenated_ids`` costs its length times the proposals)."""
+
+MAX_CONCATENATED_DIGESTED: Final = 1024
+"""A longer id is taken apart into proposals only: each refused id tried is one keyed digest per position."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +55,7 @@ class Conversation:
     must serialize those calls itself.
     """
 
-    __slots__ = ("_executed", "_max_pending", "_pending", "dropped")
+    __slots__ = ("_executed", "_max_pending", "_pending", "dropped", "refused", "response_ids")
 
     def __init__(self, max_pending: int = DEFAULT_MAX_PENDING) -> None:
         self._max_pending = max_pending
@@ -55,6 +63,10 @@ class Conversation:
         self._executed: set[str] = set()
         self.dropped = 0
         """Proposals forgotten because more than ``max_pending`` were open at once."""
+        self.response_ids: frozenset[str] = frozenset()
+        """The preserved call ids of the latest response, proposed or not (at most ``max_pending``)."""
+        self.refused: RefusedIds = NO_REFUSED
+        """The keyed digests of the incoming ids the latest response's rules refused."""
 
     @property
     def pending(self) -> tuple[str, ...]:
@@ -67,6 +79,15 @@ class Conversation:
             if len(self._pending) > self._max_pending:
                 del self._pending[next(iter(self._pending))]
                 self.dropped += 1
+
+    def responded(self, call_ids: Iterable[str], refused: RefusedIds = NO_REFUSED) -> None:
+        """A response ended, dispatchable or not: what a result answering it may have taken its ids from."""
+        ids: dict[str, None] = {}
+        for call_id in call_ids:
+            if len(ids) < self._max_pending:
+                ids[call_id] = None
+        self.response_ids = frozenset(ids)
+        self.refused = refused
 
     def result(self, call_id: object) -> Finding | None:
         """A host produced a result for ``call_id``; returns the problem, if any."""
@@ -117,3 +138,27 @@ class Conversation:
     def end(self) -> list[Finding]:
         """The turn is over: every proposal still without a result is unanswered."""
         return self.next_request(None)
+
+
+def concatenated(call_id: str, proposals: Iterable[str], refused: RefusedIds = NO_REFUSED) -> bool:
+    """Whether ``call_id`` is two or more of ``proposals`` and ``refused`` ids run together (the ``openai``
+    SDK's accumulator merges the ids of one slot: ``call_1`` then ``call_2`` make ``call_1call_2``)."""
+    size = len(call_id)
+    if size > MAX_CONCATENATED_CHARS:
+        return False
+    ids = [proposal for proposal in set(proposals) if proposal and len(proposal) < size]
+    lengths = sorted(length for length in refused.lengths if length < size) if size <= MAX_CONCATENATED_DIGESTED else []
+    pieces = [-1] * (size + 1)  # the most ids that run together up to each position
+    pieces[0] = 0
+    for position in range(size):
+        if pieces[position] < 0:
+            continue
+        ends = [position + len(proposal) for proposal in ids if call_id.startswith(proposal, position)]
+        ends += [
+            position + length
+            for length in lengths
+            if position + length <= size and call_id[position : position + length] in refused
+        ]
+        for end in ends:
+            pieces[end] = max(pieces[end], pieces[position] + 1)
+    return pieces[-1] >= 2

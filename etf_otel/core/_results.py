@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from etf_otel.core._identity import IdDecision
+from etf_otel.core._refused import NO_REFUSED, RefusedIds
 from etf_otel.core._vocabulary import ErrorCategory, FragmentDiagnostic, IdKind, StreamState, Transition, Verdict
 
 __all__ = ["AssemblyResult", "RejectedFragment", "Rejection", "ToolCall"]
@@ -92,6 +93,10 @@ class AssemblyResult:
     _overflow: tuple[tuple[tuple[int, int | None, IdDecision, ErrorCategory | None], int], ...] = ()
     _decision_counts: tuple[tuple[IdDecision, int], ...] = ()
     _identity_errors: tuple[tuple[tuple[IdDecision, ErrorCategory], int], ...] = ()
+    refused_ids: RefusedIds = NO_REFUSED
+    """Keyed digests of the incoming ids the rules refused (a conflicting id, an id that reached no
+    slot): lets the linkage say ``rejected_incoming_id`` of a result answering one. Never the ids
+    themselves, and never exported."""
 
     @property
     def diagnostics_dropped(self) -> int:

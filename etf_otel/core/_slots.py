@@ -33,13 +33,13 @@ from etf_otel.core._identity import (
     IdDecision,
     IdentityRules,
     IdState,
-    Incoming,
     classify,
     incoming_key,
 )
+from etf_otel.core._refused import MAX_REFUSED_KEPT, Digest, RefusedIds, id_digest
 from etf_otel.core._results import AssemblyResult, RejectedFragment, Rejection
 from etf_otel.core._slot_state import SlotState, compact
-from etf_otel.core._unslotted import INFER_INDEX, UNATTRIBUTABLE
+from etf_otel.core._unslotted import INFER_INDEX, UNATTRIBUTABLE, infer_index
 from etf_otel.core._validation import CallSnapshot, count_decisions, final_calls
 from etf_otel.core._vocabulary import ErrorCategory, ResponseEnd, StreamState
 
@@ -87,6 +87,7 @@ class ResponseSlots:
         "_max_argument_chars",
         "_max_diagnostics",
         "_overflow",
+        "_refused",
         "_response_rejections",
         "_result",
         "_initial_row",
@@ -113,6 +114,8 @@ class ResponseSlots:
         self._slots: dict[tuple[int, int], SlotState] = {}
         self._diagnostics: list[tuple[int, int | None, int, IdDecision, ErrorCategory | None]] = []
         self._response_rejections: dict[Rejection, None] = {}
+        self._refused: dict[Digest, None] = {}
+        """Keyed digests of the incoming ids the rules refused (``rejected_incoming_id``), never the ids."""
         self._errors: dict[tuple[IdDecision, ErrorCategory], int] = {}
         """Rejected fragments by (decision, category): counted when they happen, which is rare."""
         self._finish_reasons: dict[int, str] = {}
@@ -160,12 +163,12 @@ class ResponseSlots:
 
         With ``infer_missing_index`` enabled an ``inferable`` fragment (an object that just
         lacks a usable index) joins a slot only when exactly one slot of this choice can be
-        meant (see :meth:`_infer_index`); otherwise it is rejected and merged nowhere, and
+        meant (:func:`~etf_otel.core._unslotted.infer_index`); otherwise it is rejected and merged nowhere, and
         it blocks the response.
         """
         incoming = classify(IdState.NONE, None, id)
         if inferable and self._rules.allows(CompatibilityRule.INFER_MISSING_INDEX):
-            index = self._infer_index(choice, id, incoming)
+            index = infer_index([slot for slot in self._slots.values() if slot.choice == choice], id, incoming)
             if index is not None:
                 self._fragment_count += 1
                 self._diagnose(choice, index, INFER_INDEX[incoming], None)
@@ -185,6 +188,8 @@ class ResponseSlots:
         decision = UNATTRIBUTABLE[category][classify(IdState.NONE, None, id)]
         self._diagnose(choice, None, decision, category)
         self._count_error(decision, category)
+        if isinstance(id, str) and id:  # an id that reached no slot was refused with its fragment
+            self._refuse(id)
         self._response_rejections[Rejection(choice, None, category)] = None
 
     def _diagnose(self, choice: int, index: int | None, decision: IdDecision, category: ErrorCategory | None) -> None:
@@ -198,31 +203,6 @@ class ResponseSlots:
     def _count_error(self, decision: IdDecision, category: ErrorCategory) -> None:
         key = (decision, category)
         self._errors[key] = self._errors.get(key, 0) + 1
-
-    def _infer_index(self, choice: int, id: object, incoming: Incoming) -> int | None:
-        """The only index this fragment can belong to, or ``None`` when that is ambiguous.
-
-        * It carries a non-empty string id: the slot of this choice established with that
-          same id if there is one; a new slot (the next free index) if no slot of this
-          choice has that id and every existing slot has an established id.
-        * It carries no usable id (absent, null or ``""``): the single slot of this choice
-          if there is exactly one; index 0 if there is none yet.
-        * Anything else (several candidate slots, an unsupported id type): ambiguous.
-        """
-        own = [slot for slot in self._slots.values() if slot.choice == choice]
-        if incoming is Incoming.NEW:
-            matching = [slot.index for slot in own if slot.id == id]
-            if matching:
-                return matching[0]
-            if all(slot.id is not None for slot in own):
-                return max((slot.index for slot in own), default=-1) + 1
-            return None
-        if incoming in (Incoming.ABSENT, Incoming.NULL, Incoming.EMPTY):
-            if len(own) == 1:
-                return own[0].index
-            if not own:
-                return 0
-        return None
 
     def fragment(
         self,
@@ -282,11 +262,16 @@ class ResponseSlots:
         else:
             self._diagnose(choice, index, decision, category)
         if category is not None:
-            self._reject(slot, count, decision, category)
+            self._reject(slot, count, decision, category, id)
 
-    def _reject(self, slot: SlotState, fragment: int, decision: IdDecision, category: ErrorCategory) -> None:
-        """Record a rejected fragment: its category, and its bounded description while room is left."""
+    def _reject(
+        self, slot: SlotState, fragment: int, decision: IdDecision, category: ErrorCategory, id: object
+    ) -> None:
+        """Record a rejected fragment: its category, its refused id's digest, and its bounded description
+        while room is left."""
         self._count_error(decision, category)
+        if isinstance(id, str) and id and id != slot.id:  # a conflicting id: the slot keeps its own
+            self._refuse(id)
         slot.add_category(category)
         slot.rejected_count += 1
         if slot.rejected_count > MAX_REJECTED_KEPT:
@@ -304,6 +289,11 @@ class ResponseSlots:
             slot.rejected = [rejected]
         else:
             slot.rejected.append(rejected)
+
+    def _refuse(self, call_id: str) -> None:
+        """Keep the keyed digest of an incoming id the rules refused (at most ``MAX_REFUSED_KEPT``)."""
+        if len(self._refused) < MAX_REFUSED_KEPT:
+            self._refused[id_digest(call_id)] = None
 
     def close(self, choice: int, index: int) -> None:
         """The protocol marked slot ``(choice, index)`` complete; it ends its span there."""
@@ -370,6 +360,9 @@ class ResponseSlots:
             response_rejections=self._response_rejections,
             checks_when_cut=self._checks_when_cut,
         )
+        for call_id, _, _ in self._final_snapshot or ():  # a call the final list claims and no slot has
+            if isinstance(call_id, str) and call_id and all(slot.id != call_id for slot in slots):
+                self._refuse(call_id)
         self._result = AssemblyResult(
             state=_STATE_OF_END[end],
             finish_reasons=tuple(self._finish_reasons[choice] for choice in sorted(self._finish_reasons)),
@@ -381,6 +374,7 @@ class ResponseSlots:
             _overflow=tuple(self._overflow.items()),
             _decision_counts=tuple(by_decision.items()),
             _identity_errors=tuple(self._errors.items()),
+            refused_ids=RefusedIds(frozenset(self._refused)),
         )
         # Release the per-fragment state: memory per response ends with the response.
         self._slots = {}

@@ -9,12 +9,14 @@ compatibility rule that places or sets aside such a fragment gets its own transi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from etf_otel.core._identity import IdDecision, IdState, Incoming
+from etf_otel.core._slot_state import SlotState
 from etf_otel.core._vocabulary import ErrorCategory, IdKind, Transition
 
-__all__ = ["COMPATIBILITY", "INFER_INDEX", "UNATTRIBUTABLE"]
+__all__ = ["COMPATIBILITY", "INFER_INDEX", "UNATTRIBUTABLE", "infer_index"]
 
 _COMPATIBILITY_TRANSITIONS: Final = frozenset(
     {
@@ -59,3 +61,28 @@ COMPATIBILITY: Final[dict[Transition, IdDecision]] = {
 }
 """Argument fragments a protocol's compatibility rule admitted late or set aside (no id on them), and
 the slots whose key is their identity (``positional``: counted per slot, not per fragment)."""
+
+
+def infer_index(own: Sequence[SlotState], id: object, incoming: Incoming) -> int | None:
+    """The only index a fragment without one can belong to, given the slots ``own`` of its choice;
+    ``None`` when that is ambiguous (``infer_missing_index``).
+
+    * It carries a non-empty string id: the slot established with that same id if there is one;
+      a new slot (the next free index) if no slot has that id and every slot has an established id.
+    * It carries no usable id (absent, null or ``""``): the single slot if there is exactly one;
+      index 0 if there is none yet.
+    * Anything else (several candidate slots, an unsupported id type): ambiguous.
+    """
+    if incoming is Incoming.NEW:
+        matching = [slot.index for slot in own if slot.id == id]
+        if matching:
+            return matching[0]
+        if all(slot.id is not None for slot in own):
+            return max((slot.index for slot in own), default=-1) + 1
+        return None
+    if incoming in (Incoming.ABSENT, Incoming.NULL, Incoming.EMPTY):
+        if len(own) == 1:
+            return own[0].index
+        if not own:
+            return 0
+    return None

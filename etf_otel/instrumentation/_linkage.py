@@ -15,8 +15,9 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from etf_otel.core._linkage import Conversation, Finding
+from etf_otel.core._results import AssemblyResult
 
-__all__ = ["end", "next_request", "proposed", "result", "settle"]
+__all__ = ["end", "next_request", "proposed", "responded", "result", "settle"]
 
 _LOCK: Final = threading.Lock()
 
@@ -24,6 +25,15 @@ _LOCK: Final = threading.Lock()
 def proposed(conversation: Conversation, call_ids: Iterable[str]) -> None:
     with _LOCK:
         conversation.proposed(call_ids)
+
+
+def responded(conversation: Conversation, response: AssemblyResult) -> None:
+    """A response of ``conversation`` ended: its ids (and refused ids' digests), and its proposals if dispatchable."""
+    call_ids = [call.id for call in response.calls if call.id is not None]
+    with _LOCK:
+        conversation.responded(call_ids, response.refused_ids)
+        if response.dispatchable:
+            conversation.proposed(call_ids)
 
 
 def result(conversation: Conversation, call_id: str | None) -> Finding | None:

@@ -170,8 +170,8 @@ class Telemetry:
                     self._record_call(call, result.dispatchable, response_context, started_ns, ended_ns, base)
         finally:
             stream_span.end(end_time=ended_ns)
-            if conversation is not None and result.dispatchable:
-                linkage.proposed(conversation, [call.id for call in result.calls if call.id is not None])
+            if conversation is not None:
+                linkage.responded(conversation, result)
 
     # long: runs once per finalized call; one frame, start attributes in one pass (issue 7's budget)
     def _record_call(

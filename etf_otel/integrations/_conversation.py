@@ -32,7 +32,8 @@ from dataclasses import replace
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 from etf_otel import attributes as A
-from etf_otel.core._linkage import Conversation, Finding
+from etf_otel.core._linkage import Conversation, Finding, concatenated
+from etf_otel.core._refused import NO_REFUSED, RefusedIds
 from etf_otel.core._vocabulary import ErrorCategory
 from etf_otel.protocols import field
 
@@ -159,6 +160,11 @@ class LinkedConversation(Conversation):
         self.request_key: bytes | None = None
         self.response_id: str | None = None
 
+    def responded(self, call_ids: Iterable[str], refused: RefusedIds = NO_REFUSED) -> None:
+        """A new latest response, dispatchable or not: the next request is judged against it."""
+        super().responded(call_ids, refused)
+        self.claimed = False
+
     def proposed(self, call_ids: Iterable[str]) -> None:
         ids = list(call_ids)
         super().proposed(ids)
@@ -177,7 +183,8 @@ class LinkedConversation(Conversation):
         orphans = [call_id for call_id in ids if not isinstance(call_id, str) or call_id not in pending]
         if not orphans:
             return findings, settled
-        reasons = iter([self._index.orphan_reason(call_id, pending) for call_id in orphans])
+        index, known, refused = self._index, pending | self.response_ids, self.refused
+        reasons = iter([index.orphan_reason(call_id, known, refused) for call_id in orphans])
         return [
             replace(finding, reason=next(reasons)) if finding.category is ErrorCategory.ORPHANED_RESULT else finding
             for finding in findings
@@ -308,40 +315,25 @@ class ConversationIndex:
                 return found, False, position
         return None, ambiguous, -1
 
-    def orphan_reason(self, call_id: object, proposals: frozenset[str]) -> str:
-        """Why ``call_id`` matches none of ``proposals`` (one of ``ORPHAN_REASONS``)."""
+    def orphan_reason(self, call_id: object, calls: frozenset[str], refused: RefusedIds) -> str:
+        """Why ``call_id`` answers none of the proposals (one of ``ORPHAN_REASONS``), first match wins.
+
+        ``calls``: the proposals and the other preserved call ids of the response it answers;
+        ``refused``: the keyed digests of the incoming ids that response's rules refused.
+        """
         if not isinstance(call_id, str):
             return A.ORPHAN_UNKNOWN
-        if concatenated(call_id, proposals):
+        if concatenated(call_id, calls, refused):
             return A.ORPHAN_CONCATENATED_IDS
-        if self._rejected is not None and self._rejected(call_id):
+        if call_id in calls or (self._rejected is not None and self._rejected(call_id)):
             return A.ORPHAN_REJECTED_CALL
+        if call_id in refused:
+            return A.ORPHAN_REJECTED_INCOMING_ID
         return A.ORPHAN_UNKNOWN
 
 
 def _never(conversation: LinkedConversation) -> bool:
     return False
-
-
-MAX_CONCATENATED_CHARS: Final = 4096
-"""A longer id is not taken apart (``concatenated_ids`` costs its length times the proposals)."""
-
-
-def concatenated(call_id: str, proposals: Iterable[str]) -> bool:
-    """Whether ``call_id`` is two or more of ``proposals`` run together (as the ``openai`` SDK merges calls)."""
-    if len(call_id) > MAX_CONCATENATED_CHARS:
-        return False
-    ids = [proposal for proposal in set(proposals) if proposal and len(proposal) < len(call_id)]
-    pieces = [-1] * (len(call_id) + 1)  # the most proposals that run together up to each position
-    pieces[0] = 0
-    for position in range(len(call_id)):
-        if pieces[position] < 0:
-            continue
-        for proposal in ids:
-            if call_id.startswith(proposal, position):
-                end = position + len(proposal)
-                pieces[end] = max(pieces[end], pieces[position] + 1)
-    return pieces[-1] >= 2
 
 
 class PrefixConversations:

@@ -1,11 +1,12 @@
 """Fuzz of ``etf-otel audit`` over both engines: span graphs of every role, hostile values, no internal error.
 
 Each example is an export of a few traces built from the audit's whole vocabulary (our spans, other
-instrumentations' tool and LLM spans, nested executions, links, call ids shared across traces, spans
-exported twice) with hostile values mixed in (times beyond 64 bits, lone surrogates, wrong types). The
-console script must exit 0, 1 or 2 (2 with one line, never "a bug in etf-otel") with both engines, and
-the two engines must find the same findings, kind by kind. Start times are distinct: ties are where the
-engines may differ (documented in ``etf_otel.audit._sources.sql``). Bounded to run in well under a minute.
+instrumentations' tool and LLM spans, their recorded messages, nested executions, links, call ids shared
+across traces, spans exported twice, recorded orphaned results and their reasons) with hostile values mixed
+in (times beyond 64 bits, lone surrogates, wrong types). The console script must exit 0, 1 or 2 (2 with one
+line, never "a bug in etf-otel") with both engines, and the two engines must find the same findings, kind by
+kind and orphan reason by orphan reason. Start times are distinct: ties are where the engines may differ
+(documented in ``etf_otel.audit._sources.sql``). Bounded to run in well under a minute.
 """
 
 from __future__ import annotations
@@ -40,6 +41,26 @@ SHAPES: list[tuple[str, dict[str, Any]]] = [
     ("ChatModel", {"openinference.span.kind": "LLM"}),
     ("agent", {}),
 ]
+
+MESSAGE_IDS = ["call-1", "call-2", "call-3", "call-1call-2", "call-9"]
+"""Ids in recorded messages: proposals, two run together (``concatenated_ids``), one nobody proposed."""
+ORPHAN_REASONS = ["concatenated_ids", "rejected_call", "rejected_incoming_id", "unknown", "bogus"]
+
+
+@st.composite
+def input_messages(draw: st.DrawFn) -> str:
+    """``gen_ai.input.messages``: maybe an earlier and a last assistant turn (Chat or semconv shape), tool messages."""
+    messages: list[Any] = [{"role": "user", "content": "hi"}]
+    for _ in range(draw(st.integers(0, 2))):
+        ids = draw(st.lists(st.sampled_from(MESSAGE_IDS), max_size=3))
+        if draw(st.booleans()):
+            messages.append({"role": "assistant", "tool_calls": [{"id": i, "type": "function"} for i in ids]})
+        else:
+            messages.append({"role": "assistant", "parts": [{"type": "tool_call", "id": i} for i in ids]})
+    for message_id in draw(st.lists(st.sampled_from(MESSAGE_IDS), max_size=3)):
+        messages.append({"role": "tool", "tool_call_id": message_id, "content": "x"})
+    return json.dumps(messages)
+
 
 HOSTILE_NUMBERS = ["1e400", "-1e400", "Infinity", "NaN", '"x"', "null", "18446744073709551616"]
 
@@ -77,6 +98,19 @@ def exports(draw: st.DrawFn) -> str:
             span["links"] = [{"traceId": draw(st.sampled_from(TRACES)), "spanId": f"{draw(st.integers(1, 14)):016x}"}]
         if draw(st.integers(0, 5)) == 0:
             span["status"] = {"code": 2}
+        if name == "chat m" and draw(st.booleans()):
+            span["attributes"].append({"key": "gen_ai.input.messages", "value": value(draw(input_messages()))})
+        if name == "assemble_response" and draw(st.integers(0, 3)) == 0:
+            event = {
+                "etf.error.category": "orphaned_result",
+                "etf.linkage.orphan_reason": draw(st.sampled_from(ORPHAN_REASONS)),
+            }
+            span["events"] = [
+                {
+                    "name": "etf.integrity.violation",
+                    "attributes": [{"key": k, "value": value(v)} for k, v in event.items()],
+                }
+            ]
         spans.append(span)
         if draw(st.integers(0, 6)) == 0:
             spans.append(span)  # exported twice
@@ -115,6 +149,9 @@ def test_audit_never_fails_internally_and_both_engines_agree(text: str, capsys: 
         sql = run(path, "chdb", capsys)
     assert python[0] == sql[0], (python, sql)
     if python[0] != 2:
-        counts = [{entry["kind"]: entry["count"] for entry in report["by_kind"]} for report in (python[1], sql[1])]
+        counts = [
+            {entry["kind"]: (entry["count"], entry.get("orphan_reasons")) for entry in report["by_kind"]}
+            for report in (python[1], sql[1])
+        ]
         assert counts[0] == counts[1], text
         assert python[1]["input"]["spans"] == sql[1]["input"]["spans"]

@@ -210,7 +210,7 @@ def every_finding(process: Callable[..., Process], tmp_path: Path) -> list[Path]
 
 def finding_set(report: AuditReport) -> list[tuple[Any, ...]]:
     return sorted(
-        (f.kind.value, f.trace_id, f.span_id, f.category, f.call_id, f.detail)
+        (f.kind.value, f.trace_id, f.span_id, f.category, f.call_id, f.detail, f.reason)
         for findings in report.details.values()
         for f in findings
     )
@@ -337,6 +337,40 @@ def test_handwritten_malformed_and_missing(tmp_path: Path, chdb_engine: Callable
         "parent of 8888888888888888",
     ]
     assert finding_set(report) == finding_set(python_report([hand]))
+
+
+def test_an_execution_that_is_its_own_parent_is_judged_alike(
+    tmp_path: Path, chdb_engine: Callable[[list[Path]], ChdbEngine]
+) -> None:
+    """Found by the fuzz test: a span naming itself as parent is no nested execution (no span wraps itself);
+    the SQL had dropped it, the Python audit judged it through its link into the proposal's trace."""
+    t1, t2 = "b1" * 16, "b2" * 16
+    spans = [
+        _span(t2, "1" * 16, "assemble_response", attributes=_attrs(etf__stream__state="completed")),
+        _span(
+            t2,
+            "2" * 16,
+            "assemble_tool_call f",
+            "1" * 16,
+            attributes=_attrs(etf__tool_call__verdict="proposed", gen_ai__tool__call__id="call-1"),
+        ),
+        _span(
+            t1,
+            "3" * 16,
+            "f",
+            "3" * 16,
+            start=2_000,
+            links=[{"traceId": t2, "spanId": "9" * 16}],
+            attributes=_attrs(openinference__span__kind="TOOL", tool_call__id="call-1"),
+            status={"code": 2},
+        ),
+    ]
+    spans[0]["attributes"].append({"key": "etf.stream.dispatchable", "value": {"boolValue": True}})
+    hand = tmp_path / "self-parent.jsonl"
+    hand.write_text(json.dumps({"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": spans}]}]}) + "\n")
+    expected = python_report([hand])
+    assert {kind.value for kind in expected.kinds} == {"execution_without_result", "missing_span"}
+    assert finding_set(sql_audit(chdb_engine([hand]))) == finding_set(expected)
 
 
 # --- time window --------------------------------------------------------------------------------------

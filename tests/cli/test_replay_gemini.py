@@ -31,7 +31,7 @@ def test_a_vertex_partial_args_stream_with_two_calls(capsys: pytest.CaptureFixtu
     assert code == 0
     assert_report_shape(report, show_arguments=True)
     assert report["dispatchable"] is True
-    assert report["stream"] == {"state": "completed", "finish_reasons": ["STOP"]}
+    assert report["stream"] == {"state": "completed", "finish_reasons": ["STOP"], "streamed": True}
     assert [(c["choice"], c["index"], c["id"], c["name"], c["arguments"], c["fragments"]) for c in report["calls"]] == [
         (0, 0, None, "get_weather", '{"location":"Paris","days":3}', 5),
         (0, 1, None, "get_time", '{"timezone":"Europe/Paris"}', 5),

@@ -781,7 +781,12 @@ def test_messages_given_as_a_generator_are_sent_unread(
     [
         pytest.param(MAX_TOKENS_EMPTY, ["incomplete_response"], ["rejected_call"], id="max_tokens"),
         # The SDK's final message has a second block, toolu_02, that the rules never accepted.
-        pytest.param(REUSED_INDEX, ["id_conflict", "orphaned_result"], ["rejected_call", "unknown"], id="id_conflict"),
+        pytest.param(
+            REUSED_INDEX,
+            ["id_conflict", "orphaned_result"],
+            ["rejected_call", "rejected_incoming_id"],
+            id="id_conflict",
+        ),
     ],
 )
 def test_guard_refuses_the_calls_of_a_rejected_message(

@@ -335,13 +335,17 @@ _ETF_SPAN = (
 
 
 def _findings(rows: list[list[Any]]) -> Iterator[tuple[str, AuditFinding]]:
-    for group, kind, trace_id, span_id, category, call_id, detail in rows:
-        yield (
-            group,
-            AuditFinding(
-                FindingKind(kind), trace_id, span_id or None, category or None, call_id or None, detail or None
-            ),
+    for group, kind, trace_id, span_id, category, call_id, detail, reason in rows:
+        finding = AuditFinding(
+            FindingKind(kind),
+            trace_id,
+            span_id or None,
+            category or None,
+            call_id or None,
+            detail or None,
+            reason or None,
         )
+        yield group, finding
 
 
 @dataclass

@@ -7,7 +7,8 @@
 --                missing_span, malformed_span, recorded_rejection, unjudged, unidentified_execution,
 --                response_not_observed, unobserved_llm_call (etf_otel/audit/_model.py FindingKind: the same names)
 --   trace_id, span_id, category (docs/categories.md, '' for none; fixed per kind as in model.py
---                FIXED_CATEGORY), call_id ('' for none), detail ('' for none)
+--                FIXED_CATEGORY), call_id ('' for none), detail ('' for none), reason (the orphan reason of an
+--                orphaned tool message or recorded orphaned_result, etf.linkage.orphan_reason; '' for none)
 --
 -- Parameters (clickhouse-client: --param_database=otel --param_table=otel_traces --param_since_ns=0 ...):
 --   database, table    where the exporter writes (defaults of the exporter: otel, otel_traces)
@@ -22,7 +23,7 @@
 -- The statements below run in one session, separated by lines ending in ';'. Intermediate results are
 -- session TEMPORARY tables (ENGINE Memory; a read-only user needs readonly=2), so each step is computed
 -- once and can be inspected: SELECT * FROM etf_spans, etf_judged, etf_executions, etf_resolved, etf_runs,
--- etf_findings.
+-- etf_findings, etf_tool_findings.
 --
 -- Where the Python audit depends on the order spans arrive in (ties it breaks by input order), this
 -- query breaks them by start time, then span id: see etf_otel/audit/_sources/sql.py.
@@ -91,8 +92,10 @@ SELECT
        []) AS answered_ids,
     arrayFilter((t, s) -> t != '' AND s != '', Links.TraceId, Links.SpanId) AS link_traces,
     arrayFilter((s, t) -> t != '' AND s != '', Links.SpanId, Links.TraceId) AS link_spans,
-    -- etf.integrity.violation events: (category, call id)
-    arrayMap(a -> (a['etf.error.category'], a['gen_ai.tool.call.id']),
+    -- etf.integrity.violation events: (category, call id, orphan reason)
+    arrayMap(a -> (a['etf.error.category'], a['gen_ai.tool.call.id'],
+                   if(a['etf.linkage.orphan_reason'] IN ('concatenated_ids', 'rejected_call', 'rejected_incoming_id',
+                                                         'unknown'), a['etf.linkage.orphan_reason'], '')),
              arrayFilter((a, n) -> n = 'etf.integrity.violation' AND a['etf.error.category'] != '',
                          Events.Attributes, Events.Name)) AS violations,
     -- ids answered by role: tool messages (gen_ai.tool.message events, gen_ai.input.messages)
@@ -108,6 +111,18 @@ SELECT
                                          JSONExtractArrayRaw(m, 'parts'))),
                     []),
             JSONExtractArrayRaw(SpanAttributes['gen_ai.input.messages']))))) AS tool_messages,
+    -- the call ids of the last assistant message of a span with tool messages (Chat tool_calls, semconv parts,
+    -- Anthropic content): which response the tool messages answer (etf_otel/audit/_messages.py)
+    arrayFilter(m -> JSONExtractString(m, 'role') = 'assistant',
+                JSONExtractArrayRaw(SpanAttributes['gen_ai.input.messages'])) AS assistant_messages,
+    if(length(tool_messages) > 0 AND length(assistant_messages) > 0,
+       arrayFilter(x -> x != '', arrayConcat(
+           arrayMap(c -> JSONExtractString(c, 'id'), JSONExtractArrayRaw(assistant_messages[-1], 'tool_calls')),
+           arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call', JSONExtractString(p, 'id'), ''),
+                    JSONExtractArrayRaw(assistant_messages[-1], 'parts')),
+           arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_use', JSONExtractString(p, 'id'), ''),
+                    JSONExtractArrayRaw(assistant_messages[-1], 'content')))),
+       []) AS assistant_ids,
     -- contract attributes that are missing (docs/telemetry.md)
     arrayConcat(
         arrayMap(n -> 'etf.integrity.violation event without etf.error.category',
@@ -227,7 +242,7 @@ WITH
                o.refused AS refused
         FROM etf_spans AS i
         INNER JOIN etf_spans AS o ON o.trace_id = i.trace_id AND o.span_id = i.parent_id
-        WHERE i.role = 'execution' AND o.role = 'execution'
+        WHERE i.role = 'execution' AND o.role = 'execution' AND i.span_id != o.span_id  -- no span is its own parent
           AND (i.call_id = '' OR o.call_id = '' OR i.call_id = o.call_id)
     ),
     inner_spans AS (
@@ -496,24 +511,81 @@ WHERE valid = 1
   AND (trace_id, span_id) NOT IN (SELECT group_trace, target FROM etf_runs)
   AND (trace_id, span_id) NOT IN (SELECT trace_id, span_id FROM settled_calls)
   AND (trace_id, span_id) NOT IN (SELECT elsewhere_trace, elsewhere_span FROM etf_resolved WHERE elsewhere)
+;
 
-UNION ALL  -- role: tool messages answering nothing this trace proposed
-SELECT trace_id, 'orphaned_tool_message', trace_id, argMin(span_id, (start_ns, span_id)),
-       'orphaned_result', message, ''
-FROM (SELECT trace_id, span_id, start_ns, arrayJoin(tool_messages) AS message
-      FROM etf_spans WHERE length(tool_messages) > 0)
-WHERE (trace_id, message) NOT IN (SELECT trace_id, call_id FROM etf_judged WHERE valid != 0 AND call_id != '')
-GROUP BY trace_id, message;
+-- 6b. Tool messages, judged against the response their evidence names (etf_otel/audit/_tool_messages.py):
+--     the call ids of the span's last assistant turn that spans of the input proposed, else the calls of its
+--     trace. A turn naming a call id several spans proposed names no single response: unjudged. An orphaned
+--     message says why: concatenated_ids (two or more of those calls' ids run together), rejected_call, unknown.
+DROP TEMPORARY TABLE IF EXISTS etf_tool_findings;
+CREATE TEMPORARY TABLE etf_tool_findings ENGINE = Memory AS
+WITH
+    proposers AS (
+        SELECT call_id, uniqExact(trace_id, span_id) AS spans
+        FROM etf_spans WHERE role = 'call' AND call_id != '' GROUP BY call_id
+    ),
+    trace_calls AS (
+        SELECT trace_id, groupUniqArray(call_id) AS ids, groupUniqArrayIf(call_id, valid != 0) AS valid_ids
+        FROM etf_judged WHERE call_id != '' GROUP BY trace_id
+    ),
+    named AS (
+        SELECT x.trace_id AS trace_id, x.span_id AS span_id, groupUniqArray(x.named_id) AS named,
+               max(p.spans) > 1 AS several
+        FROM (SELECT trace_id, span_id, arrayJoin(assistant_ids) AS named_id
+              FROM etf_spans WHERE length(assistant_ids) > 0) AS x
+        INNER JOIN proposers AS p ON p.call_id = x.named_id
+        GROUP BY x.trace_id, x.span_id
+    ),
+    messages AS (
+        SELECT trace_id, span_id, start_ns, arrayJoin(tool_messages) AS message
+        FROM etf_spans WHERE length(tool_messages) > 0
+    ),
+    judged AS (
+        SELECT m.trace_id AS trace_id, m.span_id AS span_id, m.start_ns AS start_ns, m.message AS message,
+               if(length(n.named) > 0, n.named, tc.ids) AS calls,
+               if(length(n.named) > 0,
+                  arrayFilter(a -> has(tc.valid_ids, a) OR NOT has(tc.ids, a), n.named), tc.valid_ids) AS good,
+               multiIf(n.several, 'unjudged', has(good, m.message), 'answered', 'orphaned') AS state,
+               multiIf(
+                   lengthUTF8(m.message) <= 4096
+                       AND match(m.message, concat('^(?:', arrayStringConcat(
+                           arrayMap(x -> replaceRegexpAll(x, '[\\\\.+*?()|\\[\\]{}^$]', '\\\\\\0'),
+                                    arrayFilter(x -> x != '', calls)), '|'), '){2,}$')),
+                   'concatenated_ids',
+                   has(calls, m.message), 'rejected_call',
+                   'unknown') AS reason
+        FROM messages AS m
+        LEFT JOIN named AS n ON n.trace_id = m.trace_id AND n.span_id = m.span_id
+        LEFT JOIN trace_calls AS tc ON tc.trace_id = m.trace_id
+    )
+SELECT trace_id AS group_trace, 'orphaned_tool_message' AS kind, trace_id,
+       first.1 AS span_id, 'orphaned_result' AS category, message AS call_id, '' AS detail, first.2 AS reason
+FROM (SELECT trace_id, message, argMin((span_id, reason), (start_ns, span_id)) AS first
+      FROM judged WHERE state = 'orphaned' GROUP BY trace_id, message)
+UNION ALL
+SELECT trace_id, 'unjudged', trace_id, first_span, '', message,
+       'tool message: its assistant turn names a call id several spans proposed', ''
+FROM (SELECT trace_id, message, argMin(span_id, (start_ns, span_id)) AS first_span,
+             countIf(state != 'unjudged') AS judged_spans
+      FROM judged GROUP BY trace_id, message)
+WHERE judged_spans = 0;
 
 -- 7. The result: the findings, and what the instrumentation recorded itself unless a check found the same
 --    (an unanswered_call event naming a call is a settlement's evidence: reported as unanswered_call).
-SELECT group_trace, kind, trace_id, span_id, category, call_id, detail FROM etf_findings
+SELECT group_trace, kind, trace_id, span_id, category, call_id, detail, '' AS reason FROM etf_findings
+UNION ALL
+SELECT group_trace, kind, trace_id, span_id, category, call_id, detail, reason FROM etf_tool_findings
 UNION ALL
 SELECT trace_id,
        if(violation.1 = 'unanswered_call' AND violation.2 != '', 'unanswered_call', 'recorded_violation'),
        trace_id, span_id, violation.1, violation.2,
-       if(violation.1 = 'unanswered_call' AND violation.2 != '', 'recorded by the instrumentation', '')
+       if(violation.1 = 'unanswered_call' AND violation.2 != '', 'recorded by the instrumentation', ''),
+       if(violation.1 = 'orphaned_result', violation.3, '')
 FROM etf_spans ARRAY JOIN violations AS violation
-WHERE (trace_id, violation.1, span_id) NOT IN (SELECT group_trace, category, span_id FROM etf_findings)
+WHERE (trace_id, violation.1, span_id) NOT IN (
+        SELECT group_trace, category, span_id FROM etf_findings
+        UNION ALL SELECT group_trace, category, span_id FROM etf_tool_findings)
   AND NOT (violation.2 != ''
-           AND (trace_id, violation.1, violation.2) IN (SELECT group_trace, category, call_id FROM etf_findings))
+           AND (trace_id, violation.1, violation.2) IN (
+               SELECT group_trace, category, call_id FROM etf_findings
+               UNION ALL SELECT group_trace, category, call_id FROM etf_tool_findings))

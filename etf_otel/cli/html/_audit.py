@@ -125,7 +125,8 @@ def _badges(findings: list[AuditFinding]) -> str:
     return "".join(
         f'<span class="finding" data-finding="{finding.kind.value}" tabindex="0"'
         f' data-detail="{attribute(_finding_text(finding))}">{finding.kind.value}'
-        f"{'' if finding.category is None else _SEP + text(finding.category)}</span>"
+        f"{'' if finding.category is None else _SEP + text(finding.category)}"
+        f"{'' if finding.reason is None else _SEP + text(finding.reason)}</span>"
         for finding in findings
     )
 
@@ -134,6 +135,8 @@ def _finding_text(finding: AuditFinding) -> str:
     parts = [finding.kind.value]
     if finding.category is not None:
         parts.append(f"category {finding.category}")
+    if finding.reason is not None:
+        parts.append(f"orphan reason {finding.reason}")
     if finding.detail is not None:
         parts.append(finding.detail)
     return "; ".join(parts)
