@@ -44,7 +44,8 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
     """A readable report with ``rich``: one table row per finding kind, then the first trace ids of each.
 
     Every string from the input is printed literally (never as markup, control characters
-    escaped: see ``displayable``), and every column folds: nothing is cut short at any width.
+    escaped: see ``displayable``). On a terminal the recorded categories fold (nothing is cut short),
+    and the kinds and numbers are whole.
     """
     skipped = f", {report.skipped_records} non-trace record(s) skipped" if report.skipped_records else ""
     counts = f": {report.files} file(s), {report.spans} span(s), {report.traces} trace(s){skipped}"
@@ -55,10 +56,10 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
         console.print(Text("No linkage problems found.", style="green"))
         return
     table = Table(title="Findings")
-    table.add_column("kind", style="bold", overflow="fold")
-    table.add_column("category", overflow="fold")
-    table.add_column("count", justify="right", overflow="fold")
-    table.add_column("traces", justify="right", overflow="fold")
+    table.add_column("kind", style="bold")  # a closed vocabulary, and numbers: always whole
+    table.add_column("category", overflow="fold")  # categories as recorded: input, which may be long
+    table.add_column("count", justify="right")
+    table.add_column("traces", justify="right")
     for kind, summary in report.sorted_kinds():
         lines = [f"{displayable(name)} ({n})" for name, n in sorted(summary.categories.items())]
         lines += [f"orphan_reason {displayable(name)} ({n})" for name, n in sorted(summary.reasons.items())]

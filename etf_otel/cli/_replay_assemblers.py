@@ -44,7 +44,7 @@ from rich.table import Table
 
 from etf_otel import attributes as A
 from etf_otel import protocols
-from etf_otel.cli._replay_report import build_report
+from etf_otel.cli._replay_report import add_call_columns, build_report
 from etf_otel.cli._text import cut, print_table, shown
 from etf_otel.core._identity import CompatibilityRule, IdentityRules
 from etf_otel.core._results import AssemblyResult
@@ -360,7 +360,7 @@ def _text(value: object) -> str:
 def render_comparison(comparison: AssemblerComparison, console: Console, *, show_arguments: bool = False) -> None:
     """Print the rules' calls (with their categories) and the assembler's side by side, then the divergences.
 
-    Every column folds: an id or name is never cut short with an ellipsis, at any width.
+    On a terminal the ids and arguments fold, the names are whole or cut with ``…``, the rest is whole.
     """
     table = Table(title=f"rules vs {comparison.assembler}", title_justify="left")
     columns = ["#", "rules id", "rules name", "verdict", "categories"]
@@ -369,8 +369,7 @@ def render_comparison(comparison: AssemblerComparison, console: Console, *, show
     columns += [f"{comparison.assembler} id", f"{comparison.assembler} name"]
     if show_arguments:
         columns.append(f"{comparison.assembler} arguments")
-    for column in columns:
-        table.add_column(column, overflow="fold")
+    add_call_columns(table, columns)
     ours = comparison.rules.calls
     theirs = comparison.calls or []
     for position in range(max(len(ours), len(theirs))):

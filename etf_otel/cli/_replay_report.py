@@ -26,7 +26,20 @@ from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult
 from etf_otel.protocols import bounded_finish_reason
 
-__all__ = ["ReplayReport", "build_report", "render_report"]
+__all__ = ["ReplayReport", "add_call_columns", "build_report", "render_report"]
+
+
+def add_call_columns(table: Table, headers: Sequence[str]) -> None:
+    """Columns of a table of calls, each told how it may give room on a terminal (``print_table``):
+    ids and arguments fold, a name is whole or cut with ``…`` (never folded mid-word), the rest
+    (numbers, verdicts, categories) is always whole."""
+    for header in headers:
+        if header.endswith(("id", "arguments")):
+            table.add_column(header, overflow="fold")
+        elif header.endswith("name"):
+            table.add_column(header, overflow="ellipsis", no_wrap=True)
+        else:
+            table.add_column(header)
 
 
 class StreamSummary(BaseModel):
@@ -155,11 +168,9 @@ def build_report(
 def render_report(report: ReplayReport, console: Console, *, show_arguments: bool = False) -> None:
     """Print the per-call table, the verdict and, with a next request, the linkage findings."""
     table = Table(title="tool calls", title_justify="left")
-    # Fold, never rich's ellipsis: only a string past CELL_LIMIT is cut, with a marker that says so.
-    for column in ("choice", "index", "id", "name", "fragments", "verdict", "categories"):
-        table.add_column(column, overflow="fold")
-    if show_arguments:
-        table.add_column("arguments", overflow="fold")
+    # Piped, every cell is whole up to CELL_LIMIT, then cut with a marker that says so.
+    headers = ["choice", "index", "id", "name", "fragments", "verdict", "categories"]
+    add_call_columns(table, [*headers, "arguments"] if show_arguments else headers)
     for call in report.calls:
         row = [
             str(call.choice),
@@ -198,10 +209,10 @@ def render_linkage(findings: Sequence[LinkageReport], console: Console, *, dispa
         return
     table = Table(title="linkage (next request)", title_justify="left")
     table.add_column("id", overflow="fold")
-    table.add_column("category")
+    table.add_column("category")  # a closed vocabulary: always whole
     named = any(finding.name is not None for finding in findings)
     if named:
-        table.add_column("name", overflow="fold")
+        table.add_column("name", overflow="ellipsis", no_wrap=True)  # whole, or cut with a marker
     for finding in findings:
         cells = [shown(finding.id), finding.category]
         if named:

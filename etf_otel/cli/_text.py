@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from etf_otel.cli._table import fit
+
 __all__ = [
     "CELL_LIMIT",
     "TERMINAL_STDIN",
@@ -134,7 +136,8 @@ def _cell(value: object) -> str:
 
 
 def print_table(console: Console, table: Table) -> None:
-    """``table`` as rich draws it on a terminal; on a pipe or a file, one record per line.
+    """``table`` drawn for a terminal (:func:`~etf_otel.cli._table.fit`: no word split); on a pipe or a file,
+    one record per line.
 
     Piped (a CI log, ``| grep``, ``| less``), a table drawn for 80 columns would fold lines and
     split words (``invalid_argu|ments``): there, as ``gh`` does, the title (if any), then the
@@ -142,6 +145,7 @@ def print_table(console: Console, table: Table) -> None:
     Every cell is bounded (:data:`CELL_LIMIT`), in either form.
     """
     if is_terminal(console.file):
+        fit(table, console)
         console.print(table)
         return
     lines = [_cell(table.title)] if table.title else []

@@ -352,24 +352,24 @@ class ResponseSlots:
         end = None if self._spliced else self._end
         slots = [slot for _, slot in sorted(self._slots.items())]  # by (choice, index); keys are unique
         by_decision, transitions = count_decisions(self._diagnostics, self._overflow)
-        calls, slot_rejections, stray = final_calls(
-            slots, end, transitions, self._final_snapshot, checks_when_cut=self._checks_when_cut
+        calls, rejections, dispatchable = final_calls(
+            slots,
+            end,
+            transitions,
+            self._final_snapshot,
+            response_rejections=self._response_rejections,
+            checks_when_cut=self._checks_when_cut,
         )
-        rejections = [*self._response_rejections, *slot_rejections, *stray]
-        ended = end is ResponseEnd.COMPLETE or end is ResponseEnd.INCOMPLETE
         for call_id, _, _ in self._final_snapshot or ():  # a call the final list claims and no slot has
             if isinstance(call_id, str) and call_id and all(slot.id != call_id for slot in slots):
                 self._refuse(call_id)
-        if not slots and end is not ResponseEnd.COMPLETE:
-            category = ErrorCategory.INCOMPLETE_RESPONSE if ended else ErrorCategory.TRUNCATED_STREAM
-            rejections.append(Rejection(None, None, category))
         self._result = AssemblyResult(
             state=_STATE_OF_END[end],
             finish_reasons=tuple(self._finish_reasons[choice] for choice in sorted(self._finish_reasons)),
             calls=tuple(calls),
             rejections=tuple(rejections),
             fragments=self._fragment_count,
-            dispatchable=end is ResponseEnd.COMPLETE and bool(calls) and not rejections,
+            dispatchable=dispatchable,
             _diagnostics=tuple(self._diagnostics),
             _overflow=tuple(self._overflow.items()),
             _decision_counts=tuple(by_decision.items()),

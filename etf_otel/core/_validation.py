@@ -4,7 +4,8 @@ Everything that can wait until the end of a response waits here, off the per-fra
 path: joining arguments, parsing them, finding duplicate ids, and counting transitions.
 A slot is rejected for each identity rejection it recorded, then for ``missing_id``,
 ``missing_name``, ``invalid_arguments``, ``duplicate_call_id`` and, when the response never
-ended properly, ``truncated_stream``.
+ended properly, ``truncated_stream``. A call that passed all of these inside a response that is
+not dispatchable is rejected with the response's blocking category: ``proposed`` means "may run".
 """
 
 from __future__ import annotations
@@ -67,41 +68,68 @@ def final_calls(
     transitions: dict[tuple[int, int], Counter[Transition]],
     final_snapshot: Sequence[CallSnapshot] | None = None,
     *,
+    response_rejections: Iterable[Rejection] = (),
     checks_when_cut: bool = True,
-) -> tuple[list[ToolCall], list[Rejection], list[Rejection]]:
-    """Validate each slot (in key order) into a call.
+) -> tuple[list[ToolCall], list[Rejection], bool]:
+    """Validate each slot (in key order) into a call, and decide whether the response is dispatchable.
 
-    Returns the calls, the rejections they carry, and the response-level rejections of the
-    final snapshot (a call it lists that no slot proposed).
+    Returns the calls, the rejections of the response, and whether it is dispatchable. The
+    rejections are what blocked it: ``response_rejections`` (fragments that belong to no slot),
+    then each call's own, then the final snapshot's (a call it lists that no slot proposed), then
+    the response's own when it has no slot and did not complete.
+
+    This is the one place the verdict vocabulary is decided: ``proposed`` only for the calls of
+    a dispatchable response. A call whose own checks passed inside a response that is not
+    dispatchable is ``rejected`` with the response's blocking category (its first rejection:
+    ``unknown_slot``, ``missing_index``, a sibling's category, ...).
     """
     duplicated = _duplicated_ids(slot.id for slot in slots)
     mismatched, stray = _final_snapshot_check(slots, final_snapshot)
     end_category = _END_CATEGORY[end]
     checks = checks_when_cut or end is ResponseEnd.COMPLETE or end is ResponseEnd.INCOMPLETE
-    calls: list[ToolCall] = []
-    rejections: list[Rejection] = []
+    judged: list[tuple[SlotState, str, dict[ErrorCategory, None]]] = []
+    rejections = list(response_rejections)
     for slot in slots:
         arguments, contradicted = resolved_arguments(slot)
         categories = dict(slot.categories) if slot.categories else {}
         if checks:
-            if slot.id is None and not slot.status & POSITIONAL:
-                categories[ErrorCategory.MISSING_ID] = None
-            if slot.name is None:
-                categories[ErrorCategory.MISSING_NAME] = None
-            if slot.room < 0 or not is_json_object(arguments):
-                categories[ErrorCategory.INVALID_ARGUMENTS] = None
-            if contradicted or (mismatched and slot.key in mismatched):
-                categories[ErrorCategory.SNAPSHOT_MISMATCH] = None
-            if slot.status & INCOMPLETE:
-                categories[ErrorCategory.INCOMPLETE_RESPONSE] = None
-            if duplicated and slot.id in duplicated:
-                categories[ErrorCategory.DUPLICATE_CALL_ID] = None
+            contradicted = contradicted or bool(mismatched and slot.key in mismatched)
+            _check(slot, arguments, categories, contradicted, bool(duplicated and slot.id in duplicated))
         if end_category is not None:
             categories[end_category] = None
         if categories:
             rejections.extend(Rejection(slot.choice, slot.index, category) for category in categories)
-        calls.append(_call(slot, arguments, categories, transitions))
-    return calls, rejections, [Rejection(None, None, ErrorCategory.SNAPSHOT_MISMATCH)] if stray else []
+        judged.append((slot, arguments, categories))
+    if stray:
+        rejections.append(Rejection(None, None, ErrorCategory.SNAPSHOT_MISMATCH))
+    if not slots and end_category is not None:  # nothing to carry the end's category but the response
+        rejections.append(Rejection(None, None, end_category))
+    dispatchable = end is ResponseEnd.COMPLETE and bool(slots) and not rejections
+    if rejections:  # then not dispatchable, and none of its calls is proposed
+        blocking = rejections[0].category
+        for _, _, categories in judged:
+            if not categories:
+                categories[blocking] = None
+    calls = [_call(slot, arguments, categories, transitions) for slot, arguments, categories in judged]
+    return calls, rejections, dispatchable
+
+
+def _check(
+    slot: SlotState, arguments: str, categories: dict[ErrorCategory, None], contradicted: bool, duplicated: bool
+) -> None:
+    """The assembly checks of one slot, added to ``categories`` in their documented order."""
+    if slot.id is None and not slot.status & POSITIONAL:
+        categories[ErrorCategory.MISSING_ID] = None
+    if slot.name is None:
+        categories[ErrorCategory.MISSING_NAME] = None
+    if slot.room < 0 or not is_json_object(arguments):
+        categories[ErrorCategory.INVALID_ARGUMENTS] = None
+    if contradicted:
+        categories[ErrorCategory.SNAPSHOT_MISMATCH] = None
+    if slot.status & INCOMPLETE:
+        categories[ErrorCategory.INCOMPLETE_RESPONSE] = None
+    if duplicated:
+        categories[ErrorCategory.DUPLICATE_CALL_ID] = None
 
 
 _END_CATEGORY: Final = {

@@ -164,13 +164,10 @@ class Telemetry:
             # The calls are children of the response span, itself a child of the current span:
             # one trace holds the response, its calls and (through links) their executions.
             response_context = trace.set_span_in_context(stream_span, parent)
-            blocked_by = result.rejections[0].category if result.rejections else None
             guard = _RECORDING_A_CALL
             for call in result.calls:
                 with guard:
-                    self._record_call(
-                        call, result.dispatchable, blocked_by, response_context, started_ns, ended_ns, base
-                    )
+                    self._record_call(call, result.dispatchable, response_context, started_ns, ended_ns, base)
         finally:
             stream_span.end(end_time=ended_ns)
             if conversation is not None:
@@ -181,7 +178,6 @@ class Telemetry:
         self,
         call: ToolCall,
         dispatchable: bool,
-        blocked_by: ErrorCategory | None,
         parent: Context | None,
         started_ns: int,
         ended_ns: int,
@@ -237,7 +233,7 @@ class Telemetry:
                             span.get_span_context() if span is not None else None,
                             dispatchable and call.verdict is _PROPOSED,
                             call.verdict,
-                            call.categories[0] if call.categories else blocked_by,
+                            call.categories[0] if call.categories else None,  # a blocked call has its response's
                             name,
                             hash(call.arguments),
                             arguments_value_hash(call.arguments) if self.guarding else None,

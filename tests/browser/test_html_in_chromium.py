@@ -104,8 +104,8 @@ def test_replay_page_lanes_verdicts_and_keyboard_focus(browser: Any, tmp_path: P
     verdicts = page.locator("[data-verdict]")
     assert verdicts.evaluate_all("(els) => els.map((e) => e.dataset.verdict)") == [
         "stream",
-        "proposed",
-        "proposed",
+        "rejected",  # valid, but its sibling's id_conflict blocks the response
+        "rejected",
         "rejected",
     ]
     for index in range(verdicts.count()):

@@ -144,7 +144,70 @@ def test_replay_piped_to_grep_finds_the_rejected_call_on_one_line(tmp_path: Path
 def test_on_a_terminal_the_same_table_is_drawn(tmp_path: Path) -> None:
     shown = in_terminal("replay", str(write_events(tmp_path / "r.jsonl", BROKEN)), columns=80)
     assert shown.returncode == 1 and "\t" not in shown.stdout
-    assert "│ rejected │" in shown.stdout and "┏" in shown.stdout
+    lines = shown.stdout.splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("choice")))
+    assert set(lines[header + 1]) == {"─"}, "a rule under the header"
+    assert lines[header + 2].split() == ["0", "0", "call-broken", "get_weather", "1", "rejected", "invalid_arguments"]
+
+
+# --- a terminal: no word is split; names whole or cut with a marker, only ids and arguments fold ----------
+
+WORDS = finished(
+    chunk(fragment(0, "call_9Rz3TqkA1b2C3d4E5f6G7h8", "get_weather", '{"city": "Par')),  # invalid_arguments
+    chunk(fragment(1, "call_Xq2Lm8Np4Rs6Tu0Vw2Yz4Ab", "search_flights", '{"from": "CDG"}')),  # blocked by it
+    chunk(fragment(2, "call_Hk5", "lookup_order", "{}")),
+    chunk(fragment(2, "call_Hk6")),  # id_conflict
+)
+NAMES = ("get_weather", "search_flights", "lookup_order")
+CATEGORIES = ("invalid_arguments", "id_conflict")
+
+
+def split_words(out: str, words: tuple[str, ...]) -> list[str]:
+    """Tokens of ``out`` that begin one of ``words`` but are not the word: the first piece of a split word
+    (a prefix cut with ``…`` is one token, and does not begin the word with its marker)."""
+    pieces = []
+    for token in out.split():
+        for word in words:
+            if token != word and len(token) >= 3 and word.startswith(token):
+                pieces.append(token)
+    return pieces
+
+
+def whole_on_one_line(out: str, word: str) -> bool:
+    return any(word in line.split() for line in out.splitlines())
+
+
+def test_on_an_80_column_terminal_names_and_categories_are_whole_on_one_line(tmp_path: Path) -> None:
+    shown = in_terminal("replay", str(write_events(tmp_path / "r.jsonl", WORDS)), columns=80)
+    assert (shown.returncode, shown.stderr) == (1, "")
+    out = shown.stdout
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for word in (*NAMES, *CATEGORIES, "rejected", "categories", "fragments"):
+        assert whole_on_one_line(out, word), (word, out)
+    assert split_words(out, (*NAMES, *CATEGORIES)) == [], out
+    row = next(line for line in out.splitlines() if "search_flights" in line).split()
+    assert row[-3:] == ["1", "rejected", "invalid_arguments"]  # its sibling's category, whole, on its row
+
+
+@pytest.mark.parametrize(
+    ("args", "columns"),
+    [((), 60), ((), 40), (("--show-arguments",), 80), (("--assembler", "reference"), 80)],
+    ids=["60-columns", "40-columns", "arguments", "assembler"],
+)
+def test_narrower_tables_cut_names_with_a_marker_and_never_split_a_word(
+    args: tuple[str, ...], columns: int, tmp_path: Path
+) -> None:
+    shown = in_terminal("replay", str(write_events(tmp_path / "r.jsonl", WORDS)), *args, columns=columns)
+    assert (shown.returncode, shown.stderr) == (1, "")
+    out = shown.stdout
+    table = out.split("stream:")[0] if not args else out.split("rules:")[0] if "--assembler" in args else out
+    assert max(len(line) for line in table.splitlines()) <= columns
+    assert split_words(out, (*NAMES, *CATEGORIES)) == [], out
+    for word in NAMES:  # every name is there, whole or as a prefix cut with a marker
+        assert any(token == word or (token.endswith("…") and word.startswith(token[:-1])) for token in out.split()), (
+            word,
+            out,
+        )
 
 
 def test_demo_piped_to_head_exits_by_its_verdict() -> None:

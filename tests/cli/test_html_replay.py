@@ -61,7 +61,11 @@ def test_the_parallel_recording_has_every_lane_verdict_and_the_rejected_category
     lanes = [attrs["data-lane"] for _, attrs in found if attrs.get("role") == "group"]
     assert lanes == ["response", *(f"choice 0 \u00b7 tool_calls[{i}]" for i in range(3))]
     verdicts = [attrs["data-verdict"] for _, attrs in found if "data-verdict" in attrs]
-    assert verdicts == ["stream", "proposed", "proposed", "rejected"]
+    # The two valid calls are rejected too: their sibling's id_conflict blocks the response.
+    assert verdicts == ["stream", "rejected", "rejected", "rejected"]
+    assert document.count("\u2715 rejected") == 3 and "proposed</span>" not in document
+    assert document.count('<div class="muted">id_conflict (response blocked)</div>') == 2  # the siblings'
+    assert document.count('<div class="muted">id_conflict</div>') == 1  # its own
     rejected = [attrs for _, attrs in found if attrs.get("data-kind") == "reject"]
     assert [(attrs["data-category"], attrs["data-fragment"]) for attrs in rejected] == [("id_conflict", "8")]
     assert ">id_conflict</span>" in document  # the category is written, not only coloured

@@ -163,7 +163,9 @@ def test_the_final_snapshot_is_a_cross_check_by_id_name_and_arguments() -> None:
     slots.final_snapshot([("call-1", "f", '{"a": 1}'), ("call-2", "other", "{}"), ("call-x", "h", "{}")])
     result = slots.finish()
     verdicts = {call.id: call.categories for call in result.calls}
-    assert verdicts == {"call-1": (), "call-2": (E.SNAPSHOT_MISMATCH,), "call-3": (E.SNAPSHOT_MISMATCH,)}
+    # call-1 agrees with the list, but the response is blocked: it is rejected with the blocking category.
+    assert verdicts == dict.fromkeys(("call-1", "call-2", "call-3"), (E.SNAPSHOT_MISMATCH,))
+    assert [r.index for r in result.rejections] == [1, 2, None]  # the causes: call-1 blocked no one
     assert any(r.index is None and r.category is E.SNAPSHOT_MISMATCH for r in result.rejections)
 
 
@@ -346,10 +348,11 @@ def test_slots_live_in_scopes_and_take_arguments_an_adapter_assembled() -> None:
     slots.end()
     result = slots.finish()
     assert [(c.choice, c.index, c.arguments, c.categories) for c in result.calls] == [
-        (1, 0, '{"a":1}', ()),
+        (1, 0, '{"a":1}', (E.INVALID_ARGUMENTS,)),  # valid itself: its siblings block the response
         (1, 1, "", (E.INVALID_ARGUMENTS,)),
         (1, 2, "", (E.INVALID_ARGUMENTS,)),
     ]
+    assert [r.index for r in result.rejections] == [1, 2]  # the causes
     assert result.fragments == 3  # neither assembled arguments nor positional identity is a fragment
 
 
@@ -364,7 +367,9 @@ def test_a_positional_slot_needs_no_id_and_counts_its_transition_once() -> None:
     slots.assembled(1, "{}")
     slots.end()
     result = slots.finish()
-    assert [c.categories for c in result.calls] == [(), (E.MISSING_ID,)]  # the key is the first one's identity
+    # The key is the first one's identity; it is rejected only because its sibling blocks the response.
+    assert [c.categories for c in result.calls] == [(E.MISSING_ID,), (E.MISSING_ID,)]
+    assert [r.index for r in result.rejections] == [1]
     assert [c.transition_count(Transition.POSITIONAL) for c in result.calls] == [1, 0]
     assert (
         sum(

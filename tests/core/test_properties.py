@@ -280,9 +280,13 @@ def run(scenario: Scenario) -> AssemblyResult:
 
 
 def assert_dispatchable_invariants(result: AssemblyResult) -> None:
-    """Dispatchable implies: every call proposed, with an id, a name and object arguments; ids unique."""
+    """Dispatchable implies: every call proposed, with an id, a name and object arguments; ids unique.
+
+    Not dispatchable implies: no call proposed, each rejected with at least one category.
+    """
     if not result.dispatchable:
         assert result.proposals == ()
+        assert all(call.verdict is Verdict.REJECTED and call.categories for call in result.calls)
         return
     assert result.state is StreamState.COMPLETED
     assert result.rejections == ()
@@ -314,9 +318,17 @@ def test_assembly_matches_the_spec_model(scenario: Scenario) -> None:
         want = expected[call.choice, call.index]
         assert call.id == want.id
         assert call.name == want.name
-        assert set(call.categories) == want.categories
-        assert call.verdict is (Verdict.REJECTED if want.categories else Verdict.PROPOSED)
+        if want.categories or dispatchable:
+            assert set(call.categories) == want.categories
+        else:  # its own checks passed, but the response is blocked: rejected with the blocking category
+            assert call.categories == (result.rejections[0].category,)
+        assert call.verdict is (Verdict.PROPOSED if dispatchable else Verdict.REJECTED)
         assert call.fragments == len(scenario.slots[call.choice, call.index])
+    if (
+        result.rejections and result.calls
+    ):  # the blocking category: a fragment of no slot's, else the first rejected slot's
+        first_rejected = next((expected[key].categories for key in sorted(expected) if expected[key].categories), set())
+        assert result.rejections[0].category in ({E.MISSING_INDEX} if scenario.unindexed else first_rejected)
     wanted_rejections: set[tuple[int | None, int | None, ErrorCategory]] = {
         (key[0], key[1], category) for key, call in expected.items() for category in call.categories
     }

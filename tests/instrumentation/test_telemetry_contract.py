@@ -578,12 +578,15 @@ def test_unknown_slot_fails_the_response_span_and_is_an_identity_error(captured:
     stray = [{"delta": 3, "text": '{"x": 1}'}, *lifecycle_call(0, "call-1"), {"delta": 0, "text": "}"}]
     _consume(instrumentation.stream(iter([*stray, {"end": "complete"}]), protocol=LIFECYCLE_TEST))
     (response,) = captured.spans("assemble_response")
-    assert (response.attributes or {})["error.type"] == "unknown_slot"  # merged nowhere: no call span carries it
+    assert (response.attributes or {})["error.type"] == "unknown_slot"  # merged nowhere: it blocks the response
     assert (response.attributes or {})["etf.stream.dispatchable"] is False
     assert response.status.status_code is StatusCode.ERROR
     (call,) = captured.spans("assemble_tool_call")
-    assert (call.attributes or {})["etf.tool_call.verdict"] == "proposed"  # blocked by its response, not rejected
-    assert "error.type" not in (call.attributes or {})
+    # Its own checks passed, but its response is blocked: rejected with the response's blocking category.
+    assert (call.attributes or {})["etf.tool_call.verdict"] == "rejected"
+    assert (call.attributes or {})["etf.tool_call.categories"] == ("unknown_slot",)
+    assert (call.attributes or {})["error.type"] == "unknown_slot"
+    assert call.status.status_code is StatusCode.ERROR
     assert captured.metrics()["etf.tool_call.identity_errors"] == [
         (
             {
@@ -616,10 +619,13 @@ def test_snapshot_mismatch_fails_the_call_or_the_response_it_belongs_to(captured
     assert contradicted_call.status.status_code is StatusCode.ERROR
     assert "error.type" not in (first.attributes or {})  # the call's category stays on the call span
     assert (first.attributes or {})["etf.stream.dispatchable"] is False
-    assert "error.type" not in (listed_call.attributes or {})
     assert (second.attributes or {})["error.type"] == "snapshot_mismatch"  # a listed call no slot proposed
     assert second.status.status_code is StatusCode.ERROR
-    assert captured.metric_sum("etf.tool_calls", etf__tool_call__verdict="rejected") == 1
+    # call-1 agrees with the list, but the stray entry blocks its response: rejected with that category.
+    assert (listed_call.attributes or {})["etf.tool_call.verdict"] == "rejected"
+    assert (listed_call.attributes or {})["error.type"] == "snapshot_mismatch"
+    assert captured.metric_sum("etf.tool_calls", etf__tool_call__verdict="rejected") == 2
+    assert captured.metric_sum("etf.tool_calls", etf__tool_call__verdict="proposed") == 0
     assert "etf.integrity.violations" not in captured.metrics()
 
 

@@ -293,3 +293,5 @@ def test_arbitrary_json_shaped_events_never_raise_and_a_dispatchable_response_is
         assert all(isinstance(id_, str) and id_ for id_ in ids) and len(set(ids)) == len(ids)
         assert all(call.proposed and isinstance(call.name, str) for call in result.calls)
         assert all(isinstance(json.loads(call.arguments), dict) for call in result.calls)
+    else:
+        assert not any(call.proposed for call in result.calls)

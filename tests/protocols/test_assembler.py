@@ -60,9 +60,10 @@ def test_null_on_a_new_index_does_not_borrow_the_neighbours_id() -> None:
         )
     )
     first, second = result.calls
-    assert first.id == "call-a" and first.verdict is Verdict.PROPOSED
     assert second.id is None and second.categories == (E.INITIAL_NULL, E.MISSING_ID)
     assert not result.dispatchable
+    # The first call keeps its own id; its checks passed, but its sibling blocks the response.
+    assert first.id == "call-a" and first.verdict is Verdict.REJECTED and first.categories == (E.INITIAL_NULL,)
 
 
 def test_conflicting_id_is_rejected_and_the_established_id_kept() -> None:

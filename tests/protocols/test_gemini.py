@@ -115,13 +115,17 @@ def test_what_a_part_is_when_no_streamed_call_is_open(part: dict[str, Any], expe
 
 def test_a_continuation_after_a_whole_call_is_unknown_slot_and_blocks_the_response() -> None:
     result = run(stream(chunk(call("f", {"a": 1})), chunk(call())))
-    assert summary(result) == [(0, 0, None, "f", '{"a":1}', ())]
+    # The call is whole, but the stray continuation blocks the response: rejected with its category.
+    assert summary(result) == [(0, 0, None, "f", '{"a":1}', ("unknown_slot",))]
     assert categories(result) == {"unknown_slot"} and not result.dispatchable
 
 
 def test_a_nameless_part_after_a_whole_call_is_a_new_call_never_its_update() -> None:
     result = run(stream(chunk(call("f", {})), chunk(call(args={"a": 1}))))
-    assert summary(result) == [(0, 0, None, "f", "{}", ()), (0, 1, None, None, '{"a":1}', ("missing_name",))]
+    assert summary(result) == [
+        (0, 0, None, "f", "{}", ("missing_name",)),  # whole itself, blocked by the nameless one
+        (0, 1, None, None, '{"a":1}', ("missing_name",)),
+    ]
     assert not result.dispatchable
 
 
@@ -149,7 +153,7 @@ def test_the_last_partial_args_part_may_close_the_call_itself() -> None:
         chunk(call()),  # nothing open any more
     )
     result = run(events)
-    assert summary(result) == [(0, 0, None, "f", '{"n":2}', ())]
+    assert summary(result) == [(0, 0, None, "f", '{"n":2}', ("unknown_slot",))]  # whole, but blocked
     assert categories(result) == {"unknown_slot"}
 
 
@@ -196,7 +200,7 @@ def test_a_candidate_index_that_is_no_non_negative_integer_is_missing_index(inde
     result = run(
         [chunk(call("f", {}), index=0), chunk(call("g", {}), call("h", {}), index=index), chunk(finish_reason="STOP")]
     )
-    assert summary(result) == [(0, 0, None, "f", "{}", ())]
+    assert summary(result) == [(0, 0, None, "f", "{}", ("missing_index",))]  # valid, but blocked
     assert categories(result) == {"missing_index"} and not result.dispatchable
     assert result.fragments == 3  # both calls of the bad candidate were counted
 
@@ -289,8 +293,8 @@ def test_ids_establish_and_a_different_id_on_the_same_streamed_call_is_id_confli
 
 def test_id_mode_an_id_less_sibling_is_missing_id() -> None:
     result = run(stream(chunk(call("f", {}, id="c1")), chunk(call("g", {}))))
-    assert summary(result) == [(0, 0, "c1", "f", "{}", ()), (0, 1, None, "g", "{}", ("missing_id",))]
-    assert not result.dispatchable  # one bad call blocks its siblings
+    assert summary(result) == [(0, 0, "c1", "f", "{}", ("missing_id",)), (0, 1, None, "g", "{}", ("missing_id",))]
+    assert not result.dispatchable  # one bad call blocks its siblings: c1 is rejected with its category
     assert all(call.transition_count(Transition.POSITIONAL) == 0 for call in result.calls)
 
 

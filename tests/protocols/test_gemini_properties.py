@@ -121,6 +121,7 @@ def test_the_calls_are_what_the_scenario_sent(scenario: tuple[list[Any], list[Ca
         positional = [c.transition_count(Transition.POSITIONAL) for c in result.calls]
         assert positional == [0 if call_id else 1 for call_id in ids]
     assert result.dispatchable == (end == "STOP" and bool(planned))
+    assert all(call.proposed is result.dispatchable for call in result.calls)  # proposed means "may run"
 
 
 _KEYS = (
@@ -166,3 +167,5 @@ def test_arbitrary_json_never_raises_and_a_dispatchable_response_is_whole(events
         assert result.state is StreamState.COMPLETED and result.rejections == ()
         for proposal in result.calls:
             assert proposal.proposed and proposal.name and isinstance(json.loads(proposal.arguments), dict)
+    else:
+        assert not any(call.proposed for call in result.calls)

@@ -14,7 +14,7 @@ import pytest
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from etf_otel import AssemblyResult, ErrorCategory, IdentityRules, StreamState, Transition
+from etf_otel import AssemblyResult, ErrorCategory, IdentityRules, StreamState, Transition, Verdict
 from etf_otel.core._identity import CompatibilityRule
 from etf_otel.core._lifecycle import LifecycleSlots
 from etf_otel.protocols import PROTOCOLS, RESPONSES, detect, get
@@ -271,8 +271,10 @@ def test_a_call_id_changed_in_the_terminal_output_is_a_snapshot_mismatch() -> No
 def test_a_terminal_output_listing_a_call_never_streamed_is_a_snapshot_mismatch() -> None:
     output = [function_call("call_a", "f", '{"a":1}'), function_call("call_ghost", "g", "{}")]
     result = run(stream(call(0, "call_a"), end=completed(output)))
-    assert result.calls[0].categories == ()
     assert [(r.index, r.category) for r in result.rejections] == [(None, E.SNAPSHOT_MISMATCH)]
+    # call_a agrees with the list, but the response is blocked: rejected with the blocking category.
+    assert result.calls[0].verdict is Verdict.REJECTED
+    assert result.calls[0].categories == (E.SNAPSHOT_MISMATCH,)
 
 
 @pytest.mark.parametrize("output", [[], None, "junk"], ids=["empty", "null", "string"])
@@ -323,8 +325,9 @@ def test_a_stray_delta_after_arguments_done_is_unknown_slot() -> None:
 )
 def test_events_for_a_closed_slot_are_unknown_slot(late: list[Any]) -> None:
     result = run(stream(call(0, "call_a"), *late))
-    assert result.calls[0].categories == ()
-    assert E.UNKNOWN_SLOT in result.categories
+    assert [(r.index, r.category) for r in result.rejections] == [(None, E.UNKNOWN_SLOT)]
+    assert not result.dispatchable
+    assert result.calls[0].verdict is Verdict.REJECTED and result.calls[0].categories == (E.UNKNOWN_SLOT,)
 
 
 @pytest.mark.parametrize(
@@ -341,8 +344,9 @@ def test_events_for_a_closed_slot_are_unknown_slot(late: list[Any]) -> None:
 )
 def test_function_call_events_that_name_no_slot_are_unknown_slot(event: Any) -> None:
     result = run(stream(call(0, "call_a"), event))
-    assert result.calls[0].proposed
     assert [(r.index, r.category) for r in result.rejections] == [(None, E.UNKNOWN_SLOT)]
+    # call_a's own checks passed, but the response is blocked: rejected with the blocking category.
+    assert result.calls[0].verdict is Verdict.REJECTED and result.calls[0].categories == (E.UNKNOWN_SLOT,)
 
 
 def test_an_item_id_that_is_the_alias_of_another_slot_makes_the_event_unattributable() -> None:
@@ -456,7 +460,8 @@ def test_an_item_with_status_incomplete_blocks_the_response() -> None:
     events = [call(0, "call_a"), added(1, call_id="call_b"), delta(1, '{"b":1}')]
     events += [item_done(1, call_id="call_b", arguments='{"b":1}', status="incomplete")]
     result = run(stream(*events))
-    assert [c.categories for c in result.calls] == [(), (E.INCOMPLETE_RESPONSE,)]
+    assert [c.categories for c in result.calls] == [(E.INCOMPLETE_RESPONSE,), (E.INCOMPLETE_RESPONSE,)]
+    assert [(r.index, r.category) for r in result.rejections] == [(1, E.INCOMPLETE_RESPONSE)]  # the cause
     assert not result.dispatchable
 
 

@@ -272,7 +272,7 @@ class Model:
         return (
             dispatchable,
             self.unattributable,
-            [(index, c.id, c.arguments(), ended and valid(c)) for index, c in calls],
+            [(index, c.id, c.arguments(), dispatchable) for index, c in calls],  # proposed only if it may run
         )
 
 
@@ -443,3 +443,5 @@ def test_arbitrary_json_shaped_events_never_raise(events: list[Any], rules: set[
     assert assembler.finish() is result
     if result.dispatchable:
         assert all(call.proposed and call.id for call in result.calls)
+    else:
+        assert not any(call.proposed for call in result.calls)

@@ -108,16 +108,22 @@ def _verdict(lane: Lane, call: ToolCall | None, result: AssemblyResult) -> str:
             '<div data-verdict="blocked"><span class="pill bad">\u2715 blocks the response</span>'
             f'<div class="muted">{text(", ".join(blocking))}</div></div>'
         )
-    good = call.proposed and result.dispatchable
-    categories = ", ".join(category.value for category in call.categories)
-    if call.proposed and not result.dispatchable:
-        categories = "held: response blocked"
+    good = call.proposed  # only the calls of a dispatchable response are proposed
+    categories = _categories(call, result)
     word = ("\u2713 " if good else "\u2715 ") + call.verdict.value
     return (
         f'<div data-verdict="{call.verdict.value}" data-call="{call.choice}:{call.index}">'
         f'<span class="pill {_tone(good)}">{word}</span>'
         f'<div class="muted">{text(categories or "valid")}</div></div>'
     )
+
+
+def _categories(call: ToolCall, result: AssemblyResult) -> str:
+    """The call's categories; for a call rejected only because its response is blocked (no rejection
+    of the response is its own), the response's blocking category, said to be the response's."""
+    shown = ", ".join(category.value for category in call.categories)
+    own = any(r.choice == call.choice and r.index == call.index for r in result.rejections)
+    return shown if own or not call.categories else f"{shown} (response blocked)"
 
 
 def _tone(good: bool) -> str:
@@ -193,7 +199,7 @@ def _calls_table(result: AssemblyResult, protocol: WireProtocol, show_arguments:
         row = (
             f"<tr><td>{text(_lane_name(protocol, (call.choice, call.index)))}</td>"
             f"<td>{text(call.name or '')}</td><td><code>{text(call.id or '')}</code></td>"
-            f"<td>{call.verdict.value}</td><td>{text(', '.join(c.value for c in call.categories))}</td>"
+            f"<td>{call.verdict.value}</td><td>{text(_categories(call, result))}</td>"
             f'<td class="num">{call.fragments}</td><td class="num">{call.rejected_count}</td>'
             f"<td>{text(transitions)}</td>"
         )
