@@ -489,7 +489,8 @@ OPENING_CHUNKS = 1 + 4 * 2  # role, then each of the 4 calls: its opening chunk 
 
 
 def _memory_round(etf: Instrumentation, providers: Providers, inputs: list[list[Any]], trace: bool) -> dict[str, float]:
-    iterators = [iter(chunks) for chunks in inputs]
+    # Generators, like the SDKs' streams, have close(): the proxy offers close() only when the stream does.
+    iterators = [(chunk for chunk in chunks) for chunks in inputs]
     gc.collect()
     if trace:
         tracemalloc.start(1)

@@ -63,18 +63,18 @@ def _stage_methods(protocol: str) -> list[tuple[str, Any, str]]:
     from etf_otel.instrumentation._telemetry import Telemetry
     from etf_otel.integrations.anthropic._instrumentor import AnthropicInstrumentor
     from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor
-    from etf_otel.integrations.openai._responses import ResponsesWrappers
+    from etf_otel.integrations.openai._responses import ResponsesLinkage
     from etf_otel.protocols._anthropic_messages import AnthropicAssembler
     from etf_otel.protocols._chat_completions import ReferenceAssembler
     from etf_otel.protocols._responses import ResponsesAssembler
 
-    integration, assembler = {
-        "chat": (OpenAIInstrumentor, ReferenceAssembler),
-        "responses": (ResponsesWrappers, ResponsesAssembler),
-        "anthropic": (AnthropicInstrumentor, AnthropicAssembler),
+    integration, prepare, assembler = {
+        "chat": (OpenAIInstrumentor, "_prepare", ReferenceAssembler),
+        "responses": (ResponsesLinkage, "prepare", ResponsesAssembler),
+        "anthropic": (AnthropicInstrumentor, "_prepare", AnthropicAssembler),
     }[protocol]
     return [
-        ("request", integration, "_prepare"),
+        ("request", integration, prepare),
         ("stream setup", Instrumentation, "stream"),
         ("rules, per event", assembler, "feed"),
         ("validation", assembler, "finish"),

@@ -28,7 +28,9 @@ if TYPE_CHECKING:  # wrapt < 2.5 proxies are not subscriptable at run time
     _BaseObjectProxy = wrapt.BaseObjectProxy[Any]
 else:
     _ObjectProxy = wrapt.ObjectProxy
-    _BaseObjectProxy = wrapt.BaseObjectProxy  # no ``__iter__``: an async stream is not iterable
+    # No ``__iter__``: an async stream is not iterable. wrapt < 2 has no such base: there the async
+    # proxy answers ``hasattr(stream, "__iter__")`` with True (iterating it still raises TypeError).
+    _BaseObjectProxy = getattr(wrapt, "BaseObjectProxy", wrapt.ObjectProxy)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _Self = TypeVar("_Self")

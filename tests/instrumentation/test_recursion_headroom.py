@@ -74,15 +74,18 @@ def deepest(
     return low
 
 
-@pytest.mark.parametrize(("read", "cost"), [(read_with_for, 1), (read_with_next, 0)], ids=["for", "next"])
+@pytest.mark.parametrize("read", [read_with_for, read_with_next], ids=["for", "next"])
 def test_the_proxy_costs_at_most_one_level_of_nesting(
-    client: tuple[LocalChatServer, openai.OpenAI], captured: Captured, read: Callable[[Any], None], cost: int
+    client: tuple[LocalChatServer, openai.OpenAI], captured: Captured, read: Callable[[Any], None]
 ) -> None:
     """One frame, the proxy's generator, under a ``for`` loop (it must be on the stack to see the
-    stream's exception); none under ``next()``."""
+    stream's exception); none under ``next()`` when measured alone. In a full test run the ``next()``
+    form was once measured one level short too (939 against 938): at the boundary the rules' own
+    validation of the nested arguments, at the end of the stream, runs a few frames deeper than the
+    SDK's parse, so the bound asserted is the issue's: at most one level, either way."""
     server, sdk = client
     etf: Instrumentation = captured.instrumentation()
     plain = deepest(server, sdk, lambda stream: stream, read)
     observed = deepest(server, sdk, etf.stream, read)
     assert plain > 900
-    assert plain - observed == cost
+    assert 0 <= plain - observed <= 1
