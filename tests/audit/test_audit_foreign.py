@@ -352,3 +352,24 @@ def test_a_recording_given_to_audit_gets_a_hint_naming_replay(
     code = main(["audit", "--no-progress", str(path)])
     err = capsys.readouterr().err
     assert code == 2 and one_line(err) and "etf-otel replay" in err
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"id": "c", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant"}}]},
+        {"id": "resp_1", "object": "response", "status": "completed", "output": []},
+        {"id": "msg_1", "type": "message", "role": "assistant", "content": []},
+    ],
+    ids=["chat", "responses", "anthropic"],
+)
+@pytest.mark.parametrize("engine", ["python", "chdb"])
+def test_a_complete_body_given_to_audit_gets_the_hint_naming_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: dict[str, Any], engine: str
+) -> None:
+    """A pretty-printed response body (what ``replay`` now judges) is no trace export: one line naming replay."""
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps(body, indent=2))
+    code = main(["audit", "--no-progress", "--engine", engine, str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and one_line(err) and "check it with etf-otel replay" in err

@@ -142,6 +142,8 @@ def _requests_of_value(value: Any, stats: InputStats) -> Iterator[Any]:
             yield item
         elif any(key in item for key in _OTHER_SIGNALS):
             stats.skipped_records += 1
+        elif _recorded_object(item):
+            raise ValueError(RECORDING_HINT)
         else:
             raise ValueError("not an OTLP trace export (expected a JSON object with resourceSpans)")
 
@@ -223,10 +225,13 @@ def _read_file(
         raise OtlpInputError(f"{path}: compressed file ends unexpectedly (truncated gzip)") from None
 
 
-RECORDING_HINT = "a recorded stream, not an OTLP trace export: check it with etf-otel replay FILE"
+RECORDING_HINT = (
+    "a recorded response (a stream or a complete body), not an OTLP trace export: check it with etf-otel replay FILE"
+)
 """The reason given for a recording passed to ``audit`` (``replay`` is the command that reads recordings)."""
-_STREAM_KEYS = ("choices", "delta", "type")
-"""Keys of a streamed event's object (Chat Completions, Responses, Anthropic), never of a trace export."""
+_STREAM_KEYS = ("choices", "delta", "type", "object", "candidates")
+"""Keys of a streamed event or a complete body (Chat Completions, Responses, Anthropic, Gemini), never of
+a trace export."""
 
 
 def _recorded_stream(first: bytes, value: object) -> bool:
@@ -236,6 +241,11 @@ def _recorded_stream(first: bytes, value: object) -> bool:
         return True
     if value == "[DONE]":
         return True
+    return _recorded_object(value)
+
+
+def _recorded_object(value: object) -> bool:
+    """Whether a decoded JSON value is a wire event or a complete response body rather than traces."""
     return isinstance(value, dict) and "resourceSpans" not in value and any(key in value for key in _STREAM_KEYS)
 
 
