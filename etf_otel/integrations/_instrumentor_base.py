@@ -151,8 +151,16 @@ class Prepared:
     """The Responses API's fingerprint of the request's input."""
     ambiguous: bool = False
     """It carried results whose evidence pointed to no single response (``etf.linkage.ambiguous``)."""
-    observed: bool = False
+    taken: bool = False
     """Its response was handed to the instrumentor once already (:mod:`etf_otel.integrations._sdk_hooks`)."""
+
+    def observe_parsed(self, instrumentation: Instrumentation, parsed: Any, is_stream: bool) -> Any:
+        """What the application gets for the SDK's ``parsed`` response: a stream observed (:meth:`observe`),
+        a complete body recorded (:meth:`record`) and returned as it is."""
+        if is_stream:
+            return self.observe(instrumentation, parsed)
+        self.record(instrumentation, parsed)
+        return parsed
 
     def observe(self, instrumentation: Instrumentation, stream: Any) -> Any:
         """``stream`` observed as this request decided (``Instrumentation.stream``)."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -41,7 +41,7 @@ import wrapt
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.integrations._instrumentor_base import Method, Prepared, remove_own_wrapper
 
-__all__ = ["SdkHooks", "request_options"]
+__all__ = ["SdkHooks", "request_body", "request_options", "request_route"]
 
 _pending: ContextVar[Prepared | None] = ContextVar("etf_otel_pending_response", default=None)
 _later: weakref.WeakKeyDictionary[Any, Prepared] = weakref.WeakKeyDictionary()
@@ -57,6 +57,21 @@ Observe = Callable[[Any, Prepared, bool], Any]
 def request_options(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The ``options`` argument of ``request(cast_to, options, ...)``."""
     return args[1] if len(args) > 1 else kwargs.get("options")
+
+
+def request_route(options: Any) -> tuple[str, str] | None:
+    """``(method, path)`` of a request's options (the query left out), ``None`` when it names no URL."""
+    url = getattr(options, "url", None)
+    if not isinstance(url, str):
+        return None
+    method = getattr(options, "method", None)
+    return (method if isinstance(method, str) else "", url.split("?", 1)[0].rstrip("/"))
+
+
+def request_body(options: Any) -> Mapping[str, Any]:
+    """The JSON body of a request as the SDK will send it (after its own transformation)."""
+    body = getattr(options, "json_data", None)
+    return body if isinstance(body, Mapping) else {}
 
 
 @dataclass
@@ -143,7 +158,7 @@ class SdkHooks:
     @staticmethod
     def _parsed_later(result: Any, prepared: Prepared) -> Any:
         """Remember the decision on a response the application will parse itself (raw, streaming)."""
-        if not prepared.observed:
+        if not prepared.taken:
             with internal_errors_swallowed("remembering a response to observe"), _later_lock:
                 _later[result] = prepared
         return result
@@ -160,9 +175,9 @@ class SdkHooks:
                 prepared = _later.pop(instance, None)
             if prepared is None:
                 prepared = _pending.get()
-        if prepared is None or prepared.observed:
+        if prepared is None or prepared.taken:
             return parsed
-        prepared.observed = True
+        prepared.taken = True
         with internal_errors_swallowed(f"observing a {self.sdk} response"):
             return self.observe(parsed, prepared, isinstance(parsed, self._stream_types))
         return parsed

@@ -41,7 +41,7 @@ fails with ``tool_use ids were found without tool_result blocks immediately afte
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
@@ -55,7 +55,7 @@ from etf_otel.integrations._instrumentor_base import (
     instrumented,
     rejected_by,
 )
-from etf_otel.integrations._sdk_hooks import SdkHooks
+from etf_otel.integrations._sdk_hooks import SdkHooks, request_body, request_route
 from etf_otel.protocols import ANTHROPIC_MESSAGES, field
 
 if TYPE_CHECKING:
@@ -131,19 +131,14 @@ class AnthropicInstrumentor(ClientInstrumentor):
 
     def _prepare(self, client: Any, options: Any) -> Prepared | None:
         """The decision for one request of ``client``; ``None`` for anything but ``POST /v1/messages``."""
-        url = getattr(options, "url", None)
-        if (
-            self._instrumentation is None
-            or not isinstance(url, str)
-            or not url.split("?", 1)[0].rstrip("/").endswith(_MESSAGES_PATH)
-            or getattr(options, "method", None) != "post"
-            or _disabled()
-        ):
+        route = request_route(options)
+        if self._instrumentation is None or route is None or _disabled():
             return None
-        body = getattr(options, "json_data", None)
-        messages = body.get("messages") if isinstance(body, Mapping) else None
+        method, path = route
+        if method != "post" or not path.endswith(_MESSAGES_PATH):
+            return None
         provider = self._provider_override or provider_of_client(client)
-        linked = self._conversations.link(messages)
+        linked = self._conversations.link(request_body(options).get("messages"))
         return Prepared(
             provider, linked.conversation, linked.result_ids, ANTHROPIC_MESSAGES, ambiguous=linked.ambiguous
         )
@@ -151,12 +146,7 @@ class AnthropicInstrumentor(ClientInstrumentor):
     def _observe(self, parsed: Any, prepared: Prepared, is_stream: bool) -> Any:
         """What the application gets for ``parsed``: a stream observed, a ``Message`` recorded and returned."""
         instrumentation = self._instrumentation
-        if instrumentation is None:
-            return parsed
-        if is_stream:
-            return prepared.observe(instrumentation, parsed)
-        prepared.record(instrumentation, parsed)
-        return parsed
+        return parsed if instrumentation is None else prepared.observe_parsed(instrumentation, parsed, is_stream)
 
 
 def _checked_version() -> bool:

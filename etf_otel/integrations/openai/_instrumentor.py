@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
@@ -59,7 +59,7 @@ from etf_otel.integrations._instrumentor_base import (
     instrumented,
     rejected_by,
 )
-from etf_otel.integrations._sdk_hooks import SdkHooks
+from etf_otel.integrations._sdk_hooks import SdkHooks, request_body, request_route
 from etf_otel.integrations.openai._responses import ResponsesLinkage
 from etf_otel.protocols import CHAT_COMPLETIONS, RESPONSES, field
 from etf_otel.protocols._chat_completions import DONE
@@ -178,16 +178,14 @@ class OpenAIInstrumentor(ClientInstrumentor):
 
         Runs for every request the client makes: anything but the two model paths returns at once.
         """
-        url = getattr(options, "url", None)
-        if self._instrumentation is None or not isinstance(url, str):
+        route = request_route(options)
+        if self._instrumentation is None or route is None:
             return None
-        path = url.split("?", 1)[0].rstrip("/")
-        method = getattr(options, "method", None)
+        method, path = route
         if path.endswith(_CHAT_PATH):
             if method != "post":
                 return None  # stored completions (GET /chat/completions/...) are read back, not answers
-            body = _body(options)
-            linked = self._conversations.link(body.get("messages"))
+            linked = self._conversations.link(request_body(options).get("messages"))
             return Prepared(
                 self._provider_of(client), linked.conversation, linked.result_ids, ambiguous=linked.ambiguous
             )
@@ -195,7 +193,7 @@ class OpenAIInstrumentor(ClientInstrumentor):
         if responses is None:
             return None
         if path.endswith(_RESPONSES_PATH) and method == "post":
-            return responses.prepare(self._provider_of(client), _body(options))
+            return responses.prepare(self._provider_of(client), request_body(options))
         if method == "get" and path.rsplit("/", 2)[-2:-1] == [_RESPONSES_PATH[1:]]:
             query = getattr(options, "params", None)
             return responses.prepare_replay(self._provider_of(client), query if isinstance(query, dict) else {})
@@ -209,20 +207,11 @@ class OpenAIInstrumentor(ClientInstrumentor):
         if prepared.protocol is RESPONSES:
             responses = self._responses
             return parsed if responses is None else responses.observe(parsed, prepared, is_stream)
-        if not is_stream:
-            prepared.record(instrumentation, parsed)
-            return parsed
-        observed = prepared.observe(instrumentation, parsed)
-        observer = observer_of(observed)
+        observed = prepared.observe_parsed(instrumentation, parsed, is_stream)
+        observer = observer_of(observed) if is_stream else None
         if observer is not None:
             feed_done_at_sentinel(parsed, observer)
         return observed
-
-
-def _body(options: Any) -> Mapping[str, Any]:
-    """The JSON body of a request as the SDK will send it (after its own transformation)."""
-    body = getattr(options, "json_data", None)
-    return body if isinstance(body, Mapping) else {}
 
 
 def _sentinel_seen(feed_done: Callable[[], None]) -> None:
