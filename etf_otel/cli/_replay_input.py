@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Final
 
 from etf_otel import protocols
 from etf_otel.errors import RecordingError
@@ -91,13 +90,9 @@ def _body(label: str, document: object, name: str | None) -> Recording:
     events = found.body_events(document)
     if events is not None:
         return Recording(found, events, document)
-    if found.body_events is _JUDGES_NO_BODY:
+    if not found.judges_bodies:
         raise RecordingError(f"{label}: {description}, not a stream: {found.name} judges streamed responses only")
     raise RecordingError(f"{label}: {description} that has not ended (a background response): nothing to judge")
-
-
-_JUDGES_NO_BODY: Final = WireProtocol.__dataclass_fields__["body_events"].default
-"""The ``body_events`` of a protocol that describes no complete body (a registered one may not)."""
 
 
 def _whole_document(data: bytes) -> object:

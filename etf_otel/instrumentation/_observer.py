@@ -28,6 +28,7 @@ from etf_otel.instrumentation._span_attributes import bounded
 from etf_otel.instrumentation._telemetry import Telemetry
 from etf_otel.protocols import CHAT_COMPLETIONS, StreamAssembler, WireProtocol
 from etf_otel.protocols import get as get_protocol
+from etf_otel.protocols._bodies import assemble_whole
 
 __all__ = ["CLOSED", "EOF", "ERROR", "ResponseObserver", "observe_failed"]
 
@@ -152,15 +153,18 @@ class ResponseObserver:
             return result
         return None
 
-    def finish_judged(self, result: AssemblyResult) -> None:
-        """Report a response judged whole (a complete body, :func:`~etf_otel.protocols._bodies.judge_body`)
-        once, instead of the events this observer was fed: nothing was streamed."""
+    def finish_whole(self, events: Sequence[object]) -> AssemblyResult | None:
+        """Judge and report, once, a complete body given as the events it would have streamed as
+        (:attr:`WireProtocol.body_events`), through this observer's own adapter: nothing was streamed."""
         with self._lock:
             if self._done:
-                return
+                return None
             self._done = True
         with internal_errors_swallowed("reporting a response body"):
+            result = assemble_whole(self._assembler, events)
             self._report(result, result.state, streamed=False)
+            return result
+        return None
 
     def _report(self, result: AssemblyResult, state: StreamState, *, streamed: bool) -> None:
         self.telemetry.record_response(

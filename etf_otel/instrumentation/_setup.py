@@ -12,7 +12,6 @@ reach the application.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterable, Iterable, Sequence
 from typing import Any, TypeVar, cast, overload
 
@@ -32,7 +31,6 @@ from etf_otel.instrumentation._switches import _disabled, _suppressed
 from etf_otel.instrumentation._telemetry import Telemetry
 from etf_otel.protocols import CHAT_COMPLETIONS, WireProtocol
 from etf_otel.protocols import get as get_protocol
-from etf_otel.protocols._bodies import judge_body
 
 __all__ = ["Instrumentation"]
 
@@ -157,15 +155,14 @@ class Instrumentation:
             return None
         with internal_errors_swallowed("recording a response body"):
             wire = get_protocol(protocol)
-            result = judge_body(wire, body, self.rules, time.time_ns)
-            if result is None:
-                return None
+            events = wire.body_events(body)
+            if events is None:
+                return None  # checked before the observer settles anything
             observer = self.observer(
                 conversation, provider_name=provider_name, tool_message_ids=tool_message_ids, protocol=wire
             )
             observer.linkage_ambiguous = linkage_ambiguous
-            observer.finish_judged(result)
-            return result
+            return observer.finish_whole(events)
         return None
 
     # An assembler of the default shape.

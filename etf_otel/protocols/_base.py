@@ -177,6 +177,11 @@ class WireProtocol:
     ``None`` (the default): linkage by :attr:`result_ids`."""
 
     @property
+    def judges_bodies(self) -> bool:
+        """Whether it describes complete bodies (:attr:`body_events`); ``replay`` refuses one otherwise."""
+        return self.body_events is not _no_body_events
+
+    @property
     def heading(self) -> str:
         """:attr:`title`, or the name when it has none."""
         return self.title or self.name

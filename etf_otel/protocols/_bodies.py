@@ -16,14 +16,14 @@ are read through :func:`~etf_otel.protocols._base.field`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from etf_otel.core._identity import ABSENT, IdentityRules
 from etf_otel.core._results import AssemblyResult
-from etf_otel.protocols._base import WireProtocol, field
+from etf_otel.protocols._base import StreamAssembler, WireProtocol, field
 
-__all__ = ["anthropic_body_events", "chat_body_events", "judge_body", "responses_body_events"]
+__all__ = ["anthropic_body_events", "assemble_whole", "chat_body_events", "judge_body", "responses_body_events"]
 
 _DONE: Final = "[DONE]"
 _RESPONSE_ENDS: Final = {
@@ -126,9 +126,12 @@ def judge_body(
     The result carries no fragments, identity decisions or transitions: nothing was streamed.
     """
     events = protocol.body_events(body)
-    if events is None:
-        return None
-    assembler = protocol.assembler(rules=rules, clock=clock)
+    return None if events is None else assemble_whole(protocol.assembler(rules=rules, clock=clock), events)
+
+
+def assemble_whole(assembler: StreamAssembler, events: Sequence[object]) -> AssemblyResult:
+    """The result of a body's ``events`` (:attr:`WireProtocol.body_events`) through a fresh ``assembler``,
+    without what only a stream has: fragments, identity decisions, transitions."""
     for event in events:
         assembler.feed(event)
     result = assembler.finish()

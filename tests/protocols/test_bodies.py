@@ -268,3 +268,5 @@ def test_a_protocol_that_describes_no_body_judges_none() -> None:
         name="bare", assembler=CHAT_COMPLETIONS.assembler, recognizes=lambda event: False, result_ids=lambda r: None
     )
     assert judge_body(bare, chat("tool_calls", chat_call("a", "f", "{}")), RULES) is None
+    assert not bare.judges_bodies
+    assert CHAT_COMPLETIONS.judges_bodies and RESPONSES.judges_bodies and ANTHROPIC_MESSAGES.judges_bodies
