@@ -244,6 +244,8 @@ def test_a_chat_body_without_calls_or_finish_reason_is_complete() -> None:
 def test_a_failed_response_body_is_failed() -> None:
     result = judged(RESPONSES, response("failed", function_call("a", "f", "{}")))
     assert result.dispatchable is False
+    assert result.state is StreamState.FAILED
+    assert [call.verdict for call in result.calls] == [Verdict.REJECTED]
 
 
 @pytest.mark.parametrize(
