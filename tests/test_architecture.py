@@ -78,7 +78,8 @@ LIBRARY |= {"audit", "testing"}
 BASE_DEPENDENCIES = {"opentelemetry", "wrapt", "typing_extensions"}
 SDK_PACKAGES = ("opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry.proto")  # the cli extra's
 LAZY_DEPENDENCIES = {
-    "integrations": {"openai", "anthropic", "mcp", "langchain_core", "langchain_openai", "pydantic"},
+    "integrations": {"openai", "anthropic", "mcp", "langchain_core", "langchain_openai", "pydantic"}
+    | {"agents", "pydantic_ai", "langgraph", "litellm", "google"},  # the frameworks and google-genai
     "recordings": {"sseclient"},  # SSE text, with the cli extra; JSON lines need nothing
     "audit": {"chdb", "clickhouse_connect"},  # the SQL engines, each its own extra
 }
