@@ -19,7 +19,7 @@ from enum import Enum
 
 from etf_otel.core._results import ToolCall
 
-__all__ = ["AssembledCall", "DivergenceKind", "compare"]
+__all__ = ["AssembledCall", "DivergenceKind", "compare", "id_kind", "name_kind"]
 
 AssembledCall = tuple[object, object, object]
 """``(id, name, arguments)`` as a wrapped assembler produced them."""
@@ -38,7 +38,8 @@ class DivergenceKind(str, Enum):
     ASSEMBLER_RAISED = "assembler_raised"
 
 
-def _id_kind(rules_id: str | None, their_id: object) -> DivergenceKind | None:
+def id_kind(rules_id: str | None, their_id: object) -> DivergenceKind | None:
+    """How an id someone else used differs from the preserved one (``None``: it does not)."""
     if their_id == rules_id or (not their_id and rules_id is None):
         return None
     if rules_id is None:
@@ -50,7 +51,8 @@ def _id_kind(rules_id: str | None, their_id: object) -> DivergenceKind | None:
     return DivergenceKind.ID_REPLACED
 
 
-def _name_kind(rules_name: str | None, their_name: object) -> DivergenceKind | None:
+def name_kind(rules_name: str | None, their_name: object) -> DivergenceKind | None:
+    """How a name someone else used differs from the preserved one (``None``: it does not)."""
     if their_name == rules_name or (not their_name and rules_name is None):
         return None
     if isinstance(their_name, str) and rules_name and len(their_name) > len(rules_name) and rules_name in their_name:
@@ -76,7 +78,7 @@ def compare(rules: Sequence[ToolCall], theirs: Sequence[AssembledCall]) -> list[
     elif len(theirs) < len(rules):
         kinds.add(DivergenceKind.CALLS_MERGED)
     for ours, (their_id, their_name, their_arguments) in zip(rules, theirs, strict=False):
-        for kind in (_id_kind(ours.id, their_id), _name_kind(ours.name, their_name)):
+        for kind in (id_kind(ours.id, their_id), name_kind(ours.name, their_name)):
             if kind is not None:
                 kinds.add(kind)
         if _arguments_differ(ours.arguments, their_arguments):

@@ -14,6 +14,7 @@ is each call's canonical argument hash computed, once per call when its response
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from etf_otel.core._results import ToolCall
     from etf_otel.instrumentation._telemetry import Telemetry
 
-__all__ = ["LatestResponse", "OpenCall", "arguments_hash", "latest", "note", "track", "tracking", "untrack"]
+__all__ = ["LatestResponse", "OpenCall", "arguments_hash", "latest", "note", "setups", "track", "tracking", "untrack"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class LatestResponse:
 
 _LATEST: Final[ContextVar[LatestResponse | None]] = ContextVar("etf_otel_latest_response", default=None)
 _EMPTY_ARGUMENTS_HASH: Final = canonical_value_hash({})
+_SETUPS: Final[weakref.WeakSet[Telemetry]] = weakref.WeakSet()
 
 _users = 0
 _users_lock = threading.Lock()
@@ -82,6 +84,13 @@ def note(telemetry: Telemetry, calls: Iterable[ToolCall]) -> None:
             OpenCall(call.id, call.name, arguments_value_hash(call.arguments)) for call in calls if call.id is not None
         )
         _LATEST.set(LatestResponse(telemetry, ended))
+        _SETUPS.add(telemetry)
+
+
+def setups() -> list[Telemetry]:
+    """Every live setup that noted a response while tracked: where a call id is looked up from a
+    context that finalized no response (a framework running its tools in another task or thread)."""
+    return list(_SETUPS)
 
 
 def latest() -> LatestResponse | None:

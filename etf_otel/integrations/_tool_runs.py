@@ -1,0 +1,218 @@
+"""A tool run by an agent framework, recorded as an execution of the call the rules preserved.
+
+A framework (openai-agents, pydantic-ai, LangGraph, an SDK's automatic function calling)
+assembles the model's calls itself and runs them itself: the id, name and arguments it runs
+are its own assembly's, which may differ from what the rules preserved (docs/frameworks.md).
+:class:`ToolRuns` finds the proposal a run answers and records it:
+
+* **by id**: the preserved id the run carries, in the registry of the setup that finalized the
+  latest response in this context, else of any setup that finalized one (a framework may run
+  its tools in another task or thread than the one that read the stream);
+* **by content**: a run whose id no setup proposed is the call of the context's latest response
+  with the same name and argument value, when exactly one has them (the framework kept
+  another id than the rules, or made one up).
+
+The execution span carries the *preserved* id and links to the proposal; where the run
+differs from it the span gets one ``divergent_assembly`` event per kind (``etf.divergence.kind``:
+``id_replaced``, ``name_concatenated``, ``arguments_differ``...), which ``etf-otel audit``
+reports. The framework's own id is never recorded when no proposal has it (it may be one the
+rules refused). In guard mode a run that is not a valid proposal, or differs from it, is
+refused before it runs; the integration answers the refusal through the framework's own
+tool-error channel.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from etf_otel import attributes as A
+from etf_otel.core._divergence import DivergenceKind, id_kind, name_kind
+from etf_otel.core._linkage import Finding
+from etf_otel.core._vocabulary import ErrorCategory, Phase
+from etf_otel.errors import GuardRefusedError
+from etf_otel.instrumentation import _open_calls as open_calls
+from etf_otel.instrumentation._registry import ProposalRecord
+from etf_otel.instrumentation._safety import internal_errors_swallowed
+from etf_otel.instrumentation._setup import Instrumentation
+from etf_otel.instrumentation._switches import _suppressed
+from etf_otel.instrumentation._telemetry import Telemetry
+
+__all__ = ["Proposal", "RunningTool", "ToolRuns", "find_proposal"]
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """The proposal a framework's run answers, and how the run differs from it."""
+
+    call_id: str
+    record: ProposalRecord
+    telemetry: Telemetry
+    divergence: tuple[DivergenceKind, ...]
+
+
+def _record_by_id(call_id: str) -> tuple[ProposalRecord, Telemetry] | None:
+    latest = open_calls.latest()
+    candidates = ([latest.telemetry] if latest is not None else []) + open_calls.setups()
+    for telemetry in candidates:
+        record = telemetry.proposals.get(call_id)
+        if record is not None:
+            return record, telemetry
+    return None
+
+
+def _value_hash(call_id: str, record: ProposalRecord) -> int | None:
+    latest = open_calls.latest()
+    for call in latest.calls if latest is not None else ():
+        if call.call_id == call_id:
+            return call.value_hash
+    return record.value_hash
+
+
+def find_proposal(call_id: str | None, name: str | None, arguments: object) -> Proposal | None:
+    """The proposal a run of ``(call_id, name, arguments)`` answers (module docstring), ``None`` if none."""
+    handed = open_calls.arguments_hash(arguments)
+    if call_id:
+        found = _record_by_id(call_id)
+        if found is not None:
+            record, telemetry = found
+            kinds = [kind for kind in (name_kind(record.name, name),) if kind is not None]
+            proposed = _value_hash(call_id, record)
+            if proposed is not None and handed != proposed:
+                kinds.append(DivergenceKind.ARGUMENTS_DIFFER)
+            return Proposal(call_id, record, telemetry, tuple(kinds))
+    latest = open_calls.latest()
+    if latest is None or handed is None:
+        return None
+    same = [call.call_id for call in latest.calls if call.name == name and call.value_hash == handed]
+    if len(same) != 1:
+        return None
+    matched = latest.telemetry.proposals.get(same[0])
+    if matched is None:
+        return None
+    kind = id_kind(same[0], call_id)
+    return Proposal(same[0], matched, latest.telemetry, (kind,) if kind is not None else ())
+
+
+def _refusal(call_id: str | None, proposal: Proposal | None) -> ErrorCategory | None:
+    if proposal is None:
+        return ErrorCategory.MISSING_ID if not call_id else ErrorCategory.ORPHANED_RESULT
+    if not proposal.record.dispatchable:
+        return proposal.record.first_category or ErrorCategory.TRUNCATED_STREAM
+    if proposal.divergence:
+        return ErrorCategory.DIVERGENT_ASSEMBLY
+    return None
+
+
+class RunningTool:
+    """One framework tool run between its start and its end: its span (if any) and the guard's refusal."""
+
+    __slots__ = ("_name", "_span", "_started", "_telemetry", "_token", "refusal")
+
+    def __init__(self, telemetry: Telemetry, call_id: str | None, name: str | None, arguments: object, guard: bool):
+        self.refusal: ErrorCategory | None = None
+        self._span: trace.Span | None = None
+        self._token: object = None
+        self._name = name
+        self._telemetry = telemetry
+        self._started = time.perf_counter()
+        proposal: Proposal | None = None
+        try:
+            proposal = find_proposal(call_id, name, arguments)
+            if guard:
+                self.refusal = _refusal(call_id, proposal)
+        except Exception:
+            if guard:  # fail closed, as a tool host's guard does
+                self.refusal = ErrorCategory.ORPHANED_RESULT
+        if _suppressed():
+            return
+        with internal_errors_swallowed("starting a framework's tool run"):
+            self._start(proposal, call_id)
+
+    def _start(self, proposal: Proposal | None, call_id: str | None) -> None:
+        telemetry = proposal.telemetry if proposal is not None else self._telemetry
+        self._telemetry = telemetry
+        record = proposal.record if proposal is not None else None
+        preserved = proposal.call_id if proposal is not None else call_id
+        span = telemetry.start_execution(preserved, self._name, record, False)
+        self._span = span
+        self._token = otel_context.attach(trace.set_span_in_context(span))
+        if proposal is not None and proposal.divergence:
+            telemetry.record_divergence([kind.value for kind in proposal.divergence], span)
+        if self.refusal is not None:
+            span.set_attribute(A.ETF_GUARD_REFUSED, True)
+            if self.refusal.phase is Phase.LINKAGE:
+                telemetry.record_findings([Finding(self.refusal)], span)
+
+    def end(self, error: BaseException | None = None, result: object = None) -> None:
+        """The run ended (raised ``error``, or returned ``result``); a refused run ends with its refusal."""
+        span = self._span
+        if span is None:
+            return
+        self._span = None
+        with internal_errors_swallowed("ending a framework's tool run"):
+            otel_context.detach(self._token)  # type: ignore[arg-type]
+        with internal_errors_swallowed("ending a framework's tool run"):
+            refused = self.refusal.value if self.refusal is not None else None
+            self._telemetry.end_execution(span, self._name, self._started, error, result, error_type=refused)
+        if span.is_recording():  # end_execution failed before ending it
+            span.end()
+
+
+class ToolRuns:
+    """Records the tool runs of one framework integration (the setup its ``instrument()`` built)."""
+
+    def __init__(self, instrumentation: Instrumentation) -> None:
+        self._instrumentation = instrumentation
+        self._tracking = True
+        open_calls.track()  # each context's latest response is what a run is matched in
+        if instrumentation.guard:  # proposals keep the hash a guard compares parsed arguments with
+            instrumentation.telemetry.guarding = True
+
+    def close(self) -> None:
+        """The integration is uninstrumented: stop asking for each context's latest response."""
+        if self._tracking:
+            self._tracking = False
+            open_calls.untrack()
+
+    def start(self, call_id: str | None, name: str | None, arguments: object) -> RunningTool:
+        """A run is about to start: decide the guard and open its span. Never raises."""
+        setup = self._instrumentation
+        return RunningTool(setup.telemetry, call_id, name, arguments, setup.guard)
+
+    def run(self, call_id: str | None, name: str | None, arguments: object, run: Callable[[], _T]) -> _T:
+        """``run()`` recorded; raises :class:`GuardRefusedError` instead when the guard refuses it."""
+        running = self.start(call_id, name, arguments)
+        if running.refusal is not None:
+            running.end()
+            raise GuardRefusedError(running.refusal)
+        try:
+            result = run()
+        except BaseException as error:
+            running.end(error)
+            raise
+        running.end(None, result)
+        return result
+
+    async def arun(
+        self, call_id: str | None, name: str | None, arguments: object, run: Callable[[], Awaitable[_T]]
+    ) -> _T:
+        """:meth:`run` for a coroutine."""
+        running = self.start(call_id, name, arguments)
+        if running.refusal is not None:
+            running.end()
+            raise GuardRefusedError(running.refusal)
+        try:
+            result = await run()
+        except BaseException as error:
+            running.end(error)
+            raise
+        running.end(None, result)
+        return result

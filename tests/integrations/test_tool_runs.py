@@ -1,0 +1,130 @@
+"""A framework's tool run recorded as an execution of the preserved call (etf_otel.integrations._tool_runs).
+
+Proposals come from a real :class:`~etf_otel.instrumentation.Instrumentation` fed chunks; the runs
+are what a framework hands its tool: its own id, name and arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from etf_otel import attributes as A
+from etf_otel.errors import GuardRefusedError
+from etf_otel.instrumentation import _open_calls as open_calls
+from etf_otel.integrations._tool_runs import ToolRuns, find_proposal
+from tests.conftest import Captured
+from tests.integrations.test_mcp_instrumentor import _respond
+
+
+@pytest.fixture(autouse=True)
+def fresh_context() -> Iterator[None]:
+    token = open_calls._LATEST.set(None)
+    try:
+        yield
+    finally:
+        open_calls._LATEST.reset(token)
+
+
+def _divergence(span: object) -> list[object]:
+    return [
+        event.attributes.get(A.ETF_DIVERGENCE_KIND)
+        for event in span.events  # type: ignore[attr-defined]
+        if event.attributes is not None and A.ETF_DIVERGENCE_KIND in event.attributes
+    ]
+
+
+def _runs(captured: Captured, **config: object) -> ToolRuns:
+    return ToolRuns(captured.instrumentation(**config))
+
+
+def test_a_run_with_the_preserved_id_links_to_its_proposal(captured: Captured) -> None:
+    runs = _runs(captured)
+    etf = captured.instrumentation()
+    _respond(etf, [("call-a", "get_weather", '{"city": "Paris"}')])
+    assert runs.run("call-a", "get_weather", {"city": "Paris"}, lambda: "sunny") == "sunny"
+    span = captured.span("execute_tool get_weather")
+    proposal = captured.span("assemble_tool_call get_weather")
+    assert span.attributes[A.GEN_AI_TOOL_CALL_ID] == "call-a"
+    assert [link.context.span_id for link in span.links] == [proposal.context.span_id]
+    assert _divergence(span) == []
+    runs.close()
+
+
+def test_a_run_under_another_id_is_the_preserved_call_and_says_how_it_differs(captured: Captured) -> None:
+    runs = _runs(captured)
+    etf = captured.instrumentation()
+    _respond(etf, [("call-a", "get_weather", '{"city": "Paris"}'), ("call-b", "get_time", '{"tz": "UTC"}')])
+    runs.run("call_X9", "get_time", '{"tz":"UTC"}', lambda: None)  # what the framework kept: the last id
+    span = captured.span("execute_tool get_time")
+    assert span.attributes[A.GEN_AI_TOOL_CALL_ID] == "call-b"  # the preserved id, never the framework's
+    assert "call_X9" not in str(span.to_json())
+    assert _divergence(span) == ["id_replaced"]
+    assert find_proposal("call-bcall-b", "get_time", {"tz": "UTC"}).divergence[0].value == "id_concatenated"
+    runs.close()
+
+
+def test_a_run_whose_name_or_arguments_differ_by_the_same_id(captured: Captured) -> None:
+    runs = _runs(captured)
+    etf = captured.instrumentation()
+    _respond(etf, [("call-a", "get_weather", '{"city": "Paris"}')])
+    runs.run("call-a", "get_weatherget_weather", {"city": "Paris"}, lambda: None)
+    runs.run("call-a", "get_weather", {}, lambda: None)
+    first, second = captured.spans("execute_tool")
+    assert _divergence(first) == ["name_concatenated"] and _divergence(second) == ["arguments_differ"]
+    runs.close()
+
+
+def test_a_run_from_another_thread_finds_its_proposal_by_id(captured: Captured) -> None:
+    runs = _runs(captured)
+    _respond(captured.instrumentation(), [("call-a", "read", "{}")])
+    elsewhere = contextvars.Context()  # a tool node's context: it finalized no response
+    thread = threading.Thread(target=elsewhere.run, args=(runs.run, "call-a", "read", {}, lambda: None))
+    thread.start()
+    thread.join()
+    span = captured.span("execute_tool read")
+    assert span.attributes[A.GEN_AI_TOOL_CALL_ID] == "call-a" and len(span.links) == 1
+    runs.close()
+
+
+def test_an_unknown_run_records_no_id_and_no_link(captured: Captured) -> None:
+    runs = _runs(captured)
+    runs.run("call-zz", "read", {}, lambda: None)
+    span = captured.span("execute_tool read")
+    assert A.GEN_AI_TOOL_CALL_ID not in span.attributes and not span.links
+    runs.close()
+
+
+def test_guard_refuses_divergent_and_unknown_runs_before_they_run(captured: Captured) -> None:
+    runs = _runs(captured, guard=True)
+    _respond(captured.instrumentation(), [("call-a", "read", '{"page": 1}')])
+    ran: list[str] = []
+    with pytest.raises(GuardRefusedError) as refused:
+        runs.run("call_X9", "read", {"page": 1}, lambda: ran.append("x"))
+    assert refused.value.category.value == "divergent_assembly"
+    with pytest.raises(GuardRefusedError) as unknown:
+        runs.run("call-q", "read", {"page": 2}, lambda: ran.append("q"))
+    assert unknown.value.category.value == "orphaned_result"
+    assert runs.run("call-a", "read", '{"page":1}', lambda: ran.append("a")) is None
+    assert ran == ["a"]
+    spans = captured.spans("execute_tool")
+    assert [span.attributes.get(A.ETF_GUARD_REFUSED) for span in spans] == [True, True, None]
+    runs.close()
+
+
+def test_an_async_run_that_raises_is_recorded_failed_and_raises_unchanged(captured: Captured) -> None:
+    runs = _runs(captured)
+    _respond(captured.instrumentation(), [("call-a", "read", "{}")])
+
+    async def tool() -> None:
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError):
+        asyncio.run(runs.arun("call-a", "read", {}, tool))
+    span = captured.span("execute_tool read")
+    assert span.attributes[A.ERROR_TYPE] == "KeyError" and span.end_time is not None
+    runs.close()
