@@ -338,6 +338,20 @@ def test_a_conflicting_id_is_rejected_and_the_audit_reports_what_ran(
     assert kinds["recorded_violation"]["orphan_reasons"] == {"rejected_incoming_id": 1, "rejected_call": 1}
 
 
+def test_a_call_litellm_makes_inside_another_is_recorded_once(stack: Stack, server: LocalChatServer) -> None:
+    """``acompletion`` with fallbacks calls ``litellm.acompletion`` again after the first model fails."""
+    server.enqueue(Script(status=500), Script(events=chat_calls()))
+
+    async def call() -> list[Any]:
+        kwargs = kwargs_of(server, OPENAI, [{"role": "user", "content": "Weather?"}], stream=True)
+        response = await litellm.acompletion(**kwargs, fallbacks=["openai/y"])
+        return [chunk async for chunk in response]
+
+    assert len(asyncio.run(call())) == 4 and len(server.requests) == 2
+    (response,) = stack.responses()
+    assert response[A.ETF_STREAM_STATE] == "completed" and response["etf.stream.slots"] == 2
+
+
 def cut_stream(server: LocalChatServer, asynchronous: bool) -> BaseException:
     """A stream that ends (properly) before any finish reason: LiteLLM raises in the app's loop."""
     server.enqueue(Script(events=[C.chunk(C.fragment(0, "call_1", "get_weather", '{"city":', type="function"))]))
