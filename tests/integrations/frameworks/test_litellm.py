@@ -9,6 +9,7 @@ the model proposes two calls, the app answers each with a ``tool`` message, the 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 import json
 import os
@@ -17,11 +18,13 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tomllib
+import wrapt
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch of the price list (no network)
 litellm = pytest.importorskip("litellm")
@@ -36,6 +39,7 @@ from etf_otel.testing import MISSING, LocalChatServer, RecordedRequest, Script  
 from etf_otel.testing import anthropic as AN  # noqa: E402
 from etf_otel.testing import chat as C  # noqa: E402
 from tests.conftest import Process  # noqa: E402
+from tests.test_examples import console_spans  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
     # LiteLLM imports provider modules lazily, during the first call; pydantic warns about one of them
@@ -431,28 +435,80 @@ def test_the_provider_is_the_one_litellm_routes_to_in_genai_spelling() -> None:
     assert provider_of_call("nowhere/model") == "litellm"  # never the unbounded model text
 
 
-def test_the_entry_point_is_declared_and_importing_it_imports_no_litellm() -> None:
-    entry_points = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
-    assert entry_points["opentelemetry_instrumentor"]["etf_otel_litellm"] == (
-        "etf_otel.integrations.litellm:LiteLLMInstrumentor"
-    )
-    script = """
-import sys, wrapt
-from etf_otel.integrations.litellm import LiteLLMInstrumentor
-instrumentor = LiteLLMInstrumentor()
-instrumentor.instrument()
+ZERO_CODE_APP = """
+import sys
 before = "litellm" in sys.modules
-import litellm, litellm.main
-functions = lambda: (litellm.completion, litellm.acompletion, litellm.main.completion)
-wrapped = [isinstance(f, wrapt.FunctionWrapper) for f in functions()]
-instrumentor.uninstrument()
-unwrapped = [isinstance(f, wrapt.FunctionWrapper) for f in functions()]
-print(before, wrapped, unwrapped)
+import litellm, wrapt
+from tests.integrations.frameworks.test_litellm import OPENAI, loop_sync
+from etf_otel.testing import LocalChatServer
+
+
+class Server(LocalChatServer):  # the test's server, by its address
+    def __init__(self, base_url):
+        self._base = base_url
+
+    @property
+    def base_url(self):
+        return self._base
+
+ran = loop_sync(Server(sys.argv[1]), OPENAI, stream=True).ran
+print("RESULT", before, isinstance(litellm.completion, wrapt.FunctionWrapper), ran)
 """
-    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
-    env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60, check=False
+
+
+def entry_point_shim(tmp_path: Path) -> list[str]:
+    """A distribution that declares ``etf_otel_litellm``, for a checkout whose installed metadata predates it."""
+    if any(point.name == "etf_otel_litellm" for point in entry_points(group="opentelemetry_instrumentor")):
+        return []
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    target = declared["opentelemetry_instrumentor"]["etf_otel_litellm"]
+    info = tmp_path / "etf_otel_litellm_shim-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: etf-otel-litellm-shim\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(f"[opentelemetry_instrumentor]\netf_otel_litellm = {target}\n")
+    return [str(tmp_path)]
+
+
+def test_zero_code_under_opentelemetry_instrument(server: LocalChatServer, tmp_path: Path) -> None:
+    """``opentelemetry-instrument python app.py``: the entry point loads, LiteLLM is wrapped only once the app
+    imports it, and the loop is recorded once per model call, linked."""
+    launcher = Path(sys.executable).parent / "opentelemetry-instrument"
+    if not launcher.exists() or importlib.util.find_spec("opentelemetry.distro") is None:
+        pytest.skip("opentelemetry-instrument with opentelemetry-distro is not installed")
+    server.enqueue(*scripts(OPENAI, stream=True, continuation_id=None))
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("OTEL_", "OPENAI_"))}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(ROOT), *entry_point_shim(tmp_path)]),
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="mcp,httpx,urllib3,requests,asyncio,threading,logging",
     )
+    argv = [str(launcher), "--traces_exporter", "console", "--metrics_exporter", "none", "--logs_exporter", "none"]
+    argv += [sys.executable, "-c", ZERO_CODE_APP, server.base_url]
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=90, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "False [True, True, True] [False, False, False]"
+    (result,) = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert result == "RESULT False True [('call_1', 'get_weather'), ('call_2', 'get_time')]"
+    spans = console_spans(done.stdout)
+    responses = [span["attributes"] for span in spans if span["name"] == "assemble_response"]
+    assert [response[A.ETF_STREAM_STATE] for response in responses] == ["completed", "completed"]
+    assert "etf.linkage.answered_ids" not in responses[0]
+    assert responses[1]["etf.linkage.answered_ids"] == ["call_1", "call_2"]
+
+
+def test_uninstrument_restores_litellm_and_another_wrapper_around_ours_stays(process: Callable[..., Process]) -> None:
+    modules = [sys.modules[name] for name in ("litellm", "litellm.chat_completions.dispatch", "litellm.main")]
+    originals = [(vars(module)["completion"], vars(module)["acompletion"]) for module in modules]
+    stack = Stack(process())
+    assert all(
+        isinstance(vars(m)[name], wrapt.FunctionWrapper) for m in modules for name in ("completion", "acompletion")
+    )
+
+    def outer(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        return wrapped(*args, **kwargs)
+
+    wrapt.wrap_function_wrapper(modules[0], "completion", outer)  # another instrumentation, after ours
+    stack.close()
+    kept = vars(modules[0])["completion"]
+    assert isinstance(kept, wrapt.FunctionWrapper) and kept.__wrapped__ is originals[0][0]
+    modules[0].completion = originals[0][0]
+    assert [(vars(m)["completion"], vars(m)["acompletion"]) for m in modules] == originals
