@@ -9,6 +9,7 @@ the model proposes two calls, the app answers each with a ``tool`` message, the 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib.util
 import itertools
 import json
@@ -512,3 +513,33 @@ def test_uninstrument_restores_litellm_and_another_wrapper_around_ours_stays(pro
     assert isinstance(kept, wrapt.FunctionWrapper) and kept.__wrapped__ is originals[0][0]
     modules[0].completion = originals[0][0]
     assert [(vars(m)["completion"], vars(m)["acompletion"]) for m in modules] == originals
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["for", "async-for"])
+def test_an_mcp_client_of_the_app_finds_the_call_litellm_streamed(
+    stack: Stack, server: LocalChatServer, asynchronous: bool
+) -> None:
+    """A tool run through an MCP client is matched to the proposal of LiteLLM's setup (docs/mcp.md, "Matching")."""
+    from etf_otel.instrumentation import _open_calls as open_calls
+    from etf_otel.integrations.mcp._client import match_call
+
+    server.enqueue(scripts(OPENAI, stream=True)[0])
+    open_calls.track()
+    try:
+
+        def match() -> tuple[str, str | None, bool]:
+            found = match_call("get_weather", {"city": "Paris"})
+            return found.kind, found.call_id, found.record is not None and found.record.span_context is not None
+
+        async def turn() -> tuple[str, str | None, bool]:
+            await loop_async(server, OPENAI, stream=True, turns=1)
+            return match()
+
+        if asynchronous:
+            matched = asyncio.run(turn())
+        else:
+            context = contextvars.copy_context()
+            matched = context.run(lambda: (loop_sync(server, OPENAI, stream=True, turns=1), match())[1])
+    finally:
+        open_calls.untrack()
+    assert matched == ("unique", "call_1", True)
