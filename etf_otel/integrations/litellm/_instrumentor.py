@@ -106,10 +106,23 @@ def _named(value: object) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+_known: tuple[object, int, frozenset[str]] = (None, 0, frozenset())
+"""LiteLLM's provider names, with the list they were read from and its length (read again when either changed)."""
+
+
+def _known_providers(litellm: Any) -> frozenset[str]:
+    global _known
+    listed = getattr(litellm, "provider_list", None)
+    names: list[Any] = listed if isinstance(listed, list) else []
+    if _known[0] is not listed or _known[1] != len(names):
+        _known = (listed, len(names), frozenset(name for name in map(_named, names) if name))
+    return _known[2]
+
+
 def provider_of_call(model: object, custom_llm_provider: object = None) -> str:
     """The ``gen_ai.provider.name`` of a LiteLLM call of ``model`` (see the module's documentation)."""
     litellm = sys.modules.get("litellm")
-    known = {name for name in map(_named, getattr(litellm, "provider_list", ()) or ()) if name}
+    known = _known_providers(litellm)
     provider = _named(custom_llm_provider)
     if provider is None and isinstance(model, str):
         prefix = model.split("/", 1)[0] if "/" in model else None
