@@ -60,6 +60,10 @@ class Proposal:
 
 def _record_by_id(call_id: str) -> tuple[ProposalRecord, Telemetry] | None:
     latest = open_calls.latest()
+    if latest is not None:
+        for call in latest.calls:
+            if call.call_id == call_id and call.record is not None:  # this conversation's, not a concurrent one's
+                return call.record, latest.telemetry
     candidates = ([latest.telemetry] if latest is not None else []) + open_calls.setups()
     for telemetry in candidates:
         record = telemetry.proposals.get(call_id)
