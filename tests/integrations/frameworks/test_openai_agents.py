@@ -1,0 +1,402 @@
+"""openai-agents, zero code: its model calls and its function tool runs recorded, linked and judged
+(docs/frameworks.md, "openai-agents").
+
+The real framework runs agents against the scripted server, with the ``openai`` instrumentor and
+:class:`OpenAIAgentsInstrumentor` instrumented on the test's own providers, and the spans are
+also exported to an OTLP JSON file for ``etf-otel audit``. The server answers by what a request
+carries (no tool result yet: the two calls; results: a text answer), so concurrent runs each get
+their own answers. The framework's own tracing is disabled (its exporter would reach the vendor)
+except where OpenInference replaces its processors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import agents
+import pytest
+from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner, function_tool
+from openai import AsyncOpenAI
+from opentelemetry.exporter.otlp.json.file import FileSpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from etf_otel import attributes as A
+from etf_otel.cli._audit import run_audit
+from etf_otel.integrations.openai import instrument_openai
+from etf_otel.integrations.openai_agents import instrument_openai_agents
+from etf_otel.testing import LocalChatServer, RecordedRequest, Script
+from etf_otel.testing import chat as C
+from etf_otel.testing import responses as R
+from tests.conftest import Captured
+
+agents.set_tracing_disabled(True)
+
+CALLS = (("call_a", "get_weather", '{"city":"Paris"}'), ("call_b", "get_time", '{"tz":"CET"}'))
+IDS = ["call_a", "call_b"]
+SHAPES = [("chat", "run"), ("chat", "run_streamed"), ("responses", "run"), ("responses", "run_streamed")]
+
+# --- what the server answers -------------------------------------------------------------------------------------
+
+CHAT_CALLS = C.finished(*(C.chunk(C.fragment(i, *call, type="function")) for i, call in enumerate(CALLS)))
+CHAT_ANSWER = C.finished(C.chunk(content="done"), finish_reason="stop")
+CHAT_NULL_ID = C.finished(  # the seed case: the continuation's id is null
+    C.chunk(C.fragment(0, "call_a", "get_weather", '{"city":', type="function")),
+    C.chunk(C.fragment(0, None, arguments='"Paris"}')),
+)
+CHAT_CONFLICT = C.finished(  # the continuation names another id: the rules keep call_a and reject the call
+    C.chunk(C.fragment(0, "call_a", "get_weather", '{"city":', type="function")),
+    C.chunk(C.fragment(0, "call_X9", arguments='"Paris"}')),
+)
+CHAT_CUT = [  # the body ends after the first call and half the second: no finish_reason, no [DONE]
+    C.chunk(C.fragment(0, "call_a", "get_weather", '{"city":"Paris"}', type="function")),
+    C.chunk(C.fragment(1, "call_b", "get_time", '{"tz":', type="function")),
+]
+
+
+def _chat_body(message: dict[str, Any], finish_reason: str) -> dict[str, Any]:
+    choice = {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish_reason}
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]}
+
+
+CHAT_CALLS_BODY = _chat_body(
+    {
+        "content": None,
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+            for call_id, name, arguments in CALLS
+        ],
+    },
+    "tool_calls",
+)
+CHAT_ANSWER_BODY = _chat_body({"content": "done"}, "stop")
+TEXT_ITEM = {
+    "type": "message",
+    "id": "msg_1",
+    "role": "assistant",
+    "status": "completed",
+    "content": [{"type": "output_text", "text": "done", "annotations": []}],
+}
+CALL_ITEMS = [
+    R.function_call(call_id, name, arguments, id=f"fc_{i}", status="completed")
+    for i, (call_id, name, arguments) in enumerate(CALLS)
+]
+RESPONSES_CALLS = R.stream(*(R.call(i, *call[:2], [call[2]], item_id=f"fc_{i}") for i, call in enumerate(CALLS)))
+RESPONSES_ANSWER = R.stream(
+    R.added(0, item=R.message_item()), R.text_delta(0, "done"), end=R.completed([TEXT_ITEM], "resp_2"), id="resp_2"
+)
+RESPONSES_CALLS_BODY = R.response("resp_1", "completed", CALL_ITEMS)
+RESPONSES_ANSWER_BODY = R.response("resp_2", "completed", [TEXT_ITEM])
+
+
+def answer(first: list[Any] | None = None) -> Any:
+    """The server's answer to a request: the calls (``first``, for a streamed Chat request) or the text."""
+
+    def respond(request: RecordedRequest) -> Script:
+        body = request.body
+        streamed = bool(body.get("stream"))
+        if request.path.endswith("/chat/completions"):
+            if any(message.get("role") == "tool" for message in body["messages"]):
+                return Script(events=CHAT_ANSWER) if streamed else Script(body=CHAT_ANSWER_BODY)
+            return Script(events=first or CHAT_CALLS) if streamed else Script(body=CHAT_CALLS_BODY)
+        items = body["input"] if isinstance(body["input"], list) else []
+        if any(item.get("type") == "function_call_output" for item in items):
+            return Script(events=RESPONSES_ANSWER, named=True) if streamed else Script(body=RESPONSES_ANSWER_BODY)
+        return Script(events=RESPONSES_CALLS, named=True) if streamed else Script(body=RESPONSES_CALLS_BODY)
+
+    return respond
+
+
+# --- the agent ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Agents:
+    """One scripted server and the tools the agents run (what ran is remembered, in order)."""
+
+    server: LocalChatServer
+    ran: list[tuple[str, str]] = field(default_factory=list)
+
+    def agent(self, kind: str) -> Agent[Any]:
+        ran = self.ran
+
+        @function_tool
+        def get_weather(city: str) -> str:
+            ran.append(("get_weather", city))
+            return "sunny"
+
+        @function_tool
+        def get_time(tz: str) -> str:
+            ran.append(("get_time", tz))
+            return "noon"
+
+        client = AsyncOpenAI(base_url=self.server.base_url, api_key="x", max_retries=0)
+        model: Any = (
+            OpenAIChatCompletionsModel(model="m", openai_client=client)
+            if kind == "chat"
+            else OpenAIResponsesModel(model="m", openai_client=client)
+        )
+        return Agent(name="helper", instructions="be brief", tools=[get_weather, get_time], model=model)
+
+    async def arun(self, kind: str = "chat", method: str = "run_streamed") -> Any:
+        agent = self.agent(kind)
+        if method == "run":
+            return (await Runner.run(agent, "weather and time in Paris?")).final_output
+        streamed = Runner.run_streamed(agent, "weather and time in Paris?")
+        async for _ in streamed.stream_events():
+            pass
+        return streamed.final_output
+
+    def run(self, kind: str = "chat", method: str = "run_streamed") -> Any:
+        return asyncio.run(self.arun(kind, method))
+
+    def follow_up(self, index: int = 1) -> dict[str, Any]:
+        """The ``index``-th request's body: the second carries the tool results."""
+        body = self.server.requests[index].body
+        assert isinstance(body, dict)
+        return body
+
+
+@pytest.fixture
+def server() -> Iterator[LocalChatServer]:
+    with LocalChatServer(responder=answer()) as scripted:
+        yield scripted
+
+
+class Stack:
+    """Both instrumentors on the test's providers, spans also written to an OTLP JSON file."""
+
+    def __init__(self, captured: Captured, path: Path) -> None:
+        self.captured = captured
+        self.path = path
+        captured.tracer_provider.add_span_processor(SimpleSpanProcessor(FileSpanExporter(str(path))))
+        self.instrumentors: list[Any] = []
+
+    def instrument(self, **options: Any) -> Stack:
+        providers = {"tracer_provider": self.captured.tracer_provider, "meter_provider": self.captured.meter_provider}
+        self.instrumentors = [
+            instrument_openai(**providers, **options),
+            instrument_openai_agents(**providers, **options),
+        ]
+        return self
+
+    def uninstrument(self) -> None:
+        for instrumentor in self.instrumentors:
+            instrumentor.uninstrument()
+        self.instrumentors = []
+
+    def executions(self) -> list[ReadableSpan]:
+        return self.captured.spans("execute_tool")
+
+    def audit(self, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+        self.captured.tracer_provider.force_flush()
+        capsys.readouterr()
+        code = run_audit([str(self.path)], json_output=True, progress=False)
+        return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def stack(captured: Captured, tmp_path: Path) -> Iterator[Stack]:
+    made = Stack(captured, tmp_path / "traces.jsonl")
+    try:
+        yield made
+    finally:
+        made.uninstrument()
+
+
+def proposals(stack: Stack) -> dict[str, int]:
+    """The span id of each proposed call's ``assemble_tool_call`` span, by call id."""
+    return {
+        str(span.attributes[A.GEN_AI_TOOL_CALL_ID]): span.context.span_id
+        for span in stack.captured.spans("assemble_tool_call")
+        if span.attributes is not None
+    }
+
+
+def divergence(span: ReadableSpan) -> list[Any]:
+    return [event.attributes.get(A.ETF_DIVERGENCE_KIND) for event in span.events if event.attributes is not None]
+
+
+def kinds(report: dict[str, Any]) -> dict[str, dict[str, int]]:
+    return {entry["kind"]: entry["categories"] for entry in report["by_kind"]}
+
+
+# --- the tests ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kind", "method"), SHAPES)
+def test_a_clean_loop_is_recorded_linked_and_audits_clean(
+    stack: Stack, server: LocalChatServer, kind: str, method: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack.instrument()
+    tools = Agents(server)
+    assert tools.run(kind, method) == "done"
+    assert tools.ran == [("get_weather", "Paris"), ("get_time", "CET")]
+    responses = stack.captured.spans("assemble_response")
+    assert len(responses) == 2  # both model calls, through the openai instrumentor
+    assert [span.attributes[A.ETF_STREAM_DISPATCHABLE] for span in responses] == [True, False]
+    proposed = proposals(stack)
+    executions = stack.executions()
+    assert [span.attributes[A.GEN_AI_TOOL_CALL_ID] for span in executions] == IDS
+    for span in executions:
+        assert [link.context.span_id for link in span.links] == [proposed[str(span.attributes[A.GEN_AI_TOOL_CALL_ID])]]
+        assert divergence(span) == [] and A.ERROR_TYPE not in span.attributes
+    code, report = stack.audit(capsys)
+    assert (code, report["findings"]) == (0, 0), report["by_kind"]
+
+
+def test_the_null_id_continuation_stays_clean(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    stack.instrument()
+    with LocalChatServer(responder=answer(CHAT_NULL_ID)) as server:
+        tools = Agents(server)
+        assert tools.run() == "done"
+        (result,) = [message for message in tools.follow_up()["messages"] if message["role"] == "tool"]
+    assert tools.ran == [("get_weather", "Paris")] and result["tool_call_id"] == "call_a"
+    (execution,) = stack.executions()
+    assert execution.attributes[A.GEN_AI_TOOL_CALL_ID] == "call_a" and len(execution.links) == 1
+    assert divergence(execution) == []
+    code, report = stack.audit(capsys)
+    assert (code, report["findings"]) == (0, 0), report["by_kind"]
+
+
+def test_a_conflicting_id_is_reported_as_what_ran(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    """openai-agents' Chat model keeps the last id of a call: it runs get_weather as call_X9."""
+    stack.instrument()
+    with LocalChatServer(responder=answer(CHAT_CONFLICT)) as server:
+        tools = Agents(server)
+        assert tools.run() == "done"
+        (result,) = [message for message in tools.follow_up()["messages"] if message["role"] == "tool"]
+    assert tools.ran == [("get_weather", "Paris")] and result["tool_call_id"] == "call_X9"
+    (execution,) = stack.executions()
+    (proposal,) = stack.captured.spans("assemble_tool_call")
+    assert proposal.attributes[A.ETF_TOOL_CALL_VERDICT] == "rejected"
+    assert execution.attributes[A.GEN_AI_TOOL_CALL_ID] == "call_a"  # the preserved id, never the framework's
+    assert [link.context.span_id for link in execution.links] == [proposal.context.span_id]
+    assert divergence(execution) == ["id_replaced"]
+    code, report = stack.audit(capsys)
+    assert code == 1
+    found = kinds(report)
+    assert found["recorded_violation"].get("divergent_assembly") == 1, found
+    assert found["recorded_rejection"] == {"id_conflict": 1}, found
+
+
+def test_a_cut_stream_ran_anyway_is_found(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    """The body ends mid-call, without a finish reason: the framework runs the first call anyway."""
+    stack.instrument()
+    with LocalChatServer(responder=answer(CHAT_CUT)) as server:
+        tools = Agents(server)
+        assert tools.run() == "done"
+    assert tools.ran == [("get_weather", "Paris")]  # get_time's '{"tz":' is an error result
+    (response, _) = stack.captured.spans("assemble_response")
+    assert response.attributes[A.ETF_STREAM_STATE] == "truncated"
+    executions = {span.attributes[A.GEN_AI_TOOL_CALL_ID]: span for span in stack.executions()}
+    assert sorted(executions) == IDS and all(len(span.links) == 1 for span in executions.values())
+    assert A.ERROR_TYPE in executions["call_b"].attributes and A.ERROR_TYPE not in executions["call_a"].attributes
+    code, report = stack.audit(capsys)
+    assert code == 1 and "truncated_stream" in kinds(report)["recorded_rejection"], report["by_kind"]
+
+
+@pytest.mark.parametrize("first", [CHAT_CONFLICT, CHAT_CUT], ids=["conflicting_id", "cut_stream"])
+def test_guard_answers_a_refusal_with_the_tools_error_result(
+    stack: Stack, first: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack.instrument(guard=True)
+    with LocalChatServer(responder=answer(first)) as server:
+        tools = Agents(server)
+        assert tools.run() == "done"  # the run went on to the model's answer
+        results = [message for message in tools.follow_up()["messages"] if message["role"] == "tool"]
+    assert tools.ran == []
+    assert results and all(message["content"].startswith("An error occurred") for message in results)
+    executions = stack.executions()
+    assert len(executions) == len(results)
+    assert all(span.attributes[A.ETF_GUARD_REFUSED] is True for span in executions)
+
+
+def test_guard_lets_a_clean_loop_run(stack: Stack, server: LocalChatServer) -> None:
+    stack.instrument(guard=True)
+    tools = Agents(server)
+    assert tools.run("responses") == "done"
+    assert tools.ran == [("get_weather", "Paris"), ("get_time", "CET")]
+    assert [span.attributes.get(A.ETF_GUARD_REFUSED) for span in stack.executions()] == [None, None]
+
+
+def test_openinference_co_installed_keeps_the_clean_loop_clean(
+    stack: Stack, server: LocalChatServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor as OpenInference
+
+    openinference = OpenInference()
+    openinference.instrument(tracer_provider=stack.captured.tracer_provider)  # replaces the vendor's processor
+    agents.set_tracing_disabled(False)
+    try:
+        stack.instrument()
+        tools = Agents(server)
+        assert tools.run() == "done"
+    finally:
+        agents.set_tracing_disabled(True)
+        openinference.uninstrument()
+    kinds_seen = {span.attributes.get("openinference.span.kind") for span in stack.captured.spans()}
+    assert {"LLM", "TOOL", "AGENT"} <= kinds_seen  # OpenInference's spans are there
+    assert [span.attributes[A.GEN_AI_TOOL_CALL_ID] for span in stack.executions()] == IDS
+    code, report = stack.audit(capsys)
+    assert (code, report["findings"]) == (0, 0), report["by_kind"]
+
+
+def test_eight_concurrent_identical_runs_stay_clean(
+    stack: Stack, server: LocalChatServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack.instrument()
+    tools = Agents(server)
+
+    async def eight() -> list[Any]:
+        return await asyncio.gather(*(tools.arun() for _ in range(8)))
+
+    assert asyncio.run(eight()) == ["done"] * 8
+    executions = stack.executions()
+    assert len(executions) == 16 and all(len(span.links) == 1 and not divergence(span) for span in executions)
+    assert len({span.links[0].context.span_id for span in executions}) == 16  # each its own run's proposal
+    code, report = stack.audit(capsys)
+    assert (code, report["findings"]) == (0, 0), report["by_kind"]
+
+
+@pytest.mark.parametrize("first", [None, CHAT_CONFLICT, CHAT_CUT], ids=["clean", "conflicting_id", "cut_stream"])
+def test_the_framework_behaves_the_same_with_and_without_etf_otel(stack: Stack, first: list[Any] | None) -> None:
+    seen = []
+    for instrumented in (False, True):
+        if instrumented:
+            stack.instrument()
+        with LocalChatServer(responder=answer(first)) as server:
+            tools = Agents(server)
+            output = tools.run()
+            seen.append((output, tools.ran, [request.body for request in server.requests]))
+    assert seen[0] == seen[1]
+    assert stack.executions()  # the second run was recorded
+
+
+def test_instrumenting_imports_nothing_and_uninstrumenting_restores_the_runner() -> None:
+    script = """
+import sys, wrapt
+from etf_otel.integrations.openai_agents import OpenAIAgentsInstrumentor
+instrumentor = OpenAIAgentsInstrumentor()
+instrumentor.instrument()
+before = "agents" in sys.modules
+import agents.tool, agents.run_internal.tool_execution as runner
+def hooked():
+    return [isinstance(vars(module)[name], wrapt.FunctionWrapper) for module, name in (
+        (agents.tool, "_invoke_function_tool_with_metadata"),
+        (runner, "_invoke_function_tool_with_metadata"),
+        (agents.tool, "maybe_invoke_function_tool_failure_error_function"))]
+wrapped = hooked()
+instrumentor.uninstrument()
+print(before, wrapped, hooked())
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "False [True, True, True] [False, False, False]"
