@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from etf_otel import attributes as A
 from etf_otel.cli._audit import run_audit
+from etf_otel.errors import GuardRefusedError
 from etf_otel.integrations.openai import instrument_openai
 from etf_otel.integrations.openai_agents import instrument_openai_agents
 from etf_otel.testing import LocalChatServer, RecordedRequest, Script
@@ -300,7 +301,9 @@ def test_a_cut_stream_ran_anyway_is_found(stack: Stack, capsys: pytest.CaptureFi
     assert sorted(executions) == IDS and all(len(span.links) == 1 for span in executions.values())
     assert A.ERROR_TYPE in executions["call_b"].attributes and A.ERROR_TYPE not in executions["call_a"].attributes
     code, report = stack.audit(capsys)
-    assert code == 1 and "truncated_stream" in kinds(report)["recorded_rejection"], report["by_kind"]
+    found = kinds(report)
+    assert code == 1 and found["recorded_rejection"] == {"truncated_stream": 1}, found
+    assert found["executed_rejected"] == {"invalid_arguments": 1, "truncated_stream": 1}, found
 
 
 @pytest.mark.parametrize("first", [CHAT_CONFLICT, CHAT_CUT], ids=["conflicting_id", "cut_stream"])
@@ -317,6 +320,28 @@ def test_guard_answers_a_refusal_with_the_tools_error_result(
     executions = stack.executions()
     assert len(executions) == len(results)
     assert all(span.attributes[A.ETF_GUARD_REFUSED] is True for span in executions)
+
+
+def test_guard_ends_the_run_where_the_application_asked_raising_tools_to(stack: Stack) -> None:
+    """``failure_error_function=None``: a tool that raises ends the run; a refused one does the same."""
+    stack.instrument(guard=True)
+
+    @function_tool(failure_error_function=None)
+    def get_weather(city: str) -> str:
+        raise AssertionError("refused: never run")
+
+    async def run(server: LocalChatServer) -> None:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        model = OpenAIChatCompletionsModel(model="m", openai_client=client)
+        streamed = Runner.run_streamed(Agent(name="helper", tools=[get_weather], model=model), "weather?")
+        async for _ in streamed.stream_events():
+            pass
+
+    with LocalChatServer(responder=answer(CHAT_CONFLICT)) as server, pytest.raises(agents.UserError) as ended:
+        asyncio.run(run(server))
+    assert isinstance(ended.value.__cause__, GuardRefusedError)
+    (execution,) = stack.executions()
+    assert execution.attributes[A.ETF_GUARD_REFUSED] is True and execution.attributes[A.ERROR_TYPE] == "id_conflict"
 
 
 def test_guard_lets_a_clean_loop_run(stack: Stack, server: LocalChatServer) -> None:
@@ -342,11 +367,17 @@ def test_openinference_co_installed_keeps_the_clean_loop_clean(
     finally:
         agents.set_tracing_disabled(True)
         openinference.uninstrument()
-    kinds_seen = {span.attributes.get("openinference.span.kind") for span in stack.captured.spans()}
+    spans = {span.context.span_id: span for span in stack.captured.spans()}
+    kinds_seen = {span.attributes.get("openinference.span.kind") for span in spans.values()}
     assert {"LLM", "TOOL", "AGENT"} <= kinds_seen  # OpenInference's spans are there
-    assert [span.attributes[A.GEN_AI_TOOL_CALL_ID] for span in stack.executions()] == IDS
+    executions = stack.executions()
+    assert [span.attributes[A.GEN_AI_TOOL_CALL_ID] for span in executions] == IDS
+    # ours inside OpenInference's TOOL span (it has no call id): one execution, judged by ours
+    parents = [spans[span.parent.span_id] for span in executions if span.parent is not None]
+    assert [parent.attributes.get("openinference.span.kind") for parent in parents] == ["TOOL", "TOOL"]
     code, report = stack.audit(capsys)
     assert (code, report["findings"]) == (0, 0), report["by_kind"]
+    assert "unidentified_execution" not in kinds(report)  # what OpenInference's TOOL spans alone are
 
 
 def test_eight_concurrent_identical_runs_stay_clean(
