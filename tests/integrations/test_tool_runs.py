@@ -149,3 +149,18 @@ def test_concurrent_conversations_with_the_same_ids_each_link_to_their_own_propo
     assert [link.context.span_id for link in rome.links] == [proposals[1].context.span_id]
     assert _divergence(paris) == [] == _divergence(rome)
     runs.close()
+
+
+def test_the_latest_response_by_content_wins_over_the_same_id_in_another_setup(captured: Captured) -> None:
+    """A framework's id another setup proposed long ago is not this run's proposal."""
+    runs = _runs(captured)
+    elsewhere = contextvars.Context()
+    elsewhere.run(_respond, captured.instrumentation(), [("call_X9", "get_weather", '{"city": "Rome"}')])
+    _respond(captured.instrumentation(), [("call-a", "get_weather", '{"city": "Paris"}')])
+    runs.run("call_X9", "get_weather", {"city": "Paris"}, lambda: None)
+    span = captured.span("execute_tool get_weather")
+    proposal = captured.spans("assemble_tool_call")[1]
+    assert span.attributes[A.GEN_AI_TOOL_CALL_ID] == "call-a"
+    assert [link.context.span_id for link in span.links] == [proposal.context.span_id]
+    assert _divergence(span) == ["id_replaced"]
+    runs.close()
