@@ -56,6 +56,14 @@ CHAT_CONFLICT = C.finished(  # the continuation names another id: the rules keep
     C.chunk(C.fragment(0, "call_a", "get_weather", '{"city":', type="function")),
     C.chunk(C.fragment(0, "call_X9", arguments='"Paris"}')),
 )
+RESPONSES_CHANGED = R.stream(  # the call's id in output_item.added is not the one in output_item.done
+    R.call(0, "call_a", "get_weather", ['{"city":"Paris"}'], item_id="fc_0", added_call_id="call_X9")
+)
+RESPONSES_CUT = R.stream(  # no terminal event: the body ends in the second call's arguments
+    R.call(0, "call_a", "get_weather", ['{"city":"Paris"}'], item_id="fc_0"),
+    R.call(1, "call_b", "get_time", ['{"tz":'], item_id="fc_1")[:2],
+    end=None,
+)
 CHAT_CUT = [  # the body ends after the first call and half the second: no finish_reason, no [DONE]
     C.chunk(C.fragment(0, "call_a", "get_weather", '{"city":"Paris"}', type="function")),
     C.chunk(C.fragment(1, "call_b", "get_time", '{"tz":', type="function")),
@@ -97,8 +105,9 @@ RESPONSES_CALLS_BODY = R.response("resp_1", "completed", CALL_ITEMS)
 RESPONSES_ANSWER_BODY = R.response("resp_2", "completed", [TEXT_ITEM])
 
 
-def answer(first: list[Any] | None = None) -> Any:
-    """The server's answer to a request: the calls (``first``, for a streamed Chat request) or the text."""
+def answer(first: list[Any] | None = None, responses: list[Any] | None = None) -> Any:
+    """The server's answer to a request: the calls (``first`` for a streamed Chat request,
+    ``responses`` for a streamed Responses one) or the text."""
 
     def respond(request: RecordedRequest) -> Script:
         body = request.body
@@ -110,7 +119,9 @@ def answer(first: list[Any] | None = None) -> Any:
         items = body["input"] if isinstance(body["input"], list) else []
         if any(item.get("type") == "function_call_output" for item in items):
             return Script(events=RESPONSES_ANSWER, named=True) if streamed else Script(body=RESPONSES_ANSWER_BODY)
-        return Script(events=RESPONSES_CALLS, named=True) if streamed else Script(body=RESPONSES_CALLS_BODY)
+        return (
+            Script(events=responses or RESPONSES_CALLS, named=True) if streamed else Script(body=RESPONSES_CALLS_BODY)
+        )
 
     return respond
 
@@ -304,6 +315,32 @@ def test_a_cut_stream_ran_anyway_is_found(stack: Stack, capsys: pytest.CaptureFi
     found = kinds(report)
     assert code == 1 and found["recorded_rejection"] == {"truncated_stream": 1}, found
     assert found["executed_rejected"] == {"invalid_arguments": 1, "truncated_stream": 1}, found
+
+
+def test_the_responses_model_runs_the_id_of_the_done_item(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    """A provider that changes a call's id between output_item.added and .done: the rules keep the
+    first and reject the call, the framework runs the second."""
+    stack.instrument()
+    with LocalChatServer(responder=answer(responses=RESPONSES_CHANGED)) as server:
+        tools = Agents(server)
+        assert tools.run("responses") == "done"
+        (result,) = [item for item in tools.follow_up()["input"] if item.get("type") == "function_call_output"]
+    assert tools.ran == [("get_weather", "Paris")] and result["call_id"] == "call_a"
+    (execution,) = stack.executions()
+    assert execution.attributes[A.GEN_AI_TOOL_CALL_ID] == "call_X9" and divergence(execution) == ["id_replaced"]
+    code, report = stack.audit(capsys)
+    found = kinds(report)
+    assert code == 1 and found["executed_rejected"] == {"id_conflict": 1}, found
+    assert found["recorded_violation"].get("divergent_assembly") == 1, found
+
+
+def test_a_cut_responses_stream_ends_the_run_and_runs_nothing(stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    stack.instrument()
+    with LocalChatServer(responder=answer(responses=RESPONSES_CUT)) as server, pytest.raises(agents.ModelBehaviorError):
+        Agents(server).run("responses")
+    assert stack.executions() == []
+    code, report = stack.audit(capsys)
+    assert code == 1 and kinds(report) == {"recorded_rejection": {"truncated_stream": 1}}, report["by_kind"]
 
 
 @pytest.mark.parametrize("first", [CHAT_CONFLICT, CHAT_CUT], ids=["conflicting_id", "cut_stream"])
