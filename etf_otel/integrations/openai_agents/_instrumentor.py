@@ -22,6 +22,11 @@ tool's handled-error hook runs as for a tool that raised, and the run goes on. A
 ``failure_error_function`` is ``None`` (the application asked raising tools to end the run)
 raises the refusal instead, as it would raise its own error.
 
+An MCP server's tool is a function tool to the framework too. While etf-otel's MCP integration
+is instrumented, it records that run on the ``mcp`` SDK's ``tools/call`` span (a span of ours
+around it would be a second execution of the same call): the run is only matched here, and the
+MCP integration told its preserved id (``proposed_call``).
+
 The framework's own tracing is left as it is. Nothing is imported before the application
 imports ``agents`` (a post-import hook).
 """
@@ -46,7 +51,7 @@ from etf_otel.integrations._instrumentor_base import (
     instrumented,
     remove_own_wrapper,
 )
-from etf_otel.integrations._tool_runs import RunningTool, ToolRuns
+from etf_otel.integrations._tool_runs import RunningTool, ToolRuns, find_proposal
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -57,6 +62,7 @@ _PACKAGE: Final = "agents"
 _TOOL_MODULE: Final = "agents.tool"
 _INVOKE: Final = "_invoke_function_tool_with_metadata"
 _FAILURE: Final = "maybe_invoke_function_tool_failure_error_function"
+_MCP_INTEGRATION: Final = "etf_otel.integrations.mcp"
 _LOCK: Final = threading.RLock()
 
 
@@ -142,12 +148,12 @@ class OpenAIAgentsInstrumentor(ClientInstrumentor):
         if runs is None or context is None or _disabled():
             return await wrapped(*args, **kwargs)
         call_id = getattr(context, "tool_call_id", None)
+        call_id = call_id if isinstance(call_id, str) else None
         name = getattr(context, "tool_name", None)
-        running = runs.start(
-            call_id if isinstance(call_id, str) else None,
-            name if isinstance(name, str) else None,
-            kwargs.get("arguments"),
-        )
+        name = name if isinstance(name, str) else None
+        if _recorded_by_mcp(kwargs.get("function_tool")):
+            return await _through_mcp(wrapped, args, kwargs, call_id, name)
+        running = runs.start(call_id, name, kwargs.get("arguments"))
         if running.refusal is not None:
             return await _refuse(running, GuardRefusedError(running.refusal), kwargs)
         failure = _Failure()
@@ -161,6 +167,31 @@ class OpenAIAgentsInstrumentor(ClientInstrumentor):
             _failure.reset(token)
         running.end(failure.error, getattr(outcome, "output", None) if failure.error is None else None)
         return outcome
+
+
+def _recorded_by_mcp(function_tool: Any) -> bool:
+    """A tool of an MCP server, while etf-otel's MCP integration is instrumented: it records the run."""
+    with internal_errors_swallowed("telling an MCP server's tool"):
+        if getattr(getattr(function_tool, "_tool_origin", None), "type", None) != "mcp":
+            return False
+        mcp = sys.modules.get(_MCP_INTEGRATION)
+        return mcp is not None and bool(mcp.MCPInstrumentor().is_instrumented_by_opentelemetry)
+    return False
+
+
+async def _through_mcp(wrapped: Any, args: Any, kwargs: dict[str, Any], call_id: str | None, name: str | None) -> Any:
+    """An MCP server's tool: the MCP integration records its ``tools/call`` as the execution (on the
+    ``mcp`` SDK's spans) and guards it; it is told the preserved id, which it matches explicitly.
+
+    A span of ours around the SDK's would be a second execution of the same call.
+    """
+    proposal = None
+    with internal_errors_swallowed("finding the proposal of an MCP tool run"):
+        proposal = find_proposal(call_id, name, kwargs.get("arguments"))
+    if proposal is None:
+        return await wrapped(*args, **kwargs)
+    with sys.modules[_MCP_INTEGRATION].proposed_call(proposal.call_id):
+        return await wrapped(*args, **kwargs)
 
 
 def _binding(function: Any) -> list[Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -468,3 +469,86 @@ print(before, wrapped, hooked())
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "False [True, True, True] [False, False, False]"
+
+
+MCP_AGENT = """
+import asyncio, json, os, sys
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.json.file import FileSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from etf_otel.integrations.mcp import instrument_mcp
+from etf_otel.integrations.openai import instrument_openai
+from etf_otel.integrations.openai_agents import instrument_openai_agents
+from etf_otel.testing import LocalChatServer
+from tests.integrations.frameworks.test_openai_agents import MCP_CALL, answer
+
+path = sys.argv[1]
+provider = TracerProvider()  # global: the mcp SDK's own spans are the execution here
+provider.add_span_processor(SimpleSpanProcessor(FileSpanExporter(path)))
+trace.set_tracer_provider(provider)
+for instrument in (instrument_openai, instrument_openai_agents, instrument_mcp):
+    instrument()
+import agents
+from agents.mcp import MCPServerStdio
+from openai import AsyncOpenAI
+agents.set_tracing_disabled(True)
+
+async def run(server):
+    command = {"command": sys.executable, "args": [os.environ["TOOLS_SERVER"], "stdio"], "env": dict(os.environ)}
+    async with MCPServerStdio(params=command) as mcp:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        model = agents.OpenAIChatCompletionsModel(model="m", openai_client=client)
+        agent = agents.Agent(name="helper", mcp_servers=[mcp], model=model)
+        streamed = agents.Runner.run_streamed(agent, "page one?")
+        async for _ in streamed.stream_events():
+            pass
+        return streamed.final_output
+
+with LocalChatServer(responder=answer(MCP_CALL)) as server:
+    output = asyncio.run(run(server))
+    results = [message for message in server.requests[1].body["messages"] if message["role"] == "tool"]
+provider.shutdown()
+print(json.dumps({"output": output, "results": results}))
+"""
+MCP_CALL = C.finished(C.chunk(C.fragment(0, "call_a", "read_page", '{"page":1}', type="function")))
+
+
+def test_an_mcp_servers_tool_is_one_execution_the_mcp_integration_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With etf-otel's MCP integration instrumented, the mcp SDK's ``tools/call`` span is the execution
+    (told the preserved id): a span of ours around it would be a second one (``duplicate_execution``).
+
+    In a process of its own: the mcp SDK traces with the global tracer provider."""
+    path = tmp_path / "traces.jsonl"
+    tools_server = Path(__file__).parents[1] / "mcp_servers" / "tools_server.py"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", MCP_AGENT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**env, "TOOLS_SERVER": str(tools_server), "PYTHONPATH": str(Path(__file__).parents[3])},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    (result,) = outcome["results"]
+    assert outcome["output"] == "done"
+    exported = [json.loads(line) for line in path.read_text().splitlines()]
+    spans = {
+        span["name"]: {attribute["key"]: attribute["value"].get("stringValue") for attribute in span["attributes"]}
+        for line in exported
+        for resource in line["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    }
+    capsys.readouterr()
+    code = run_audit([str(path)], json_output=True, progress=False)
+    report = json.loads(capsys.readouterr().out)
+    assert result["content"][0]["text"] == "page 1: revenue grew"
+    assert (code, report["findings"]) == (0, 0), report["by_kind"]
+    assert not any(name.startswith("execute_tool") for name in spans)
+    client = spans["MCP send tools/call read_page"]
+    assert (client[A.ETF_MCP_MATCH], client[A.GEN_AI_TOOL_CALL_ID]) == ("explicit", "call_a")
