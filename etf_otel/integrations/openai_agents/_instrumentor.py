@@ -63,6 +63,8 @@ _TOOL_MODULE: Final = "agents.tool"
 _INVOKE: Final = "_invoke_function_tool_with_metadata"
 _FAILURE: Final = "maybe_invoke_function_tool_failure_error_function"
 _MCP_INTEGRATION: Final = "etf_otel.integrations.mcp"
+_LAYOUT: Final = (_INVOKE, _FAILURE, "_consume_function_tool_default_failure", "_FunctionToolInvocationResult")
+"""What ``agents.tool`` must have: the runner's coroutine, and what a refusal is answered with."""
 _LOCK: Final = threading.RLock()
 
 
@@ -132,7 +134,7 @@ class OpenAIAgentsInstrumentor(ClientInstrumentor):
             if generation != self._generation or self._installed:
                 return
             tool = sys.modules.get(_TOOL_MODULE)
-            if not (callable(getattr(tool, _INVOKE, None)) and callable(getattr(tool, _FAILURE, None))):
+            if not all(callable(getattr(tool, name, None)) for name in _LAYOUT):
                 raise TypeError("openai-agents does not have the layout this version of etf-otel knows")
             runner = getattr(tool, _INVOKE)
             targets: list[tuple[Any, str, Any]] = [(tool, _FAILURE, _note_failure)]

@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from etf_otel import attributes as A
 from etf_otel.cli._audit import run_audit
 from etf_otel.errors import GuardRefusedError
+from etf_otel.instrumentation._safety import set_strict
 from etf_otel.integrations.openai import instrument_openai
 from etf_otel.integrations.openai_agents import instrument_openai_agents
 from etf_otel.testing import LocalChatServer, RecordedRequest, Script
@@ -461,6 +462,26 @@ def test_the_framework_behaves_the_same_with_and_without_etf_otel(
             seen.append((output, tools.ran, [request.body for request in server.requests]))
     assert seen[0] == seen[1]
     assert stack.executions()  # the second run was recorded
+
+
+def test_a_framework_of_another_layout_is_left_as_it_is(
+    stack: Stack, server: LocalChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agents.tool
+    import wrapt
+
+    from etf_otel.integrations.openai_agents import _instrumentor
+
+    monkeypatch.setattr(_instrumentor, "_LAYOUT", (*_instrumentor._LAYOUT, "a_name_this_version_lacks"))
+    previous = set_strict(False)  # what an application runs with: the failure is logged, never raised
+    try:
+        stack.instrument()
+    finally:
+        set_strict(previous)
+    assert not isinstance(vars(agents.tool)["_invoke_function_tool_with_metadata"], wrapt.FunctionWrapper)
+    tools = Agents(server)
+    assert tools.run() == "done" and len(tools.ran) == 2
+    assert stack.executions() == []
 
 
 def test_instrumenting_imports_nothing_and_uninstrumenting_restores_the_runner() -> None:
