@@ -345,17 +345,24 @@ def test_a_cut_responses_stream_ends_the_run_and_runs_nothing(stack: Stack, caps
     assert code == 1 and kinds(report) == {"recorded_rejection": {"truncated_stream": 1}}, report["by_kind"]
 
 
-@pytest.mark.parametrize("first", [CHAT_CONFLICT, CHAT_CUT], ids=["conflicting_id", "cut_stream"])
-def test_guard_answers_a_refusal_with_the_tools_error_result(
-    stack: Stack, first: list[Any], capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.mark.parametrize(
+    ("kind", "first"),
+    [("chat", CHAT_CONFLICT), ("chat", CHAT_CUT), ("responses", RESPONSES_CHANGED)],
+    ids=["chat-conflicting_id", "chat-cut_stream", "responses-changed_id"],
+)
+def test_guard_answers_a_refusal_with_the_tools_error_result(stack: Stack, kind: str, first: list[Any]) -> None:
     stack.instrument(guard=True)
-    with LocalChatServer(responder=answer(first)) as server:
+    responder = answer(first) if kind == "chat" else answer(responses=first)
+    with LocalChatServer(responder=responder) as server:
         tools = Agents(server)
-        assert tools.run() == "done"  # the run went on to the model's answer
-        results = [message for message in tools.follow_up()["messages"] if message["role"] == "tool"]
+        assert tools.run(kind) == "done"  # the run went on to the model's answer
+        follow_up = tools.follow_up()
+    if kind == "chat":
+        results = [message["content"] for message in follow_up["messages"] if message["role"] == "tool"]
+    else:
+        results = [item["output"] for item in follow_up["input"] if item.get("type") == "function_call_output"]
     assert tools.ran == []
-    assert results and all(message["content"].startswith("An error occurred") for message in results)
+    assert results and all(result.startswith("An error occurred") for result in results)
     executions = stack.executions()
     assert len(executions) == len(results)
     assert all(span.attributes[A.ETF_GUARD_REFUSED] is True for span in executions)
