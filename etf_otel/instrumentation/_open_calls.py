@@ -25,6 +25,7 @@ from etf_otel.instrumentation._safety import internal_errors_swallowed
 
 if TYPE_CHECKING:
     from etf_otel.core._results import ToolCall
+    from etf_otel.instrumentation._registry import ProposalRecord
     from etf_otel.instrumentation._telemetry import Telemetry
 
 __all__ = ["LatestResponse", "OpenCall", "arguments_hash", "latest", "note", "setups", "track", "tracking", "untrack"]
@@ -37,6 +38,9 @@ class OpenCall:
     call_id: str
     name: str | None
     value_hash: int | None
+    record: ProposalRecord | None = None
+    """Its own proposal record: the setup's registry keeps the latest call of an id, which may be
+    another conversation's when concurrent runs get the same ids."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +84,11 @@ def note(telemetry: Telemetry, calls: Iterable[ToolCall]) -> None:
     if not _users:
         return
     with internal_errors_swallowed("noting a response's calls"):
+        proposals = telemetry.proposals  # just registered by this response's report, in this thread
         ended = tuple(
-            OpenCall(call.id, call.name, arguments_value_hash(call.arguments)) for call in calls if call.id is not None
+            OpenCall(call.id, call.name, arguments_value_hash(call.arguments), proposals.get(call.id))
+            for call in calls
+            if call.id is not None
         )
         _LATEST.set(LatestResponse(telemetry, ended))
         _SETUPS.add(telemetry)

@@ -128,3 +128,39 @@ def test_an_async_run_that_raises_is_recorded_failed_and_raises_unchanged(captur
     span = captured.span("execute_tool read")
     assert span.attributes[A.ERROR_TYPE] == "KeyError" and span.end_time is not None
     runs.close()
+
+
+def test_concurrent_conversations_with_the_same_ids_each_link_to_their_own_proposal(captured: Captured) -> None:
+    """The registry keeps the latest call of an id; a run links to its own context's response."""
+    runs = _runs(captured)
+    etf = captured.instrumentation()
+
+    def conversation(city: str) -> None:
+        _respond(etf, [("call-a", "get_weather", f'{{"city": "{city}"}}')])
+        runs.run("call-a", "get_weather", {"city": city}, lambda: None)
+
+    first, second = contextvars.Context(), contextvars.Context()
+    first.run(_respond, etf, [("call-a", "get_weather", '{"city": "Paris"}')])
+    second.run(conversation, "Rome")  # registered last: the registry's record of call-a is Rome's
+    first.run(runs.run, "call-a", "get_weather", {"city": "Paris"}, lambda: None)
+    rome, paris = captured.spans("execute_tool")
+    proposals = captured.spans("assemble_tool_call")
+    assert [link.context.span_id for link in paris.links] == [proposals[0].context.span_id]
+    assert [link.context.span_id for link in rome.links] == [proposals[1].context.span_id]
+    assert _divergence(paris) == [] == _divergence(rome)
+    runs.close()
+
+
+def test_the_latest_response_by_content_wins_over_the_same_id_in_another_setup(captured: Captured) -> None:
+    """A framework's id another setup proposed long ago is not this run's proposal."""
+    runs = _runs(captured)
+    elsewhere = contextvars.Context()
+    elsewhere.run(_respond, captured.instrumentation(), [("call_X9", "get_weather", '{"city": "Rome"}')])
+    _respond(captured.instrumentation(), [("call-a", "get_weather", '{"city": "Paris"}')])
+    runs.run("call_X9", "get_weather", {"city": "Paris"}, lambda: None)
+    span = captured.span("execute_tool get_weather")
+    proposal = captured.spans("assemble_tool_call")[1]
+    assert span.attributes[A.GEN_AI_TOOL_CALL_ID] == "call-a"
+    assert [link.context.span_id for link in span.links] == [proposal.context.span_id]
+    assert _divergence(span) == ["id_replaced"]
+    runs.close()
