@@ -76,6 +76,11 @@ def _value_hash(call_id: str, record: ProposalRecord) -> int | None:
     return record.value_hash
 
 
+def _ran_unparsed(record: ProposalRecord, proposed: int | None, handed: int | None) -> bool:
+    """The proposal's arguments are not JSON (a cut stream) and the framework ran a JSON value (its own repair)."""
+    return proposed is None and handed is not None and record.first_category is ErrorCategory.INVALID_ARGUMENTS
+
+
 def find_proposal(call_id: str | None, name: str | None, arguments: object) -> Proposal | None:
     """The proposal a run of ``(call_id, name, arguments)`` answers (module docstring), ``None`` if none."""
     handed = open_calls.arguments_hash(arguments)
@@ -85,7 +90,7 @@ def find_proposal(call_id: str | None, name: str | None, arguments: object) -> P
             record, telemetry = found
             kinds = [kind for kind in (name_kind(record.name, name),) if kind is not None]
             proposed = _value_hash(call_id, record)
-            if proposed is not None and handed != proposed:
+            if (proposed is not None and handed != proposed) or _ran_unparsed(record, proposed, handed):
                 kinds.append(DivergenceKind.ARGUMENTS_DIFFER)
             return Proposal(call_id, record, telemetry, tuple(kinds))
     latest = open_calls.latest()
