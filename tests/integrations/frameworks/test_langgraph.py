@@ -14,14 +14,14 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt import InjectedState, ToolNode, tools_condition
 from opentelemetry.exporter.otlp.json.file import FileSpanExporter
 
 from etf_otel import attributes as A
@@ -146,12 +146,13 @@ def stack(captured: Captured) -> Iterator[Callable[..., Stack]]:
         one.close()
 
 
-def agent(server: LocalChatServer, streaming: bool) -> Any:
+def agent(server: LocalChatServer, streaming: bool, tools: tuple[Any, ...] = ()) -> Any:
     """The ReAct loop of ``langgraph.prebuilt``: a model node, a ``ToolNode``, and back until no call is left."""
     # streaming=False would keep LangGraph's messages mode from streaming: left unset, as applications do
     options: dict[str, Any] = {"streaming": True} if streaming else {}
     chat = ChatOpenAI(base_url=server.base_url, api_key="x", model="m", max_retries=0, **options)  # type: ignore[arg-type]
-    model = chat.bind_tools([get_weather, get_time])
+    tools = tools or (get_weather, get_time)
+    model = chat.bind_tools(list(tools))
 
     def call(state: MessagesState) -> dict[str, Any]:
         return {"messages": [model.invoke(state["messages"])]}
@@ -161,7 +162,7 @@ def agent(server: LocalChatServer, streaming: bool) -> Any:
 
     graph = StateGraph(MessagesState)
     graph.add_node("model", RunnableLambda(call, afunc=acall))
-    graph.add_node("tools", ToolNode([get_weather, get_time]))
+    graph.add_node("tools", ToolNode(list(tools)))
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", tools_condition)
     graph.add_edge("tools", "model")
@@ -245,6 +246,24 @@ def test_the_null_continuation_stays_clean(
     assert_linked(captured, ["call_a", "call_b"])
     assert divergence_kinds(captured) == []
     assert etf.audit(tmp_path / "traces.jsonl", capsys)[0] == 0
+
+
+@tool("get_weather")
+def weather_with_state(city: str, state: Annotated[dict[str, Any], InjectedState]) -> str:
+    """The weather in a city, for the conversation so far."""
+    with _RAN_LOCK:
+        RAN.append(("get_weather", f"{city} after {len(state['messages'])} messages"))
+    return "sunny"
+
+
+def test_arguments_langgraph_injects_are_not_the_models(
+    captured: Captured, stack: Callable[..., Stack], server: LocalChatServer
+) -> None:
+    stack()
+    server.enqueue(Script(events=CLEAN), Script(events=ANSWER))
+    run(agent(server, True, (weather_with_state, get_time)), "invoke")
+    assert sorted(RAN) == [("get_time", "CET"), ("get_weather", "Paris after 2 messages")]
+    assert_linked(captured, ["call_a", "call_b"])  # no arguments_differ for the injected state
 
 
 # --- LangChain's own assembly, judged ---------------------------------------------------------------------------
