@@ -410,6 +410,18 @@ def test_the_run_is_the_same_with_and_without_etf_otel(
     assert once() == without
 
 
+def test_nothing_is_recorded_when_etf_otel_is_disabled(
+    captured: Captured, stack: Callable[..., Stack], server: LocalChatServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack(guard=True)
+    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "etf_otel")
+    server.enqueue(Script(events=CONFLICT), Script(events=ANSWER))
+    with captured.tracer_provider.get_tracer("test").start_as_current_span("application") as application:
+        run(agent(server, True), "invoke")
+    assert tool_results(server.requests[1])["call_a"].startswith("Error invoking tool")  # LangGraph's, not a refusal
+    assert captured.spans("execute_tool") == [] and span_kinds(application) == []
+
+
 # --- lazy ------------------------------------------------------------------------------------------------------
 
 LAZY = """
