@@ -266,6 +266,38 @@ def test_arguments_langgraph_injects_are_not_the_models(
     assert_linked(captured, ["call_a", "call_b"])  # no arguments_differ for the injected state
 
 
+@tool("get_weather")
+async def aget_weather(city: str) -> str:
+    """The weather in a city (a coroutine: ToolNode awaits ``arun``)."""
+    with _RAN_LOCK:
+        RAN.append(("get_weather", city))
+    return "sunny"
+
+
+@tool("get_time")
+async def aget_time(tz: str = "UTC") -> str:
+    """The time in a time zone (a coroutine)."""
+    with _RAN_LOCK:
+        RAN.append(("get_time", tz))
+    return "noon"
+
+
+def test_async_tools_are_recorded_and_refused_alike(
+    captured: Captured, stack: Callable[..., Stack], server: LocalChatServer
+) -> None:
+    stack(guard=True)
+    server.enqueue(Script(events=CLEAN), Script(events=ANSWER), Script(events=CUT), Script(events=ANSWER))
+    graph = agent(server, True, (aget_weather, aget_time))
+    run(graph, "amessages")
+    assert sorted(RAN) == [("get_time", "CET"), ("get_weather", "Paris")]
+    assert_linked(captured, ["call_a", "call_b"])
+    RAN.clear()
+    run(graph, "ainvoke")  # the cut stream: refused, answered with an error result
+    assert RAN == [] and tool_results(server.requests[3]) == {
+        "call_b": REFUSAL_TEXT.format(category="invalid_arguments")
+    }
+
+
 # --- LangChain's own assembly, judged ---------------------------------------------------------------------------
 
 
