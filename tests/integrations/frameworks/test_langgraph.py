@@ -31,6 +31,7 @@ from etf_otel.integrations.langgraph._tools import REFUSAL_TEXT
 from etf_otel.integrations.openai import instrument_openai
 from etf_otel.testing import LocalChatServer, RecordedRequest, Script
 from etf_otel.testing import chat as C
+from etf_otel.testing import responses as R
 from tests.conftest import Captured
 from tests.integrations.support import divergence_kinds
 
@@ -146,10 +147,10 @@ def stack(captured: Captured) -> Iterator[Callable[..., Stack]]:
         one.close()
 
 
-def agent(server: LocalChatServer, streaming: bool, tools: tuple[Any, ...] = ()) -> Any:
+def agent(server: LocalChatServer, streaming: bool, tools: tuple[Any, ...] = (), **chat_options: Any) -> Any:
     """The ReAct loop of ``langgraph.prebuilt``: a model node, a ``ToolNode``, and back until no call is left."""
     # streaming=False would keep LangGraph's messages mode from streaming: left unset, as applications do
-    options: dict[str, Any] = {"streaming": True} if streaming else {}
+    options: dict[str, Any] = {"streaming": True, **chat_options} if streaming else chat_options
     chat = ChatOpenAI(base_url=server.base_url, api_key="x", model="m", max_retries=0, **options)  # type: ignore[arg-type]
     tools = tools or (get_weather, get_time)
     model = chat.bind_tools(list(tools))
@@ -232,6 +233,38 @@ def test_a_clean_loop_links_both_calls_and_audits_clean(
     assert any(getattr(m, "content", None) == "done" for m in messages)
     assert_linked(captured, ["call_a", "call_b"])
     assert divergence_kinds(captured) == []
+    code, report = etf.audit(tmp_path / "traces.jsonl", capsys)
+    assert (code, report["findings"]) == (0, 0)
+
+
+RESPONSES_CALLS = R.stream(
+    R.call(0, "call_a", "get_weather", ['{"city":', '"Paris"}'], item_id="fc_0"),
+    R.call(1, "call_b", "get_time", ['{"tz":"CET"}'], item_id="fc_1"),
+)
+_MESSAGE = {**R.message_item("msg_1", "done"), "status": "completed"}
+RESPONSES_ANSWER = R.stream(R.added(0, item=_MESSAGE), R.item_done(0, item=_MESSAGE), end=R.completed([_MESSAGE]))
+
+
+@pytest.mark.parametrize(
+    ("chat_options", "scripts"),
+    [
+        ({"include_response_headers": True}, (Script(events=CLEAN), Script(events=ANSWER))),  # with_raw_response
+        (
+            {"use_responses_api": True},
+            (Script(events=RESPONSES_CALLS, named=True), Script(events=RESPONSES_ANSWER, named=True)),
+        ),
+    ],
+    ids=["include_response_headers", "use_responses_api"],
+)
+def test_other_model_paths_link_both_calls_too(
+    captured: Captured, stack: Callable[..., Stack], server: LocalChatServer, tmp_path: Path, capsys: Any,
+    chat_options: dict[str, Any], scripts: tuple[Script, Script],
+) -> None:  # fmt: skip
+    etf = stack()
+    server.enqueue(*scripts)
+    run(agent(server, True, **chat_options), "invoke")
+    assert sorted(RAN) == [("get_time", "CET"), ("get_weather", "Paris")]
+    assert_linked(captured, ["call_a", "call_b"])
     code, report = etf.audit(tmp_path / "traces.jsonl", capsys)
     assert (code, report["findings"]) == (0, 0)
 
