@@ -71,6 +71,8 @@ class LangChainInstrumentor(ClientInstrumentor):
             (_TOOLS, "BaseTool", "arun", tools.arun),
             (_MODELS, "BaseChatOpenAI", "_stream", models.stream),
             (_MODELS, "BaseChatOpenAI", "_astream", models.astream),
+            (_MODELS, "BaseChatOpenAI", "_generate", models.generate),
+            (_MODELS, "BaseChatOpenAI", "_agenerate", models.agenerate),
         ]
         with _LOCK:
             self._generation += 1

@@ -10,6 +10,8 @@ does (divergence kinds: ``call_split`` when LangChain splits a call with a confl
 ``name_concatenated``, ``arguments_differ``...). The response itself is recorded by the
 ``openai`` instrumentor from the raw stream; without it, from the chunks LangChain kept.
 The Responses API path (``use_responses_api``) is not a Chat Completions stream and is left alone.
+With OpenInference's LangChain instrumentation co-installed, each step runs in its run's context
+(:mod:`etf_otel.integrations.langgraph._openinference`), as do non-streamed ``_generate`` calls.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from etf_otel.integrations.langchain import (
     _openai_instrumented,
     _rebuilt_chunk,
 )
+from etf_otel.integrations.langgraph._openinference import attached, run_context, stepped, stepped_async
 from etf_otel.protocols import CHAT_COMPLETIONS
 
 __all__ = ["ModelWrappers"]
@@ -54,13 +57,28 @@ class ModelWrappers:
 
     def stream(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         observed = self._observed()
+        context = run_context()
         chunks = wrapped(*args, **kwargs)
+        if context is not None:
+            chunks = stepped(iter(chunks), context)
         return chunks if observed is None else _observe(iter(chunks), observed)
 
     def astream(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         observed = self._observed()
+        context = run_context()
         chunks = wrapped(*args, **kwargs)
+        if context is not None:
+            chunks = stepped_async(chunks, context)
         return chunks if observed is None else _aobserve(chunks, observed)
+
+    def generate(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        """A complete response (the ``openai`` instrumentor records it): only the OpenInference run's context."""
+        with attached(run_context()):
+            return wrapped(*args, **kwargs)
+
+    async def agenerate(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        with attached(run_context()):
+            return await wrapped(*args, **kwargs)
 
 
 async def _aobserve(stream: AsyncIterator[Any], observed: Any) -> AsyncIterator[Any]:

@@ -21,6 +21,7 @@ from etf_otel.core._vocabulary import ErrorCategory
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _disabled
 from etf_otel.integrations._tool_runs import RunningTool, ToolRuns
+from etf_otel.integrations.langgraph._openinference import attached, run_context
 
 __all__ = ["REFUSAL_TEXT", "ToolWrappers"]
 
@@ -78,6 +79,14 @@ class ToolWrappers:
         return None
 
     def run(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        with attached(run_context()):
+            return self._run(wrapped, instance, args, kwargs)
+
+    async def arun(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        with attached(run_context()):
+            return await self._arun(wrapped, instance, args, kwargs)
+
+    def _run(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         started = self._start(instance, args, kwargs)
         if started is None:
             return wrapped(*args, **kwargs)
@@ -93,7 +102,7 @@ class ToolWrappers:
         running.end(None, _result(output))
         return output
 
-    async def arun(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    async def _arun(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         started = self._start(instance, args, kwargs)
         if started is None:
             return await wrapped(*args, **kwargs)

@@ -425,10 +425,42 @@ def test_openinference_co_installed_keeps_the_clean_loop_clean(
         run(agent(server, True), "invoke")
     finally:
         openinference.uninstrument()
-    assert any(s.attributes.get("openinference.span.kind") == "TOOL" for s in captured.spans())
+    spans = captured.spans()
+    assert [s.name for s in spans if s.attributes.get("openinference.span.kind") == "TOOL"] == [
+        "get_weather",
+        "get_time",
+    ]
     assert_linked(captured, ["call_a", "call_b"])
+    assert len({span.context.trace_id for span in spans}) == 1  # ours in the graph's trace, under its runs
     code, report = etf.audit(tmp_path / "traces.jsonl", capsys)
-    assert (code, report["findings"]) == (0, 0)
+    assert (code, report["findings"], report["unobserved_llm_calls"]) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("how", ["ainvoke", "amessages"])
+def test_openinference_async_and_not_streamed_runs_are_observed_in_its_trace(
+    captured: Captured, stack: Callable[..., Stack], server: LocalChatServer, tmp_path: Path, capsys: Any, how: str
+) -> None:
+    from openinference.instrumentation.langchain import LangChainInstrumentor as OpenInference
+
+    openinference = OpenInference()
+    openinference.instrument(tracer_provider=captured.tracer_provider)
+    try:
+        etf = stack()
+        streamed = how == "amessages"
+        server.enqueue(
+            *(
+                (Script(events=CLEAN), Script(events=ANSWER))
+                if streamed
+                else (Script(body=BODY), Script(body=ANSWER_BODY))
+            )
+        )
+        run(agent(server, False), how)
+    finally:
+        openinference.uninstrument()
+    assert_linked(captured, ["call_a", "call_b"])
+    assert len({span.context.trace_id for span in captured.spans()}) == 1
+    code, report = etf.audit(tmp_path / "traces.jsonl", capsys)
+    assert (code, report["findings"], report["unobserved_llm_calls"]) == (0, 0, 0)
 
 
 def unique_ids(request: RecordedRequest) -> Script:
