@@ -434,8 +434,8 @@ def test_openinference_co_installed_keeps_the_clean_loop_clean(
     assert (code, report["findings"], report["unobserved_llm_calls"]) == (0, 0, 0)
 
 
-@pytest.mark.parametrize("how", ["ainvoke", "amessages"])
-def test_openinference_async_and_not_streamed_runs_are_observed_in_its_trace(
+@pytest.mark.parametrize("how", ["invoke", "ainvoke", "amessages"])
+def test_openinference_runs_not_streamed_or_async_are_observed_in_its_trace(
     captured: Captured, stack: Callable[..., Stack], server: LocalChatServer, tmp_path: Path, capsys: Any, how: str
 ) -> None:
     from openinference.instrumentation.langchain import LangChainInstrumentor as OpenInference
