@@ -84,16 +84,12 @@ class ModelWrappers:
 async def _aobserve(stream: AsyncIterator[Any], observed: Any) -> AsyncIterator[Any]:
     """:func:`etf_otel.integrations.langchain._observe` for an async generator."""
     summing = True
-    try:
-        async for item in stream:
-            if summing:
-                summing = _add(observed, item)
-            yield item
-    except GeneratorExit:
-        close = getattr(stream, "aclose", None)
-        if close is not None:
-            await close()
-        raise
+    # Left early, ``stream`` is not closed here: the event loop finalizes it, as it would without us
+    # (closing it from our own finalization races the loop's and fails with "already running").
+    async for item in stream:
+        if summing:
+            summing = _add(observed, item)
+        yield item
     if summing:
         try:
             observed.result()

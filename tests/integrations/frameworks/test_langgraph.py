@@ -360,6 +360,51 @@ def test_a_conflicting_id_is_judged_where_langchain_splits_it_and_where_it_runs(
     } in found
 
 
+def chat_model(server: LocalChatServer) -> Any:
+    return ChatOpenAI(base_url=server.base_url, api_key="x", model="m", max_retries=0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["stream", "astream"])
+def test_model_stream_and_astream_are_judged_and_can_be_left_early(
+    captured: Captured, stack: Callable[..., Stack], server: LocalChatServer, asynchronous: bool
+) -> None:
+    stack()
+    model = chat_model(server)
+
+    def consume(stop_after: int | None) -> list[Any]:
+        if not asynchronous:
+            seen = []
+            for chunk in model.stream("hi"):
+                seen.append(chunk)
+                if len(seen) == stop_after:
+                    break
+            return seen
+
+        async def drain() -> list[Any]:
+            seen = []
+            stream = model.astream("hi")
+            async for chunk in stream:
+                seen.append(chunk)
+                if len(seen) == stop_after:
+                    await stream.aclose()
+                    break
+            return seen
+
+        return asyncio.run(drain())
+
+    server.enqueue(Script(events=CONFLICT), Script(events=CONFLICT))
+    with captured.tracer_provider.get_tracer("test").start_as_current_span("application") as application:
+        whole = consume(None)
+        left = consume(1)  # the application stops reading: the SDK's stream is closed, nothing is judged
+    assert len(whole) >= 3 and len(left) == 1
+    assert span_kinds(application) == ["arguments_differ", "call_split"]
+    summed = whole[0]
+    for chunk in whole[1:]:
+        summed = summed + chunk
+    assert [call["id"] for call in summed.tool_calls] == ["call_a"]  # LangChain's own sum, unchanged
+    assert [call["id"] for call in summed.invalid_tool_calls] == ["call_X"]
+
+
 def test_a_cut_stream_run_with_repaired_arguments_says_so(
     captured: Captured, stack: Callable[..., Stack], server: LocalChatServer, tmp_path: Path, capsys: Any
 ) -> None:
