@@ -392,7 +392,11 @@ def test_model_stream_and_astream_are_judged_and_can_be_left_early(
 
         return asyncio.run(drain())
 
-    server.enqueue(Script(events=CONFLICT), Script(events=CONFLICT))
+    conflict = C.finished(
+        C.chunk(C.fragment(0, "left_a", "get_weather", '{"city":')),
+        C.chunk(C.fragment(0, "left_X", arguments='"Paris"}')),
+    )  # ids of its own: the stream left early is finalized when the garbage collector gets to it
+    server.enqueue(Script(events=conflict), Script(events=conflict))
     with captured.tracer_provider.get_tracer("test").start_as_current_span("application") as application:
         whole = consume(None)
         left = consume(1)  # the application stops reading: the SDK's stream is closed, nothing is judged
@@ -401,8 +405,8 @@ def test_model_stream_and_astream_are_judged_and_can_be_left_early(
     summed = whole[0]
     for chunk in whole[1:]:
         summed = summed + chunk
-    assert [call["id"] for call in summed.tool_calls] == ["call_a"]  # LangChain's own sum, unchanged
-    assert [call["id"] for call in summed.invalid_tool_calls] == ["call_X"]
+    assert [call["id"] for call in summed.tool_calls] == ["left_a"]  # LangChain's own sum, unchanged
+    assert [call["id"] for call in summed.invalid_tool_calls] == ["left_X"]
 
 
 def test_a_cut_stream_run_with_repaired_arguments_says_so(
