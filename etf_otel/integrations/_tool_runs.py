@@ -109,9 +109,14 @@ def _by_id(
     kinds = [kind for kind in (name_kind(record.name, name),) if kind is not None]
     proposed = next((call.value_hash for call in latest.calls if call.call_id == call_id), None) if latest else None
     proposed = record.value_hash if proposed is None else proposed
-    if proposed is not None and handed != proposed:
+    if (proposed is not None and handed != proposed) or _ran_unparsed(record, proposed, handed):
         kinds.append(DivergenceKind.ARGUMENTS_DIFFER)
     return Proposal(call_id, record, telemetry, tuple(kinds))
+
+
+def _ran_unparsed(record: ProposalRecord, proposed: int | None, handed: int | None) -> bool:
+    """The proposal's arguments are not JSON (a cut stream) and the framework ran a JSON value (its own repair)."""
+    return proposed is None and handed is not None and record.first_category is ErrorCategory.INVALID_ARGUMENTS
 
 
 def find_proposal(call_id: str | None, name: str | None, arguments: object) -> Proposal | None:

@@ -91,6 +91,36 @@ def test_a_run_from_another_thread_finds_its_proposal_by_id(captured: Captured) 
     runs.close()
 
 
+def test_an_id_two_live_setups_proposed_is_the_latest_proposal(captured: Captured) -> None:
+    runs = _runs(captured)
+    earlier, later = captured.instrumentation(), captured.instrumentation()
+    _respond(earlier, [("call-a", "read", '{"page": 1}')])  # an earlier setup, still alive, same id
+    _respond(later, [("call-a", "read", '{"page": 2}')])
+    elsewhere = contextvars.Context()  # a tool node's context: it finalized no response
+    elsewhere.run(runs.run, "call-a", "read", {"page": 2}, lambda: None)
+    span = captured.span("execute_tool read")
+    newest = captured.spans("assemble_tool_call")[-1]
+    assert [link.context.span_id for link in span.links] == [newest.context.span_id]
+    assert _divergence(span) == []
+    runs.close()
+
+
+def test_a_run_in_another_context_is_compared_by_arguments_too(captured: Captured) -> None:
+    runs = _runs(captured)
+    _respond(captured.instrumentation(), [("call-a", "read", '{"page": 1}')])  # a setup that does not guard
+    contextvars.Context().run(runs.run, "call-a", "read", {}, lambda: None)
+    assert _divergence(captured.span("execute_tool read")) == ["arguments_differ"]
+    runs.close()
+
+
+def test_a_run_of_arguments_that_were_not_json_differs_from_them(captured: Captured) -> None:
+    runs = _runs(captured)
+    _respond(captured.instrumentation(), [("call-a", "read", '{"page":')])  # cut: never valid JSON
+    runs.run("call-a", "read", {}, lambda: None)  # what a framework repaired it to
+    assert _divergence(captured.span("execute_tool read")) == ["arguments_differ"]
+    runs.close()
+
+
 def test_an_unknown_run_records_no_id_and_no_link(captured: Captured) -> None:
     runs = _runs(captured)
     runs.run("call-zz", "read", {}, lambda: None)
