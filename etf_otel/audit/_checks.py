@@ -55,6 +55,7 @@ __all__ = [
 
 _UNANSWERED: str = ErrorCategory.UNANSWERED_CALL.value
 _ORPHANED: str = ErrorCategory.ORPHANED_RESULT.value
+_DIVERGENT: str = ErrorCategory.DIVERGENT_ASSEMBLY.value
 RECORDED_UNANSWERED_DETAIL = "recorded by the instrumentation"
 """``detail`` of an ``unanswered_call`` finding: the settlement's own event is the evidence."""
 UNJUDGED_DETAIL = "no execution, no settlement recorded"
@@ -356,6 +357,7 @@ def recorded_violation_findings(index: TraceIndex, found: list[AuditFinding]) ->
                     category=category,
                     call_id=call_id,
                     reason=reason if category == _ORPHANED else None,
+                    divergence=reason if category == _DIVERGENT else None,
                 )
             findings.append(finding)
     return findings

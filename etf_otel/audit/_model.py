@@ -13,12 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Final
 
 from etf_otel import attributes as A
 from etf_otel.audit._foreign import foreign_call_id, is_foreign_execution, is_llm_call
 from etf_otel.audit._messages import ATTR_INPUT_MESSAGES, assistant_call_ids, input_messages, tool_message_ids
+from etf_otel.core._divergence import DivergenceKind
 from etf_otel.core._vocabulary import OTHER, ErrorCategory, Verdict
+
+DIVERGENCE_KINDS: Final = frozenset(kind.value for kind in DivergenceKind)
+"""The ``etf.divergence.kind`` values a report names (sql/audit_findings.sql lists the same)."""
 
 __all__ = [
     "AuditFinding",
@@ -175,7 +179,8 @@ class SpanRecord:
     refused: bool = False
     links: tuple[tuple[str, str], ...] = ()
     violations: tuple[tuple[str, str | None, str | None], ...] = ()
-    """The recorded ``etf.integrity.violation`` events: (category, call id, ``etf.linkage.orphan_reason``)."""
+    """The recorded ``etf.integrity.violation`` events: (category, call id, ``etf.linkage.orphan_reason`` or
+    ``etf.divergence.kind``)."""
     tool_messages: tuple[str, ...] = ()
     assistant_ids: tuple[str, ...] = ()
     """The call ids of the last assistant turn of a span with tool messages: which response they answer."""
@@ -234,9 +239,19 @@ def _role(span: SpanData) -> Role:
     return Role.OTHER
 
 
+def _violation_detail(category: str, event_attributes: dict[str, object]) -> str | None:
+    """The sub-kind a violation event names: the orphan reason of an ``orphaned_result``, the divergence kind
+    of a ``divergent_assembly`` (each from its closed list; anything else is dropped)."""
+    if category == ErrorCategory.DIVERGENT_ASSEMBLY.value:
+        kind = event_attributes.get(A.ETF_DIVERGENCE_KIND)
+        return kind if isinstance(kind, str) and kind in DIVERGENCE_KINDS else None
+    reason = event_attributes.get(A.ETF_LINKAGE_ORPHAN_REASON)
+    return reason if isinstance(reason, str) and reason in A.ORPHAN_REASONS else None
+
+
 def _read_violations(span: SpanData, problems: list[str]) -> tuple[tuple[str, str | None, str | None], ...]:
-    """The recorded ``etf.integrity.violation`` events (category, call id, orphan reason); notes those
-    without a category."""
+    """The recorded ``etf.integrity.violation`` events (category, call id, orphan reason or divergence kind);
+    notes those without a category."""
     violations: list[tuple[str, str | None, str | None]] = []
     for name, event_attributes in span.events:
         if name == A.EVENT_INTEGRITY_VIOLATION:
@@ -244,14 +259,8 @@ def _read_violations(span: SpanData, problems: list[str]) -> tuple[tuple[str, st
             if category is None:
                 problems.append(f"{A.EVENT_INTEGRITY_VIOLATION} event without {A.ETF_ERROR_CATEGORY}")
             else:
-                reason = event_attributes.get(A.ETF_LINKAGE_ORPHAN_REASON)
-                violations.append(
-                    (
-                        category,
-                        _string(event_attributes.get(A.GEN_AI_TOOL_CALL_ID)),
-                        reason if isinstance(reason, str) and reason in A.ORPHAN_REASONS else None,
-                    )
-                )
+                call_id = _string(event_attributes.get(A.GEN_AI_TOOL_CALL_ID))
+                violations.append((category, call_id, _violation_detail(category, event_attributes)))
     return tuple(violations)
 
 
@@ -357,6 +366,8 @@ class AuditFinding:
     detail: str | None = None
     reason: str | None = None
     """Why a result or tool message is orphaned (``etf.linkage.orphan_reason``, one of ``ORPHAN_REASONS``)."""
+    divergence: str | None = None
+    """How an execution differs from its proposal (``etf.divergence.kind``, one of ``DIVERGENCE_KINDS``)."""
 
     @classmethod
     def of(
@@ -369,11 +380,12 @@ class AuditFinding:
         call_id: str | None = None,
         detail: str | None = None,
         reason: str | None = None,
+        divergence: str | None = None,
     ) -> AuditFinding:
         """A finding whose category is the kind's fixed one (:data:`FIXED_CATEGORY`) when it has one."""
         if kind in FIXED_CATEGORY:
             category = FIXED_CATEGORY[kind]
-        return cls(kind, trace_id, span_id, category, call_id, detail, reason)
+        return cls(kind, trace_id, span_id, category, call_id, detail, reason, divergence)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind.value, "category": self.category, "span_id": self.span_id}
@@ -383,4 +395,6 @@ class AuditFinding:
             out["detail"] = self.detail
         if self.reason is not None:
             out["orphan_reason"] = self.reason
+        if self.divergence is not None:
+            out["divergence_kind"] = self.divergence
         return out

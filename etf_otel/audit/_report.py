@@ -40,6 +40,8 @@ class KindSummary:
     categories: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)
     """Orphaned results and tool messages by ``orphan_reason`` (``etf.linkage.orphan_reason``)."""
+    divergences: dict[str, int] = field(default_factory=dict)
+    """Executions that differ from their proposal by ``etf.divergence.kind``."""
 
 
 @dataclass
@@ -110,6 +112,8 @@ class AuditReport:
             summary.categories[finding.category] = summary.categories.get(finding.category, 0) + 1
         if finding.reason is not None:
             summary.reasons[finding.reason] = summary.reasons.get(finding.reason, 0) + 1
+        if finding.divergence is not None:
+            summary.divergences[finding.divergence] = summary.divergences.get(finding.divergence, 0) + 1
         if first_of_kind_in_batch:
             summary.traces += 1
             if len(summary.first_traces) < FIRST_TRACES and finding.trace_id not in summary.first_traces:
@@ -155,6 +159,7 @@ class AuditReport:
                     "traces": summary.traces,
                     "first_traces": summary.first_traces,
                     **({"orphan_reasons": dict(sorted(summary.reasons.items()))} if summary.reasons else {}),
+                    **({"divergence_kinds": dict(sorted(summary.divergences.items()))} if summary.divergences else {}),
                 }
                 for kind, summary in self.sorted_kinds()
             ],

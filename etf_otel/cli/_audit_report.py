@@ -63,6 +63,7 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
     for kind, summary in report.sorted_kinds():
         lines = [f"{displayable(name)} ({n})" for name, n in sorted(summary.categories.items())]
         lines += [f"orphan_reason {displayable(name)} ({n})" for name, n in sorted(summary.reasons.items())]
+        lines += [f"divergence_kind {displayable(name)} ({n})" for name, n in sorted(summary.divergences.items())]
         shown = "\n".join(lines) or "-"
         table.add_row(Text(kind.value), Text(shown), Text(str(summary.count)), Text(str(summary.traces)))
     print_table(console, table)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -408,3 +409,39 @@ def test_a_complete_body_given_to_audit_gets_the_hint_naming_replay(
     code = main(["audit", "--no-progress", "--engine", engine, str(path)])
     err = capsys.readouterr().err
     assert code == 2 and one_line(err) and "check it with etf-otel replay" in err
+
+
+# --- an execution that differs from its proposal ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_execution_that_differs_from_its_proposal_is_reported_with_its_divergence_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    """What a framework integration records when it ran a call under another id, and a kind outside the list."""
+    trace = "f3" * 16
+    spans = observed_turn(trace, "", 1000, ["call-1"])
+    execution = span(trace, span_id(), "execute_tool f", "", 1200, gen_ai__tool__call__id="call-1")
+    execution["links"] = [{"traceId": trace, "spanId": spans[1]["spanId"]}]
+    execution["events"] = [
+        {"name": "etf.integrity.violation", "attributes": attrs({"etf.error.category": "divergent_assembly", **kind})}
+        for kind in ({"etf.divergence.kind": "id_replaced"}, {"etf.divergence.kind": "call_X9"}, {})
+    ]
+    code, report, _ = audit(capsys, engine, export(tmp_path / "divergent.jsonl", [*spans, execution]))
+    (violation,) = [entry for entry in report["by_kind"] if entry["kind"] == "recorded_violation"]
+    assert (code, violation["categories"], violation["divergence_kinds"]) == (
+        1,
+        {"divergent_assembly": 3},
+        {"id_replaced": 1},  # a value outside the closed list is not repeated
+    )
+    main(["audit", "--no-progress", "--engine", engine, str(tmp_path / "divergent.jsonl")])
+    out = capsys.readouterr().out
+    assert "divergence_kind id_replaced (1)" in out and "call_X9" not in out
+
+
+def test_the_sql_engine_knows_every_divergence_kind() -> None:
+    from etf_otel.audit._model import DIVERGENCE_KINDS
+
+    sql = (Path(__file__).parents[2] / "etf_otel" / "audit" / "sql" / "audit_findings.sql").read_text()
+    listed = sql[sql.index("a['etf.divergence.kind'] IN (") :].split(")", 1)[0]
+    assert set(re.findall(r"'([a-z_]+)'", listed)) == DIVERGENCE_KINDS

@@ -48,6 +48,7 @@ from urllib.parse import urlsplit
 
 from etf_otel.audit._model import AuditFinding, FindingKind, SpanData
 from etf_otel.audit._sources.sql_values import clean, string_map
+from etf_otel.core._vocabulary import ErrorCategory
 from etf_otel.errors import SqlAuditError
 
 __all__ = [
@@ -336,6 +337,7 @@ _ETF_SPAN = (
 
 def _findings(rows: list[list[Any]]) -> Iterator[tuple[str, AuditFinding]]:
     for group, kind, trace_id, span_id, category, call_id, detail, reason in rows:
+        divergent = category == ErrorCategory.DIVERGENT_ASSEMBLY.value  # the sub-kind column is either
         finding = AuditFinding(
             FindingKind(kind),
             trace_id,
@@ -343,7 +345,8 @@ def _findings(rows: list[list[Any]]) -> Iterator[tuple[str, AuditFinding]]:
             category or None,
             call_id or None,
             detail or None,
-            reason or None,
+            None if divergent else reason or None,
+            reason or None if divergent else None,
         )
         yield group, finding
 

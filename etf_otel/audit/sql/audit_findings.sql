@@ -93,10 +93,16 @@ SELECT
        []) AS answered_ids,
     arrayFilter((t, s) -> t != '' AND s != '', Links.TraceId, Links.SpanId) AS link_traces,
     arrayFilter((s, t) -> t != '' AND s != '', Links.SpanId, Links.TraceId) AS link_spans,
-    -- etf.integrity.violation events: (category, call id, orphan reason)
+    -- etf.integrity.violation events: (category, call id, orphan reason or divergence kind: model.DIVERGENCE_KINDS)
     arrayMap(a -> (a['etf.error.category'], a['gen_ai.tool.call.id'],
-                   if(a['etf.linkage.orphan_reason'] IN ('concatenated_ids', 'rejected_call', 'rejected_incoming_id',
-                                                         'unknown'), a['etf.linkage.orphan_reason'], '')),
+                   multiIf(a['etf.error.category'] = 'divergent_assembly',
+                           if(a['etf.divergence.kind'] IN ('id_concatenated', 'id_replaced', 'id_missing', 'id_invented',
+                                                           'name_concatenated', 'name_differs', 'call_split',
+                                                           'calls_merged', 'arguments_differ', 'assembler_raised'),
+                              a['etf.divergence.kind'], ''),
+                           a['etf.linkage.orphan_reason'] IN ('concatenated_ids', 'rejected_call',
+                                                              'rejected_incoming_id', 'unknown'),
+                           a['etf.linkage.orphan_reason'], '')),
              arrayFilter((a, n) -> n = 'etf.integrity.violation' AND a['etf.error.category'] != '',
                          Events.Attributes, Events.Name)) AS violations,
     -- ids answered by role: tool messages (gen_ai.tool.message events, gen_ai.input.messages)
@@ -584,7 +590,7 @@ SELECT trace_id,
        if(violation.1 = 'unanswered_call' AND violation.2 != '', 'unanswered_call', 'recorded_violation'),
        trace_id, span_id, violation.1, violation.2,
        if(violation.1 = 'unanswered_call' AND violation.2 != '', 'recorded by the instrumentation', ''),
-       if(violation.1 = 'orphaned_result', violation.3, '')
+       if(violation.1 IN ('orphaned_result', 'divergent_assembly'), violation.3, '')
 FROM etf_spans ARRAY JOIN violations AS violation
 WHERE (trace_id, violation.1, span_id) NOT IN (
         SELECT group_trace, category, span_id FROM etf_findings

@@ -126,7 +126,8 @@ def _badges(findings: list[AuditFinding]) -> str:
         f'<span class="finding" data-finding="{finding.kind.value}" tabindex="0"'
         f' data-detail="{attribute(_finding_text(finding))}">{finding.kind.value}'
         f"{'' if finding.category is None else _SEP + text(finding.category)}"
-        f"{'' if finding.reason is None else _SEP + text(finding.reason)}</span>"
+        f"{'' if finding.reason is None else _SEP + text(finding.reason)}"
+        f"{'' if finding.divergence is None else _SEP + text(finding.divergence)}</span>"
         for finding in findings
     )
 
@@ -137,6 +138,8 @@ def _finding_text(finding: AuditFinding) -> str:
         parts.append(f"category {finding.category}")
     if finding.reason is not None:
         parts.append(f"orphan reason {finding.reason}")
+    if finding.divergence is not None:
+        parts.append(f"divergence kind {finding.divergence}")
     if finding.detail is not None:
         parts.append(finding.detail)
     return "; ".join(parts)
