@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from etf_otel import attributes as A
-from etf_otel.audit._model import AuditFinding, FindingKind, LinkProbe, Role, SpanRecord
+from etf_otel.audit._model import EXECUTING, AuditFinding, FindingKind, LinkProbe, Role, SpanRecord
 
 __all__ = ["NO_ID_DETAIL", "conflict_findings", "executions_of", "orphan_detail"]
 
@@ -68,11 +68,14 @@ def _same_call(inner: SpanRecord, outer: SpanRecord) -> bool:
 
 
 def _nested(records: list[SpanRecord]) -> dict[tuple[str, str], SpanRecord]:
-    """Execution spans with an execution child of the same call (a framework's span around ours), by trace and
-    span id: one execution, recorded twice; the inner span is the one judged."""
+    """Execution spans with an execution child of the same call (a framework's span around ours), or the ``mcp``
+    SDK's CLIENT span of it (a framework running an MCP server's tool), by trace and span id: one execution,
+    recorded twice; the inner span is the one judged."""
     executions = {(record.trace_id, record.span_id): record for record in records if record.role is Role.EXECUTION}
     outer: dict[tuple[str, str], SpanRecord] = {}
-    for record in executions.values():
+    for record in records:
+        if record.role not in EXECUTING:
+            continue
         parent = executions.get((record.trace_id, record.parent_id)) if record.parent_id is not None else None
         if parent is not None and parent is not record and _same_call(record, parent):  # no span is its own parent
             outer[(parent.trace_id, parent.span_id)] = parent
@@ -86,7 +89,8 @@ def _judged(records: list[SpanRecord], outer: dict[tuple[str, str], SpanRecord])
         if (record.trace_id, record.span_id) in outer:
             continue
         parent = outer.get((record.trace_id, record.parent_id)) if record.parent_id is not None else None
-        judged.append(_completed(record, parent) if parent is not None else record)
+        completes = parent is not None and record.role is Role.EXECUTION  # a CLIENT span is judged as it is
+        judged.append(_completed(record, parent) if completes and parent is not None else record)
     return judged
 
 
@@ -107,8 +111,9 @@ def executions_of(trace_id: str, records: list[SpanRecord], probes: list[LinkPro
     clients = {record.span_id: record for record in records if record.role is Role.REMOTE_CALL}
     children: set[tuple[str, str]] = set()
     executions: list[SpanRecord] = []
+    outer = _nested(records)
     own = [record for record in records if record.role is Role.EXECUTION]
-    for record in _judged(own, _nested(own)):
+    for record in _judged(own, outer):
         client = clients.get(record.parent_id) if record.parent_id is not None else None
         if client is not None:
             children.add((record.trace_id, client.span_id))

@@ -445,3 +445,31 @@ def test_the_sql_engine_knows_every_divergence_kind() -> None:
     sql = (Path(__file__).parents[2] / "etf_otel" / "audit" / "sql" / "audit_findings.sql").read_text()
     listed = sql[sql.index("a['etf.divergence.kind'] IN (") :].split(")", 1)[0]
     assert set(re.findall(r"'([a-z_]+)'", listed)) == DIVERGENCE_KINDS
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("server_traced", [True, False])
+def test_a_framework_span_around_an_mcp_call_is_one_execution(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str, server_traced: bool
+) -> None:
+    """A framework's execute_tool span, the mcp SDK's CLIENT span inside it and, from a traced server, its SERVER
+    span: one execution of the proposal, never a duplicate_execution."""
+    trace = "f4" * 16
+    spans = observed_turn(trace, "", 1000, ["call-1"])
+    link = [{"traceId": trace, "spanId": spans[1]["spanId"]}]
+    framework = span(trace, span_id(), "execute_tool f", "", 1200, gen_ai__tool__call__id="call-1")
+    client = span(
+        trace,
+        span_id(),
+        "MCP send tools/call",
+        framework["spanId"],
+        1210,
+        mcp__method__name="tools/call",
+        gen_ai__tool__call__id="call-1",
+        etf__mcp__match="explicit",
+    )
+    server = span(trace, span_id(), "tools/call f", client["spanId"], 1220, gen_ai__operation__name="execute_tool")
+    framework["links"], client["links"] = link, link
+    spans += [framework, client, *([server] if server_traced else [])]
+    code, report, _ = audit(capsys, engine, export(tmp_path / "mcp.jsonl", spans))
+    assert (code, set(kinds(report)) - {"unjudged"}) == (0, set()), report["by_kind"]

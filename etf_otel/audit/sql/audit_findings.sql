@@ -245,14 +245,17 @@ WITH
         FROM etf_spans WHERE role = 'remote_call'
     ),
     -- one execution recorded twice: an execution span inside another of the same call (a framework's span
-    -- around ours) is the one judged, completed by its parent's id, link and error; the parent is not judged
+    -- around ours) is the one judged, completed by its parent's id, link and error; the parent is not judged.
+    -- The same for the mcp SDK's CLIENT span inside an execution span (a framework running an MCP tool),
+    -- judged as a CLIENT span is, with no completion.
     nested AS (
         SELECT i.trace_id AS trace_id, i.span_id AS span_id, o.span_id AS outer_span, o.call_id AS call_id,
                o.link_traces AS link_traces, o.link_spans AS link_spans, o.error_type AS error_type,
                o.refused AS refused
         FROM etf_spans AS i
         INNER JOIN etf_spans AS o ON o.trace_id = i.trace_id AND o.span_id = i.parent_id
-        WHERE i.role = 'execution' AND o.role = 'execution' AND i.span_id != o.span_id  -- no span is its own parent
+        WHERE i.role IN ('execution', 'remote_call') AND o.role = 'execution'
+          AND i.span_id != o.span_id  -- no span is its own parent
           AND (i.call_id = '' OR o.call_id = '' OR i.call_id = o.call_id)
     ),
     inner_spans AS (
