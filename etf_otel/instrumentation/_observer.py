@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from opentelemetry import context as otel_context
+from opentelemetry.trace import SpanContext
 
 from etf_otel.core._identity import IdentityRules
 from etf_otel.core._linkage import Conversation, Finding
@@ -65,6 +66,7 @@ class ResponseObserver:
         "linkage_ambiguous",
         "_parent",
         "_protocol",
+        "_reported",
         "_started_ns",
         "telemetry",
     )
@@ -93,6 +95,7 @@ class ResponseObserver:
         self._findings: list[Finding] = []
         self._answered: tuple[str, ...] = ()
         self._at_eof: Callable[[], None] | None = None
+        self._reported: list[Callable[[AssemblyResult, Mapping[tuple[int, int], SpanContext]], None]] = []
         self.linkage_ambiguous = False
         """Set by an integration whose request carried results it could link to no single response."""
         if conversation is not None:
@@ -125,6 +128,14 @@ class ResponseObserver:
         the SDK swallows) is fed then, at no cost per event.
         """
         self._at_eof = check
+
+    def when_reported(self, callback: Callable[[AssemblyResult, Mapping[tuple[int, int], SpanContext]], None]) -> None:
+        """Call ``callback(result, call_spans)`` once the response is reported, however it ended.
+
+        ``call_spans``: the ``assemble_tool_call`` span context of each call by ``(choice, index)``;
+        an integration that ran the calls already links their executions to them.
+        """
+        self._reported.append(callback)
 
     def observe(self, chunk: object) -> None:
         try:
@@ -167,7 +178,7 @@ class ResponseObserver:
         return None
 
     def _report(self, result: AssemblyResult, state: StreamState, *, streamed: bool) -> None:
-        self.telemetry.record_response(
+        call_spans = self.telemetry.record_response(
             result,
             state,
             self._parent,
@@ -181,6 +192,9 @@ class ResponseObserver:
             streamed,
         )
         open_calls.note(self.telemetry, result.calls)  # what an MCP client matches call_tool to (docs/mcp.md)
+        for callback in self._reported:
+            with internal_errors_swallowed("reporting a response to its integration"):
+                callback(result, call_spans)
 
 
 def observe_failed() -> None:  # pragma: no cover - see ResponseObserver.observe

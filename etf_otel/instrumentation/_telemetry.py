@@ -16,7 +16,7 @@ from typing import Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from etf_otel import attributes as A
@@ -129,10 +129,13 @@ class Telemetry:
         answered: Sequence[str] = (),
         ambiguous: bool = False,
         streamed: bool = True,
-    ) -> None:
+    ) -> dict[tuple[int, int], SpanContext]:
         """Emit the spans and metrics of one finalized response. ``findings`` (counted already) and ``answered``
         settled the previous response (events, ``etf.linkage.answered_ids``); ``ambiguous``: not judged;
-        ``protocol``: span and ``etf.streams`` only; ``streamed``: ``False`` for a body (``etf.response.streamed``)."""
+        ``protocol``: span and ``etf.streams`` only; ``streamed``: ``False`` for a body (``etf.response.streamed``).
+
+        Returns the span context of each call's ``assemble_tool_call`` span by slot ``(choice, index)``:
+        what an execution of an id-less call links to."""
         ended_ns = time.time_ns()
         base = self._base if base is None else base
         error_type = response_error(state, result.rejections)
@@ -145,6 +148,7 @@ class Telemetry:
                 self.tool_name_label,
                 error_type == INCOMPLETE,
             )
+        call_spans: dict[tuple[int, int], SpanContext] = {}
         attributes = response_attributes(result, state, base, protocol, error_type, streamed)
         attributes.update(answered_attributes(answered, self.max_answered_ids, ambiguous))
         stream_span = self.tracer.start_span(
@@ -167,11 +171,16 @@ class Telemetry:
             guard = _RECORDING_A_CALL
             for call in result.calls:
                 with guard:
-                    self._record_call(call, result.dispatchable, response_context, started_ns, ended_ns, base)
+                    span_context = self._record_call(
+                        call, result.dispatchable, response_context, started_ns, ended_ns, base
+                    )
+                    if span_context is not None:
+                        call_spans[call.choice, call.index] = span_context
         finally:
             stream_span.end(end_time=ended_ns)
             if conversation is not None:
                 linkage.responded(conversation, result)
+        return call_spans
 
     # long: runs once per finalized call; one frame, start attributes in one pass (issue 7's budget)
     def _record_call(
@@ -182,8 +191,8 @@ class Telemetry:
         started_ns: int,
         ended_ns: int,
         base: dict[str, AttributeValue],
-    ) -> None:
-        """One ``assemble_tool_call`` span, and the call's proposal record.
+    ) -> SpanContext | None:
+        """One ``assemble_tool_call`` span, and the call's proposal record; returns the span's context.
 
         Everything known before the span starts is passed as start attributes (one
         validation pass in the SDK, and samplers see it); only a rejected call (status,
@@ -239,6 +248,7 @@ class Telemetry:
                             arguments_value_hash(call.arguments) if self.guarding else None,
                         ),
                     )
+        return span.get_span_context() if span is not None else None
 
     def _describe_call(self, span: Span, call: ToolCall) -> None:
         """A rejected call's status and events, and (opted in) its arguments."""
@@ -326,9 +336,13 @@ class Telemetry:
         error: BaseException | None,
         result: object = None,
         error_type: str | None = None,
+        *,
+        ended: tuple[float, int] | None = None,
     ) -> None:
+        """End an execution's span and record its duration. ``ended``: ``(perf_counter(), time_ns())``
+        when it ended earlier than now (an execution whose span waited for its call's span to link to)."""
         try:
-            duration = time.perf_counter() - started
+            duration = (time.perf_counter() if ended is None else ended[0]) - started
             metric_attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_NAME: self.tool_name_label(name)}
             if error is not None or error_type is not None:
                 kind = bounded(error_type or type(error).__qualname__)
@@ -339,4 +353,4 @@ class Telemetry:
                 span.set_attribute(A.GEN_AI_TOOL_CALL_RESULT, _truncate(str(result), self.max_content_chars))
             self.execute_duration.record(duration, metric_attributes)
         finally:
-            span.end()
+            span.end(end_time=None if ended is None else ended[1])
