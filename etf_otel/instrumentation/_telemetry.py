@@ -130,23 +130,17 @@ class Telemetry:
         ambiguous: bool = False,
         streamed: bool = True,
     ) -> dict[tuple[int, int], SpanContext]:
-        """Emit the spans and metrics of one finalized response. ``findings`` (counted already) and ``answered``
+        """Emit the spans and metrics of one finalized response; returns each call's span context by ``(choice,
+        index)`` (what an id-less call's execution links to). ``findings`` (counted already) and ``answered``
         settled the previous response (events, ``etf.linkage.answered_ids``); ``ambiguous``: not judged;
-        ``protocol``: span and ``etf.streams`` only; ``streamed``: ``False`` for a body (``etf.response.streamed``).
-
-        Returns the span context of each call's ``assemble_tool_call`` span by slot ``(choice, index)``:
-        what an execution of an id-less call links to."""
+        ``protocol``: span and ``etf.streams`` only; ``streamed``: ``False`` for a body (``etf.response.streamed``)."""
         ended_ns = time.time_ns()
         base = self._base if base is None else base
         error_type = response_error(state, result.rejections)
         with internal_errors_swallowed("counting a response"):
+            provider = base.get(A.GEN_AI_PROVIDER_NAME)
             self.counters.add_response(
-                result,
-                state,
-                base.get(A.GEN_AI_PROVIDER_NAME),
-                protocol,
-                self.tool_name_label,
-                error_type == INCOMPLETE,
+                result, state, provider, protocol, self.tool_name_label, error_type == INCOMPLETE
             )
         call_spans: dict[tuple[int, int], SpanContext] = {}
         attributes = response_attributes(result, state, base, protocol, error_type, streamed)
@@ -171,11 +165,9 @@ class Telemetry:
             guard = _RECORDING_A_CALL
             for call in result.calls:
                 with guard:
-                    span_context = self._record_call(
-                        call, result.dispatchable, response_context, started_ns, ended_ns, base
-                    )
-                    if span_context is not None:
-                        call_spans[call.choice, call.index] = span_context
+                    context = self._record_call(call, result.dispatchable, response_context, started_ns, ended_ns, base)
+                    if context is not None:
+                        call_spans[call.choice, call.index] = context
         finally:
             stream_span.end(end_time=ended_ns)
             if conversation is not None:
