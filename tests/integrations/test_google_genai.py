@@ -441,3 +441,22 @@ def test_automatic_function_calling_runs_are_executions_linked_to_their_calls(
     assert findings(second) == [] and second.attributes[A.ETF_LINKAGE_ANSWERED_IDS] == ("w1", "t1")  # type: ignore[index]
     sent = server.requests[1].body["contents"][-1]["parts"]
     assert [part["functionResponse"].get("id") for part in sent] == [None, None]
+
+
+def test_chats_turns_with_automatic_function_calling_link_cleanly(
+    etf: Etf, captured: Captured, server: LocalChatServer
+) -> None:
+    """Two ``chats.send_message_stream`` turns, each two requests: every follow-up finds the response it answers
+    (none is judged against another turn's calls), and each run of the SDK is an execution."""
+    etf.on()
+    RAN.clear()
+    client = developer(server)  # held: a collected client closes its HTTP client
+    chat = client.chats.create(model=MODEL, config=AFC)
+    for city in ("Paris", "Rome"):
+        server.enqueue(Script(events=g.stream(g.chunk(g.call("get_weather", {"city": city})))))
+        server.enqueue(Script(events=g.stream(g.chunk(g.text("sunny")))))
+        list(chat.send_message_stream(f"weather in {city}?"))
+    assert RAN == ["get_weather(Paris)", "get_weather(Rome)"]
+    assert [findings(span) for span in responses(captured)] == [[], [], [], []]
+    assert [state(span)[2] for span in responses(captured)] == [True, False, True, False]
+    assert [row[:4] for row in executions(captured)] == [("get_weather", 0, 0, "get_weather")] * 2
