@@ -460,3 +460,51 @@ def test_chats_turns_with_automatic_function_calling_link_cleanly(
     assert [findings(span) for span in responses(captured)] == [[], [], [], []]
     assert [state(span)[2] for span in responses(captured)] == [True, False, True, False]
     assert [row[:4] for row in executions(captured)] == [("get_weather", 0, 0, "get_weather")] * 2
+
+
+def divergences(span: ReadableSpan) -> list[Any]:
+    return [
+        (event.attributes or {}).get(A.ETF_DIVERGENCE_KIND)
+        for event in span.events
+        if (event.attributes or {}).get(A.ETF_ERROR_CATEGORY) == "divergent_assembly"
+    ]
+
+
+def test_aio_automatic_function_calling_runs_a_streamed_call_without_its_arguments(
+    etf: Etf, captured: Captured, server: LocalChatServer
+) -> None:
+    """The SDK does not join ``partialArgs``: its async function calling runs each streamed call's head with
+    no arguments (its sync one runs none). The rules assembled the arguments: the execution, linked to its
+    call, says the SDK ran it with others (``divergent_assembly``, ``arguments_differ``)."""
+    etf.on()
+    seen: list[Any] = []
+
+    def book(rooms: object = "none") -> str:  # not Any: the SDK's argument conversion raises TypeError on it
+        """Book rooms."""
+        seen.append(rooms)
+        return "booked"
+
+    def get_weather(city: str = "nowhere") -> str:
+        """The weather in a city."""
+        seen.append(city)
+        return "sunny"
+
+    config = types.GenerateContentConfig(tools=[get_weather, book])
+    server.enqueue(Script(events=TWO_STREAMED), Script(events=g.stream(g.chunk(g.text("done")))))
+
+    async def run() -> None:
+        client = vertex(server)  # one per event loop: its aiohttp session belongs to the loop
+        async for _ in await client.aio.models.generate_content_stream(model=MODEL, contents="hi", config=config):
+            pass
+
+    asyncio.run(run())
+    assert seen == ["nowhere", "none"]  # the defaults: nothing of Paris or the rooms reached the functions
+    assert [row[:4] for row in executions(captured)] == [("get_weather", 0, 0, "get_weather"), ("book", 1, 1, "book")]
+    assert [divergences(span) for span in captured.spans(A.SPAN_EXECUTE_TOOL)] == [["arguments_differ"]] * 2
+    # A whole call runs with its own arguments: no divergence (numbers compared as JSON values).
+    captured.clear()
+    server.enqueue(Script(events=g.stream(g.chunk(g.call("book", {"rooms": [{"beds": 2}]})))))
+    server.enqueue(Script(events=g.stream(g.chunk(g.text("done")))))
+    asyncio.run(run())
+    assert seen[-1] == [{"beds": 2}]
+    assert [divergences(span) for span in captured.spans(A.SPAN_EXECUTE_TOOL)] == [[]]

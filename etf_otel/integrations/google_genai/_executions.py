@@ -12,7 +12,9 @@ A streamed chunk's calls are run while the response is still streaming, before i
 before its ``assemble_tool_call`` spans exist. So the execution span stays open until its response
 is reported: it then gets a link to its call's span, the call's ``gen_ai.tool.call.id`` when the
 call had one, and ends at the time the function returned. For an id-less call that link and the
-slot are the only key between the execution and the call.
+slot are the only key between the execution and the call. A function run with another name or
+other arguments than the call the rules assembled in its slot (the SDK runs a streamed call's head
+without its ``partialArgs``) is a ``divergent_assembly`` on the execution span.
 
 The ordinal of an invoked part is read from the Gemini adapter: the calls the response had opened
 before the chunk (:class:`_Tap`, taken as the chunk passes) plus the heads before it in the chunk.
@@ -21,6 +23,7 @@ Nothing here decides anything the SDK does: functions, their results and excepti
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -35,8 +38,10 @@ from opentelemetry.trace import Span, SpanContext
 from opentelemetry.util.types import AttributeValue
 
 from etf_otel import attributes as A
-from etf_otel.core._results import AssemblyResult
+from etf_otel.core._divergence import DivergenceKind
+from etf_otel.core._results import AssemblyResult, ToolCall
 from etf_otel.instrumentation._observer import ResponseObserver
+from etf_otel.instrumentation._registry import canonical_value_hash
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._span_attributes import put_call_id
 from etf_otel.protocols._base import field as read_field
@@ -63,6 +68,8 @@ class _Execution:
     ordinal: int | None
     started: float
     token: Token[Context] | None
+    handed: int | None = None
+    """The canonical hash of the arguments the SDK handed the function (never the values)."""
     ended: tuple[float, int] | None = None
     error: BaseException | None = None
     result: Any = None
@@ -119,9 +126,44 @@ class FollowedResponse:
                     attributes: dict[str, AttributeValue] = {}
                     put_call_id(attributes, call.id)
                     span.set_attributes(attributes)
+                if call is not None:
+                    observer.telemetry.record_divergence(_differences(call, execution), span)
         observer.telemetry.end_execution(
             span, execution.name, execution.started, execution.error, execution.result, ended=execution.ended
         )
+
+
+def _differences(call: ToolCall, execution: _Execution) -> list[str]:
+    """How what the SDK ran differs from the call the rules assembled in that slot (``divergent_assembly``).
+
+    The SDK runs each ``functionCall`` part as it came: a streamed call's head runs without the
+    arguments its ``partialArgs`` carry. Arguments are compared as JSON values (an integral float
+    equals its integer: the SDK reads every number as a float, then turns integral ones back).
+    """
+    kinds: list[str] = []
+    if call.name != execution.name:
+        kinds.append(DivergenceKind.NAME_DIFFERS.value)
+    try:
+        assembled = _value_hash(json.loads(call.arguments))
+    except (ValueError, RecursionError):
+        assembled = None
+    if assembled is None or assembled != execution.handed:
+        kinds.append(DivergenceKind.ARGUMENTS_DIFFER.value)
+    return kinds
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _integral(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_integral(item) for item in value]
+    return value
+
+
+def _value_hash(value: Any) -> int | None:
+    return canonical_value_hash(_integral(value))
 
 
 @dataclass(frozen=True)
@@ -267,6 +309,7 @@ def _start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[FollowedRespo
     if plan is None or plan.response.observer is None:
         return None
     function = args[1] if len(args) > 1 else kwargs.get("function_to_invoke")
+    handed = args[0] if args else kwargs.get("args")
     planned = plan.take(function)
     if planned is None:
         return None
@@ -275,7 +318,8 @@ def _start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[FollowedRespo
     if planned.ordinal is not None and span.is_recording():
         span.set_attributes({A.ETF_CHOICE_INDEX: _CANDIDATE, A.ETF_TOOL_CALL_INDEX: planned.ordinal})
     token = otel_context.attach(trace.set_span_in_context(span))
-    return plan.response, _Execution(span, planned.name, planned.ordinal, time.perf_counter(), token)
+    execution = _Execution(span, planned.name, planned.ordinal, time.perf_counter(), token, _value_hash(handed))
+    return plan.response, execution
 
 
 def _started(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[FollowedResponse, _Execution] | None:
