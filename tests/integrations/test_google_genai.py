@@ -269,11 +269,33 @@ def test_the_application_gets_the_same_chunks_and_exceptions_with_and_without(
 
 def _without_dates(value: Any) -> Any:
     """What the application got, but the HTTP date header (it changes by the second)."""
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [_without_dates(item) for item in value]
     if isinstance(value, dict):
         return {key: _without_dates(item) for key, item in value.items() if key != "date"}
     return value
+
+
+def test_automatic_function_calling_is_the_same_for_the_application_with_and_without(
+    etf: Etf, captured: Captured, server: LocalChatServer
+) -> None:
+    """The chunks of every round, what the functions were handed, and an in-band error in a later round."""
+
+    def run() -> tuple[Any, ...]:
+        RAN.clear()
+        server.enqueue(Script(events=g.stream(g.chunk(WEATHER), g.chunk(g.call("get_time", {"tz": "CET"})))))
+        server.enqueue(Script(events=g.stream(g.chunk(g.text("done")))))
+        server.enqueue(Script(events=g.stream(g.chunk(WEATHER))), Script(events=[g.chunk(g.text("x")), g.error()]))
+        client = developer(server)
+        first = outcome(lambda: stream(client, "weather?", AFC))
+        second = outcome(lambda: stream(client, "weather?", AFC))
+        return _without_dates(first), _without_dates(second), list(RAN)
+
+    without = run()
+    etf.on()
+    assert run() == without
+    assert without[1][0] == "raised" and without[2] == ["get_weather(Paris)", "get_time(CET)", "get_weather(Paris)"]
+    assert [state(span)[0] for span in responses(captured)] == ["completed", "completed", "completed", "failed"]
 
 
 # --- a complete body ------------------------------------------------------------------------------------
