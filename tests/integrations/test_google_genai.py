@@ -530,3 +530,45 @@ def test_aio_automatic_function_calling_runs_a_streamed_call_without_its_argumen
     asyncio.run(run())
     assert seen[-1] == [{"beds": 2}]
     assert [divergences(span) for span in captured.spans(A.SPAN_EXECUTE_TOOL)] == [[]]
+
+
+def test_aio_failures_and_coroutine_functions(etf: Etf, captured: Captured, server: LocalChatServer) -> None:
+    """The async client as the sync one: a refused request is no response, a chunk the SDK refuses or an
+    in-band error later fails the response; a coroutine function the SDK awaits is an execution too."""
+    etf.on()
+    awaited: list[str] = []
+
+    async def get_weather(city: str) -> str:
+        """The weather in a city."""
+        awaited.append(city)
+        return "sunny"
+
+    server.enqueue(
+        Script(events=[g.error(400, "INVALID_ARGUMENT", "bad")], status=400),
+        Script(events=[g.chunk(g.call("f", "not an object"))]),
+        Script(events=[g.chunk(WEATHER), g.error()]),
+        Script(events=g.stream(g.chunk(WEATHER))),
+        Script(events=g.stream(g.chunk(g.text("done")))),
+    )
+
+    async def run(config: Any) -> tuple[str, Any]:
+        client = developer(server)
+        try:
+            return "returned", [c async for c in await client.aio.models.generate_content_stream(
+                model=MODEL, contents="hi", config=config)]  # fmt: skip
+        except Exception as error:
+            return "raised", type(error).__name__
+
+    async def all_runs() -> list[tuple[str, Any]]:
+        afc = types.GenerateContentConfig(tools=[get_weather])
+        return [await run(NO_AFC), await run(NO_AFC), await run(NO_AFC), (await run(afc))[:1]]
+
+    assert asyncio.run(all_runs()) == [
+        ("raised", "ClientError"),
+        ("raised", "ValidationError"),
+        ("raised", "ServerError"),
+        ("returned",),
+    ]
+    assert awaited == ["Paris"]
+    assert [state(span)[0] for span in responses(captured)] == ["failed", "failed", "completed", "completed"]
+    assert [row[:4] for row in executions(captured)] == [("get_weather", 0, 0, "get_weather")]
