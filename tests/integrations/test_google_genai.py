@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from etf_otel import attributes as A
 from etf_otel.integrations.google_genai import GoogleGenAIInstrumentor, instrument_google_genai
+from etf_otel.integrations.google_genai._linkage import GeminiConversation
 from etf_otel.testing import LocalChatServer, Script
 from etf_otel.testing import gemini as g
 from tests.conftest import Captured
@@ -559,7 +560,7 @@ def test_aio_failures_and_coroutine_functions(etf: Etf, captured: Captured, serv
         except Exception as error:
             return "raised", type(error).__name__
 
-    async def all_runs() -> list[tuple[str, Any]]:
+    async def all_runs() -> list[tuple[Any, ...]]:
         afc = types.GenerateContentConfig(tools=[get_weather])
         return [await run(NO_AFC), await run(NO_AFC), await run(NO_AFC), (await run(afc))[:1]]
 
@@ -572,3 +573,20 @@ def test_aio_failures_and_coroutine_functions(etf: Etf, captured: Captured, serv
     assert awaited == ["Paris"]
     assert [state(span)[0] for span in responses(captured)] == ["failed", "failed", "completed", "completed"]
     assert [row[:4] for row in executions(captured)] == [("get_weather", 0, 0, "get_weather")]
+
+
+def test_a_conversation_keeps_no_arguments_between_requests(
+    etf: Etf, captured: Captured, server: LocalChatServer
+) -> None:
+    """Linkage by name and order needs the latest response's calls: their names, ids and slots, never what
+    the model wrote in them."""
+    instrumentor = etf.on()
+    server.enqueue(Script(body=g.chunk(g.call("get_weather", {"city": "a-secret-place"}), finish_reason="STOP")))
+    client = developer(server)
+    client.models.generate_content(model=MODEL, contents="hi", config=NO_AFC)
+    conversations = instrumentor._conversations
+    assert conversations is not None
+    (kept,) = {id(c): c for c in conversations.index._by_request._items.values()}.values()
+    assert isinstance(kept, GeminiConversation)
+    assert kept.latest is not None and [(c.name, c.arguments) for c in kept.latest.calls] == [("get_weather", "")]
+    assert "a-secret-place" not in repr(kept.latest)

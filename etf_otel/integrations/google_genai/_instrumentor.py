@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import wrapt
 
+from etf_otel.core._results import AssemblyResult
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._streams import observer_of
 from etf_otel.instrumentation._switches import _disabled, _suppressed
@@ -51,7 +52,7 @@ from etf_otel.integrations._instrumentor_base import (
     remove_own_wrapper,
 )
 from etf_otel.integrations.google_genai import _executions as executions
-from etf_otel.integrations.google_genai._linkage import GeminiConversation, GeminiConversations
+from etf_otel.integrations.google_genai._linkage import GeminiConversation, GeminiConversations, without_content
 from etf_otel.protocols import GEMINI
 
 if TYPE_CHECKING:
@@ -275,8 +276,8 @@ def _remember_latest(prepared: Prepared, observer: Any) -> None:
     conversation = prepared.conversation
     if isinstance(conversation, GeminiConversation):
 
-        def latest(result: Any, call_spans: Any) -> None:
-            conversation.latest = result
+        def latest(result: AssemblyResult, call_spans: Any) -> None:
+            conversation.latest = without_content(result)
 
         observer.when_reported(latest)
 

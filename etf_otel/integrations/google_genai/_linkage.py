@@ -10,8 +10,8 @@ else by the fingerprint of the contents before it, when exactly one recent reque
 Results are then judged by the protocol's own linkage (:attr:`WireProtocol.link`): by id and
 name when the response's calls had ids, by name and order when they had none, only the first
 content after the model turn in scope. That needs the response's calls, not only their ids, so a
-:class:`GeminiConversation` keeps the latest result of its conversation (its calls' names, ids and
-slots; arguments are never read here) and settles with the request's contents instead of ids.
+:class:`GeminiConversation` keeps the latest result of its conversation (its calls' names, ids,
+slots and verdicts, :func:`without_content`) and settles with the request's contents instead of ids.
 
 Contents are read, never changed: a string (the SDK's one user text), one content, or a list or
 tuple of contents; any other shape (a list of strings, an iterator) is not linked.
@@ -19,6 +19,7 @@ tuple of contents; any other shape (a list of strings, an iterator) is not linke
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -39,7 +40,7 @@ from etf_otel.protocols import GEMINI, field
 from etf_otel.protocols._gemini import unset
 from etf_otel.protocols._gemini_arguments import read
 
-__all__ = ["GeminiConversation", "GeminiConversations", "contents_of"]
+__all__ = ["GeminiConversation", "GeminiConversations", "contents_of", "without_content"]
 
 _MODEL = "model"
 
@@ -70,6 +71,13 @@ class GeminiConversation(LinkedConversation):
             call.id for call in latest.proposals if call.id is not None and call.id not in unanswered
         )  # fmt: skip
         return findings, answered
+
+
+def without_content(result: AssemblyResult) -> AssemblyResult:
+    """``result`` as a conversation keeps it: its calls' slots, ids, names and verdicts, no arguments
+    and no diagnostics (nothing the model wrote is kept between requests)."""
+    calls = tuple(call._replace(arguments="", rejected_fragments=()) for call in result.calls)
+    return dataclasses.replace(result, calls=calls, _diagnostics=(), _overflow=(), _decision_counts=())
 
 
 class _Index(ConversationIndex):
