@@ -116,18 +116,18 @@ class FollowedResponse:
             return
         span = execution.span
         with internal_errors_swallowed("linking an execution to its call"):
-            ordinal = execution.ordinal
-            linked = self.call_spans.get((_CANDIDATE, ordinal)) if ordinal is not None else None
+            slot = (_CANDIDATE, execution.ordinal)
+            calls = self.result.calls if self.result is not None and execution.ordinal is not None else ()
+            call = next((c for c in calls if (c.choice, c.index) == slot), None)
+            linked = self.call_spans.get((call.choice, call.index)) if call is not None else None
             if linked is not None and span.is_recording():
                 span.add_link(linked)
-                calls = self.result.calls if self.result is not None else ()
-                call = next((c for c in calls if (c.choice, c.index) == (_CANDIDATE, ordinal)), None)
                 if call is not None and call.id is not None:
                     attributes: dict[str, AttributeValue] = {}
                     put_call_id(attributes, call.id)
                     span.set_attributes(attributes)
-                if call is not None:
-                    observer.telemetry.record_divergence(_differences(call, execution), span)
+            if call is not None:  # counted whether or not the span is sampled
+                observer.telemetry.record_divergence(_differences(call, execution), span)
         observer.telemetry.end_execution(
             span, execution.name, execution.started, execution.error, execution.result, ended=execution.ended
         )
