@@ -24,6 +24,7 @@ from etf_otel.core._results import AssemblyResult
 from etf_otel.core._vocabulary import StreamState
 from etf_otel.instrumentation import _linkage as linkage
 from etf_otel.instrumentation import _open_calls as open_calls
+from etf_otel.instrumentation import _positional as positional
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._span_attributes import bounded
 from etf_otel.instrumentation._telemetry import Telemetry
@@ -65,6 +66,7 @@ class ResponseObserver:
         "_lock",
         "linkage_ambiguous",
         "_parent",
+        "_positional",
         "_protocol",
         "_reported",
         "_started_ns",
@@ -86,6 +88,7 @@ class ResponseObserver:
         self._assembler = wire.assembler(rules=rules, clock=time.time_ns)
         name = wire.name
         self._protocol = bounded(name) if isinstance(name, str) and name else None  # etf.protocol
+        self._positional = wire.link is not None  # its id-less calls are linked by name and order
         self._conversation = conversation
         self._base = telemetry.base_attributes(provider_name)
         self._parent = otel_context.get_current()
@@ -192,6 +195,8 @@ class ResponseObserver:
             streamed,
         )
         open_calls.note(self.telemetry, result.calls)  # what an MCP client matches call_tool to (docs/mcp.md)
+        if self._positional:
+            positional.note(self.telemetry, result, call_spans)  # what a host matches an id-less call to
         for callback in self._reported:
             with internal_errors_swallowed("reporting a response to its integration"):
                 callback(result, call_spans)

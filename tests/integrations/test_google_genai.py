@@ -21,6 +21,7 @@ from google.genai import types
 from opentelemetry.sdk.trace import ReadableSpan
 
 from etf_otel import attributes as A
+from etf_otel.errors import GuardRefusedError
 from etf_otel.integrations.google_genai import GoogleGenAIInstrumentor, instrument_google_genai
 from etf_otel.integrations.google_genai._linkage import GeminiConversation
 from etf_otel.testing import LocalChatServer, Script
@@ -590,3 +591,44 @@ def test_a_conversation_keeps_no_arguments_between_requests(
     assert isinstance(kept, GeminiConversation)
     assert kept.latest is not None and [(c.name, c.arguments) for c in kept.latest.calls] == [("get_weather", "")]
     assert "a-secret-place" not in repr(kept.latest)
+
+
+def test_a_guarded_host_finds_id_less_calls_by_name_and_order(
+    etf: Etf, captured: Captured, server: LocalChatServer
+) -> None:
+    """The application runs the SDK's id-less ``FunctionCall``s through a guarded host: the k-th run of a
+    name is the k-th call of that name in the latest response, linked to it and judged by its verdict."""
+    instrumentation = etf.on().instrumentation
+    assert instrumentation is not None
+    ran: list[str] = []
+
+    def run_tool(call: Any) -> str:
+        ran.append(call.name)
+        return "ok"
+
+    host = instrumentation.host(run_tool, guard=True)
+    client = developer(server)
+
+    def turn(*events: Any) -> list[Any]:
+        server.enqueue(Script(events=list(events)))
+        chunks = list(client.models.generate_content_stream(model=MODEL, contents="hi", config=NO_AFC))
+        return [call for chunk in chunks for call in chunk.function_calls or ()]
+
+    calls = turn(*g.stream(g.chunk(WEATHER), g.chunk(TIME), g.chunk(g.call("get_weather", {"city": "Rome"}))))
+    for call in [*calls, calls[0]]:  # one run of get_weather more than the response proposed
+        try:
+            host(call)
+        except GuardRefusedError as error:
+            ran.append(f"refused {error.category.value}")
+    assert ran == ["get_weather", "get_time", "get_weather", "refused missing_id"]
+    spans = captured.spans(A.SPAN_EXECUTE_TOOL)
+    slots_run = [((s.attributes or {}).get(A.ETF_TOOL_CALL_INDEX), len(s.links)) for s in spans]
+    assert slots_run == [(0, 1), (1, 1), (2, 1), (None, 0)]
+    tool_calls = {s.context.span_id: s for s in captured.spans(A.SPAN_ASSEMBLE_TOOL_CALL)}
+    linked = [(tool_calls[s.links[0].context.span_id].attributes or {})[A.ETF_TOOL_CALL_INDEX] for s in spans[:3]]
+    assert linked == [0, 1, 2]
+    # A rejected id-less call is refused for what the rules found, not for its missing id.
+    (cut,) = turn(*g.stream(g.chunk(WEATHER), finish_reason="MAX_TOKENS"))
+    with pytest.raises(GuardRefusedError) as raised:
+        host(cut)
+    assert raised.value.category.value == "incomplete_response"
