@@ -64,6 +64,12 @@ def _sdk_columns() -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
             " which folds each event in with `accumulate_event`); their `input` is parsed.",
             (("anthropic", f"`anthropic` {anthropic} `accumulate_event` (`MessageStream`)"),),
         ),
+        protocols.GEMINI.name: (
+            "The SDK joins nothing: its calls are the `functionCall` parts of the model turn its chat history"
+            " keeps (`chats.send_message_stream`: each chunk's first candidate content), as they came; an"
+            " unset `args` is `{}`. A chunk whose `args` is not an object makes the SDK raise.",
+            (("google-genai", f"`google-genai` {version('google-genai')} chat history"),),
+        ),
     }
 
 

@@ -58,7 +58,7 @@ example:
 More: docs/cli.md
 """
 
-ASSEMBLER_NAMES: Final = ("openai", "anthropic", "langchain", "reference")
+ASSEMBLER_NAMES: Final = ("openai", "anthropic", "langchain", "google-genai", "reference")
 """``--assembler`` names: ``replay_assemblers.ASSEMBLERS``, not imported here to keep the CLI's start fast."""
 
 

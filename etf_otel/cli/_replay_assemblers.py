@@ -16,6 +16,9 @@ Which assemblers read which protocol (:data:`ASSEMBLERS_BY_PROTOCOL`):
 * ``responses``: ``openai`` (the SDK's ``ResponseStreamState``, which
   ``client.responses.stream(...)`` uses; events built as the SDK builds them, nothing after
   a ``[DONE]`` line);
+* ``gemini``: ``google-genai`` (what the SDK's chat history keeps of a streamed turn: every
+  chunk's first candidate content, its ``functionCall`` parts as they came; chunks built as the
+  SDK builds them, nothing from an in-band error on);
 * ``anthropic_messages``: ``anthropic`` (the SDK's ``accumulate_event`` as its
   ``MessageStream`` drives it; events built as the SDK builds them, ``ping`` dropped and
   nothing from an ``error`` event on, which the SDK's transport raises instead of handing
@@ -45,13 +48,14 @@ from rich.table import Table
 from etf_otel import attributes as A
 from etf_otel import protocols
 from etf_otel.cli._replay_report import add_call_columns, build_report
+from etf_otel.cli._replay_sdk_events import sdk_chunks, sdk_message_events, sdk_response_events, until_done
 from etf_otel.cli._text import cut, print_table, shown
 from etf_otel.core._identity import CompatibilityRule, IdentityRules
 from etf_otel.core._results import AssemblyResult
 from etf_otel.instrumentation._assemblers import ObservedAssembler
 from etf_otel.instrumentation._setup import Instrumentation
-from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES, WireProtocol
-from etf_otel.protocols._chat_completions import DONE, ReferenceAssembler
+from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, GEMINI, RESPONSES, WireProtocol
+from etf_otel.protocols._chat_completions import ReferenceAssembler
 
 __all__ = [
     "ASSEMBLERS",
@@ -64,7 +68,7 @@ __all__ = [
     "run_assembler",
 ]
 
-ASSEMBLERS: Final = ("openai", "anthropic", "langchain", "reference")
+ASSEMBLERS: Final = ("openai", "anthropic", "langchain", "google-genai", "reference")
 """Every ``--assembler`` name; :data:`ASSEMBLERS_BY_PROTOCOL` says which protocol each one reads."""
 
 ASSEMBLERS_BY_PROTOCOL: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
@@ -72,18 +76,20 @@ ASSEMBLERS_BY_PROTOCOL: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
         CHAT_COMPLETIONS.name: ("openai", "langchain", "reference"),
         RESPONSES.name: ("openai", "reference"),
         ANTHROPIC_MESSAGES.name: ("anthropic", "reference"),
+        GEMINI.name: ("google-genai", "reference"),
     }
 )
 """The assemblers that read each protocol's recordings (``reference`` reads all of them)."""
 
 _LIBRARY: Final[Mapping[str, str]] = MappingProxyType(
-    {"openai": "openai", "langchain": "langchain-core", "anthropic": "anthropic"}
+    {"openai": "openai", "langchain": "langchain-core", "anthropic": "anthropic", "google-genai": "google-genai"}
 )
 _INSTALL: Final[Mapping[str, str]] = MappingProxyType(
     {
         "openai": "pip install 'etf-otel[openai]'",
         "langchain": "pip install 'etf-otel[langchain]'",
         "anthropic": "pip install 'etf-otel[anthropic]'",
+        "google-genai": "pip install 'etf-otel[google-genai]'",
     }
 )
 
@@ -134,65 +140,6 @@ class AssemblerComparison:
         return {"assembler": own.pop("name"), **own, "rules": rules}
 
 
-def _sdk_chunks(chunks: Iterable[object]) -> list[object]:
-    """The chunks the ``openai`` SDK would hand on: built like its SSE decoder, none after ``[DONE]``."""
-    from openai.types.chat import ChatCompletionChunk
-
-    out: list[object] = []
-    for chunk in chunks:
-        if chunk == DONE:
-            break
-        if isinstance(chunk, dict):
-            out.append(ChatCompletionChunk.construct(**chunk))
-        elif not isinstance(chunk, str):
-            out.append(chunk)
-    return out
-
-
-def _until_done(chunks: Iterable[object]) -> list[object]:
-    out: list[object] = []
-    for chunk in chunks:
-        if chunk == DONE:
-            break
-        out.append(chunk)
-    return out
-
-
-def _sdk_response_events(events: Iterable[object]) -> list[object]:
-    """The events the ``openai`` SDK's Responses stream hands its state: built like its SSE decoder does."""
-    from openai._models import construct_type
-    from openai.types.responses import ResponseStreamEvent
-
-    out: list[object] = []
-    for event in events:
-        if event == DONE:
-            break
-        if isinstance(event, dict):
-            out.append(construct_type(type_=ResponseStreamEvent, value=event))
-        elif not isinstance(event, str):
-            out.append(event)
-    return out
-
-
-def _sdk_message_events(events: Iterable[object]) -> list[object]:
-    """The events the ``anthropic`` SDK's stream hands ``MessageStream``: ``ping`` dropped, none from ``error`` on."""
-    from anthropic._models import construct_type
-    from anthropic.types import RawMessageStreamEvent
-
-    out: list[object] = []
-    for event in events:
-        kind = protocols.field(event, "type") if event is not None and not isinstance(event, str) else None
-        if kind == "error":
-            break  # the SDK's transport raises APIStatusError here: the accumulator never sees it
-        if kind == "ping":
-            continue
-        if isinstance(event, dict):
-            out.append(construct_type(type_=RawMessageStreamEvent, value=event))
-        elif not isinstance(event, str):
-            out.append(event)
-    return out
-
-
 @dataclass(frozen=True)
 class _Driver:
     wrap: Callable[[Instrumentation], Any]
@@ -234,7 +181,7 @@ def _library_driver(name: str, protocol: WireProtocol) -> _Driver:
             "handle_chunk",
             "get_final_completion",
             chat.completion_calls,
-            _sdk_chunks,
+            sdk_chunks,
         )
     if name == "openai":  # Responses
         from openai.lib.streaming.responses import _responses  # noqa: F401 - the library must be there
@@ -247,7 +194,7 @@ def _library_driver(name: str, protocol: WireProtocol) -> _Driver:
             "handle_event",
             "get_final_response",
             response_calls,
-            _sdk_response_events,
+            sdk_response_events,
         )
     if name == "langchain":
         import langchain_core  # noqa: F401 - the library must be there
@@ -255,7 +202,19 @@ def _library_driver(name: str, protocol: WireProtocol) -> _Driver:
         from etf_otel.integrations.langchain import instrument_langchain, message_calls
 
         return _Driver(
-            lambda etf: instrument_langchain(instrumentation=etf), "add", "result", message_calls, _until_done
+            lambda etf: instrument_langchain(instrumentation=etf), "add", "result", message_calls, until_done
+        )
+    if name == "google-genai":
+        from google.genai import types  # noqa: F401 - the library must be there
+
+        from etf_otel.integrations.google_genai._history import HISTORY_ADAPTER, ChatHistory, history_calls
+
+        return _Driver(
+            lambda etf: etf.assembler(ChatHistory(), adapter=HISTORY_ADAPTER, protocol=GEMINI),
+            "add",
+            "turn",
+            history_calls,
+            list,
         )
     from anthropic.lib.streaming import _messages  # noqa: F401 - the library must be there
 
@@ -266,7 +225,7 @@ def _library_driver(name: str, protocol: WireProtocol) -> _Driver:
         "accumulate",
         "get_final_message",
         message_calls,
-        _sdk_message_events,
+        sdk_message_events,
     )
 
 

@@ -30,6 +30,7 @@ from etf_otel.core._linkage import Conversation, Finding
 from etf_otel.core._vocabulary import ErrorCategory, Phase
 from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import _linkage as linkage
+from etf_otel.instrumentation import _positional as positional
 from etf_otel.instrumentation._registry import ProposalRecord, arguments_value_hash, canonical_value_hash
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _suppressed
@@ -136,11 +137,13 @@ class ObservedHost(_ObjectProxy):
         refusal: ErrorCategory | None = None
         call_id = name = arguments = None
         record: ProposalRecord | None = None
+        slot: positional.PositionalCall | None = None
         try:
             call_id, name, arguments = call_fields(call)
-            record = telemetry.proposals.get(call_id) if call_id else None
+            slot = None if call_id else positional.take(telemetry, name)
+            record = slot.record if slot is not None else telemetry.proposals.get(call_id) if call_id else None
             if self._self_guard:
-                refusal = self._self_refusal(call_id, record, name, arguments)
+                refusal = self._self_refusal(call_id if slot is None else "", record, name, arguments, slot)
         except Exception:
             if self._self_guard:
                 refusal = ErrorCategory.ORPHANED_RESULT
@@ -148,15 +151,21 @@ class ObservedHost(_ObjectProxy):
             return None, refusal
         with internal_errors_swallowed("starting an execution"):
             span = telemetry.start_execution(call_id, name, record, self._self_record_unverified)
+            if slot is not None and span.is_recording():
+                span.set_attributes({A.ETF_CHOICE_INDEX: slot.choice, A.ETF_TOOL_CALL_INDEX: slot.index})
             token = otel_context.attach(trace.set_span_in_context(span))
-            return _Execution(span, name, call_id, token, time.perf_counter()), refusal
+            return _Execution(span, name, call_id, token, time.perf_counter(), slot is not None), refusal
         return None, refusal
 
     @staticmethod
     def _self_refusal(
-        call_id: str | None, record: ProposalRecord | None, name: str | None, arguments: object
+        call_id: str | None,
+        record: ProposalRecord | None,
+        name: str | None,
+        arguments: object,
+        slot: positional.PositionalCall | None = None,
     ) -> ErrorCategory | None:
-        if not call_id:
+        if not call_id and slot is None:
             return ErrorCategory.MISSING_ID
         if record is None:
             return ErrorCategory.ORPHANED_RESULT
@@ -181,7 +190,7 @@ class ObservedHost(_ObjectProxy):
             with internal_errors_swallowed("ending an execution"):
                 otel_context.detach(execution.token)
             with internal_errors_swallowed("checking an execution's linkage"):
-                if self._self_conversation is not None and refusal is None:
+                if self._self_conversation is not None and refusal is None and not execution.positional:
                     finding = linkage.result(self._self_conversation, execution.call_id)
                     if finding is not None:
                         telemetry.record_findings([finding], span)
@@ -254,3 +263,6 @@ class _Execution:
     call_id: str | None
     token: Token[Context]
     started: float
+    positional: bool = False
+    """An id-less call found by name and order (:mod:`~etf_otel.instrumentation._positional`):
+    its result is linked by the next request, not by an id."""

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from opentelemetry import context as otel_context
+from opentelemetry.trace import SpanContext
 
 from etf_otel.core._identity import IdentityRules
 from etf_otel.core._linkage import Conversation, Finding
@@ -23,6 +24,7 @@ from etf_otel.core._results import AssemblyResult
 from etf_otel.core._vocabulary import StreamState
 from etf_otel.instrumentation import _linkage as linkage
 from etf_otel.instrumentation import _open_calls as open_calls
+from etf_otel.instrumentation import _positional as positional
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._span_attributes import bounded
 from etf_otel.instrumentation._telemetry import Telemetry
@@ -64,7 +66,9 @@ class ResponseObserver:
         "_lock",
         "linkage_ambiguous",
         "_parent",
+        "_positional",
         "_protocol",
+        "_reported",
         "_started_ns",
         "telemetry",
     )
@@ -84,6 +88,7 @@ class ResponseObserver:
         self._assembler = wire.assembler(rules=rules, clock=time.time_ns)
         name = wire.name
         self._protocol = bounded(name) if isinstance(name, str) and name else None  # etf.protocol
+        self._positional = wire.link is not None  # its id-less calls are linked by name and order
         self._conversation = conversation
         self._base = telemetry.base_attributes(provider_name)
         self._parent = otel_context.get_current()
@@ -93,6 +98,7 @@ class ResponseObserver:
         self._findings: list[Finding] = []
         self._answered: tuple[str, ...] = ()
         self._at_eof: Callable[[], None] | None = None
+        self._reported: list[Callable[[AssemblyResult, Mapping[tuple[int, int], SpanContext]], None]] = []
         self.linkage_ambiguous = False
         """Set by an integration whose request carried results it could link to no single response."""
         if conversation is not None:
@@ -125,6 +131,14 @@ class ResponseObserver:
         the SDK swallows) is fed then, at no cost per event.
         """
         self._at_eof = check
+
+    def when_reported(self, callback: Callable[[AssemblyResult, Mapping[tuple[int, int], SpanContext]], None]) -> None:
+        """Call ``callback(result, call_spans)`` once the response is reported, however it ended.
+
+        ``call_spans``: the ``assemble_tool_call`` span context of each call by ``(choice, index)``;
+        an integration that ran the calls already links their executions to them.
+        """
+        self._reported.append(callback)
 
     def observe(self, chunk: object) -> None:
         try:
@@ -167,7 +181,7 @@ class ResponseObserver:
         return None
 
     def _report(self, result: AssemblyResult, state: StreamState, *, streamed: bool) -> None:
-        self.telemetry.record_response(
+        call_spans = self.telemetry.record_response(
             result,
             state,
             self._parent,
@@ -181,6 +195,11 @@ class ResponseObserver:
             streamed,
         )
         open_calls.note(self.telemetry, result.calls)  # what an MCP client matches call_tool to (docs/mcp.md)
+        if self._positional:
+            positional.note(self.telemetry, result, call_spans)  # what a host matches an id-less call to
+        for callback in self._reported:
+            with internal_errors_swallowed("reporting a response to its integration"):
+                callback(result, call_spans)
 
 
 def observe_failed() -> None:  # pragma: no cover - see ResponseObserver.observe

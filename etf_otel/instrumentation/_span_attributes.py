@@ -139,6 +139,8 @@ def finding_attributes(finding: Finding) -> dict[str, AttributeValue]:
         put_call_id(attributes, finding.call_id)
     if finding.reason is not None:  # one of A.ORPHAN_REASONS
         attributes[A.ETF_LINKAGE_ORPHAN_REASON] = finding.reason
+    if finding.name is not None:  # a protocol that links by name (Gemini): the only key of an id-less call
+        put_tool_name(attributes, finding.name)
     return attributes
 
 

@@ -16,7 +16,7 @@ from typing import Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from etf_otel import attributes as A
@@ -130,22 +130,20 @@ class Telemetry:
         answered: Sequence[str] = (),
         ambiguous: bool = False,
         streamed: bool = True,
-    ) -> None:
-        """Emit the spans and metrics of one finalized response. ``findings`` (counted already) and ``answered``
+    ) -> dict[tuple[int, int], SpanContext]:
+        """Emit the spans and metrics of one finalized response; returns each call's span context by ``(choice,
+        index)`` (what an id-less call's execution links to). ``findings`` (counted already) and ``answered``
         settled the previous response (events, ``etf.linkage.answered_ids``); ``ambiguous``: not judged;
         ``protocol``: span and ``etf.streams`` only; ``streamed``: ``False`` for a body (``etf.response.streamed``)."""
         ended_ns = time.time_ns()
         base = self._base if base is None else base
         error_type = response_error(state, result.rejections)
         with internal_errors_swallowed("counting a response"):
+            provider = base.get(A.GEN_AI_PROVIDER_NAME)
             self.counters.add_response(
-                result,
-                state,
-                base.get(A.GEN_AI_PROVIDER_NAME),
-                protocol,
-                self.tool_name_label,
-                error_type == INCOMPLETE,
+                result, state, provider, protocol, self.tool_name_label, error_type == INCOMPLETE
             )
+        call_spans: dict[tuple[int, int], SpanContext] = {}
         attributes = response_attributes(result, state, base, protocol, error_type, streamed)
         attributes.update(answered_attributes(answered, self.max_answered_ids, ambiguous))
         stream_span = self.tracer.start_span(
@@ -168,11 +166,14 @@ class Telemetry:
             guard = _RECORDING_A_CALL
             for call in result.calls:
                 with guard:
-                    self._record_call(call, result.dispatchable, response_context, started_ns, ended_ns, base)
+                    context = self._record_call(call, result.dispatchable, response_context, started_ns, ended_ns, base)
+                    if context is not None:
+                        call_spans[call.choice, call.index] = context
         finally:
             stream_span.end(end_time=ended_ns)
             if conversation is not None:
                 linkage.responded(conversation, result)
+        return call_spans
 
     # long: runs once per finalized call; one frame, start attributes in one pass (issue 7's budget)
     def _record_call(
@@ -183,8 +184,8 @@ class Telemetry:
         started_ns: int,
         ended_ns: int,
         base: dict[str, AttributeValue],
-    ) -> None:
-        """One ``assemble_tool_call`` span, and the call's proposal record.
+    ) -> SpanContext | None:
+        """One ``assemble_tool_call`` span, and the call's proposal record; returns the span's context.
 
         Everything known before the span starts is passed as start attributes (one
         validation pass in the SDK, and samplers see it); only a rejected call (status,
@@ -240,6 +241,7 @@ class Telemetry:
                             arguments_value_hash(call.arguments) if self.guarding or open_calls.tracking() else None,
                         ),
                     )
+        return span.get_span_context() if span is not None else None
 
     def _describe_call(self, span: Span, call: ToolCall) -> None:
         """A rejected call's status and events, and (opted in) its arguments."""
@@ -327,9 +329,13 @@ class Telemetry:
         error: BaseException | None,
         result: object = None,
         error_type: str | None = None,
+        *,
+        ended: tuple[float, int] | None = None,
     ) -> None:
+        """End an execution's span and record its duration. ``ended``: ``(perf_counter(), time_ns())``
+        when it ended earlier than now (an execution whose span waited for its call's span to link to)."""
         try:
-            duration = time.perf_counter() - started
+            duration = (time.perf_counter() if ended is None else ended[0]) - started
             metric_attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_NAME: self.tool_name_label(name)}
             if error is not None or error_type is not None:
                 kind = bounded(error_type or type(error).__qualname__)
@@ -340,4 +346,4 @@ class Telemetry:
                 span.set_attribute(A.GEN_AI_TOOL_CALL_RESULT, _truncate(str(result), self.max_content_chars))
             self.execute_duration.record(duration, metric_attributes)
         finally:
-            span.end()
+            span.end(end_time=None if ended is None else ended[1])

@@ -265,6 +265,11 @@ class GeminiAssembler:
                 leaves = self._leaves[choice, key] = Leaves(self._max_argument_chars)
             leaves.apply(partial)
 
+    def opened(self, choice: int = 0) -> int:
+        """How many calls candidate ``choice`` opened so far: the next call's ordinal (its slot index)."""
+        state = self._candidates.get(choice)
+        return 0 if state is None else state.next
+
     def feed_done(self) -> None:
         """Gemini streams have no end sentinel: the response is decided at the end of the input."""
 

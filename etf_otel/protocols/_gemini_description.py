@@ -18,7 +18,7 @@ from etf_otel.protocols._gemini import GeminiAssembler, finish_reason, unset
 from etf_otel.protocols._gemini_arguments import read
 from etf_otel.protocols._gemini_linkage import link_results
 
-__all__ = ["FINISH_REASONS", "GEMINI", "results"]
+__all__ = ["FINISH_REASONS", "GEMINI", "body_events", "results"]
 
 FINISH_REASONS: Final = frozenset(
     {
@@ -135,6 +135,20 @@ def _later_responses(events: Sequence[object]) -> list[int]:
     return starts
 
 
+def body_events(body: object) -> list[object] | None:
+    """A complete ``generateContent`` body as the one chunk it is (every call whole in it).
+
+    ``None`` when it holds neither ``candidates`` nor ``promptFeedback`` (no response to judge).
+    """
+    if isinstance(body, (str, bytes, int, float, list, tuple)) or body is None:
+        return None
+    for camel, snake in (("candidates", "candidates"), ("promptFeedback", "prompt_feedback")):
+        value = read(body, camel, snake)
+        if value is not ABSENT and value is not None:
+            return [body]
+    return None
+
+
 def _slot_label(choice: int, index: int | None) -> str:
     return f"candidate {choice}: no open call" if index is None else f"candidate {choice} call {index}"
 
@@ -163,5 +177,6 @@ GEMINI: Final = WireProtocol(
     call_fields=_call_fields,
     request_path=":streamGenerateContent",
     link=_link,
+    body_events=body_events,
 )
 """Gemini ``streamGenerateContent``: slot key ``(candidate, call ordinal)``; identity the optional call id."""

@@ -12,8 +12,9 @@ import argparse
 import threading
 from collections.abc import Sequence
 
+from etf_otel.protocols import GEMINI
 from etf_otel.testing._quirks import QUIRK_TABLES
-from etf_otel.testing._scripted import PATHS, quirk_responder, tool_turn_responder
+from etf_otel.testing._scripted import GEMINI_PATH, PATHS, quirk_responder, tool_turn_responder
 from etf_otel.testing._server import LocalChatServer
 
 __all__ = ["main"]
@@ -58,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for path, protocol in PATHS.items():
                 base = server.root_url if path == "/v1/messages" else server.base_url
                 print(f"{protocol:<20} base_url={base}  (POST {path})", flush=True)
+            gemini = f"base_url={server.root_url}, api_version=v1beta"
+            print(f"{GEMINI.name:<20} {gemini}  (POST {GEMINI_PATH})", flush=True)
             threading.Event().wait()
     except KeyboardInterrupt:
         pass

@@ -3,7 +3,8 @@
 The point of the command is to try an integration without an API key: the application's own
 client, pointed at the server, must go through a whole tool-calling turn. So a request that
 carries no tool result gets two tool calls (``get_weather`` and ``get_time``, each streamed in
-two pieces), and the follow-up that sends their results back gets a short text answer.
+two pieces; for Gemini two whole calls without ids, one per chunk), and the follow-up that
+sends their results back gets a short text answer.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
-from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
+from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, GEMINI, RESPONSES
 from etf_otel.testing import anthropic as a
 from etf_otel.testing import chat
+from etf_otel.testing import gemini as g
 from etf_otel.testing import responses as r
 from etf_otel.testing._quirks import QUIRK_TABLES
 from etf_otel.testing._server import RecordedRequest, Responder, Script
 
-__all__ = ["ANSWER", "PATHS", "quirk_responder", "tool_turn_responder"]
+__all__ = ["ANSWER", "GEMINI_PATH", "PATHS", "quirk_responder", "tool_turn_responder"]
 
 PATHS: Final[Mapping[str, str]] = MappingProxyType(
     {
@@ -31,6 +33,10 @@ PATHS: Final[Mapping[str, str]] = MappingProxyType(
 )
 """The streaming path of each protocol, by the protocol's name in :data:`etf_otel.protocols.PROTOCOLS`."""
 
+GEMINI_PATH: Final = "/v1beta/models/{model}:streamGenerateContent"
+"""Gemini's streaming path (any model; ``:generateContent`` answers the same turn as one body)."""
+_GEMINI_WHOLE: Final = ":generateContent"
+
 _NAMED = frozenset({RESPONSES.name, ANTHROPIC_MESSAGES.name})
 """Protocols whose events carry an ``event:`` line."""
 
@@ -39,6 +45,23 @@ _CALLS: Final = (
     ("get_time", ('{"timezone":', ' "Europe/Paris"}')),
 )
 ANSWER = "It is sunny in Paris, and 14:05 there."
+
+
+def _protocol_of(path: str) -> tuple[str | None, bool | None]:
+    """The protocol of a request path, and (Gemini, whose path says it) whether it is streamed."""
+    if path.endswith(GEMINI.request_path or ":"):
+        return GEMINI.name, True
+    if path.endswith(_GEMINI_WHOLE):
+        return GEMINI.name, False
+    return PATHS.get(path), None
+
+
+def _gemini_turn(answered: bool, streamed: bool) -> list[Any]:
+    """Two whole calls without ids, one per chunk (as Gemini 2.x and Vertex AI send them), or the answer."""
+    if answered:
+        return g.stream(g.chunk(g.text(ANSWER))) if streamed else [g.chunk(g.text(ANSWER), finish_reason="STOP")]
+    calls = [g.call(name, json.loads("".join(pieces))) for name, pieces in _CALLS]
+    return g.stream(*(g.chunk(call) for call in calls)) if streamed else [g.chunk(*calls, finish_reason="STOP")]
 
 
 def _tool_calls(protocol: str) -> list[Any]:
@@ -112,6 +135,11 @@ def _has_tool_result(protocol: str, body: Any) -> bool:
     """Whether the request sends tool results back (the follow-up of a tool-calling turn)."""
     if not isinstance(body, Mapping):
         return False
+    if protocol == GEMINI.name:
+        contents = body.get("contents")
+        last = contents[-1] if isinstance(contents, list) and contents else None
+        parts = last.get("parts") if isinstance(last, Mapping) else None
+        return isinstance(parts, list) and any(isinstance(p, Mapping) and "functionResponse" in p for p in parts)
     if protocol == RESPONSES.name:
         items = body.get("input")
         return isinstance(items, list) and any(_typed(item, "function_call_output") for item in items)
@@ -132,10 +160,12 @@ def _typed(value: Any, kind: str) -> bool:
 def tool_turn_responder(request: RecordedRequest) -> Script | None:
     """Two tool calls, or the text answer once the request carries their results: streamed when the
     request asks for a stream, else as one complete body."""
-    protocol = PATHS.get(request.path)
+    protocol, streamed = _protocol_of(request.path)
     if protocol is None:
         return None
     answered = _has_tool_result(protocol, request.body)
+    if protocol == GEMINI.name:
+        return Script(events=_gemini_turn(answered, bool(streamed)))
     if not (isinstance(request.body, Mapping) and request.body.get("stream") is True):
         return Script(body=_body(protocol, answered))
     events = _answer(protocol) if answered else _tool_calls(protocol)
@@ -148,7 +178,7 @@ def quirk_responder(name: str) -> Responder:
         raise KeyError(name)
 
     def respond(request: RecordedRequest) -> Script | None:
-        protocol = PATHS.get(request.path)
+        protocol = _protocol_of(request.path)[0]
         if protocol is None:
             return None
         events: Sequence[Any] | None = QUIRK_TABLES.get(protocol, {}).get(name)

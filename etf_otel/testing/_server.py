@@ -34,6 +34,13 @@ Wire format, chosen to match real providers closely enough that the SDK takes it
     (observed with openai 3.51 / httpx2; see ``tests/testing/test_server.py``). The socket is shut down with
     FIN, not reset, so the events already sent are always delivered: the cut is deterministic.
 
+- Gemini's ``google-genai`` client posts to ``/v1beta/models/{model}:streamGenerateContent?alt=sse``
+  (streamed) and ``/v1beta/models/{model}:generateContent`` (not streamed): a path that ends with a
+  protocol's ``:method`` request path is routed by that suffix, whatever the model and version
+  before it. The non-streamed ``:generateContent`` answers ``application/json``: the script's
+  ``body``, else its first event (a chunk is a complete body). Every SSE event is one ``data: {...}``
+  line with a space after the colon, as the Gemini SDK requires (it fails on comments and
+  ``event:`` lines, so a Gemini script is never ``named``).
 - A non-200 ``status`` answers ``application/json``: the script's first event if it is a dict (so a test
   can shape the error body), otherwise a generic OpenAI-style error object.
 - A script with a ``body`` answers that complete response as ``application/json`` (what a request
@@ -55,7 +62,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, TypeAlias, cast
+from typing import Any, Final, TypeAlias, cast
 
 from etf_otel import protocols
 from etf_otel.protocols._chat_completions import DONE
@@ -66,6 +73,28 @@ _logger = logging.getLogger(__name__)
 
 
 _STREAMING_PATHS = protocols.REQUEST_PATHS  # each registered protocol's, read per request
+
+_WHOLE_SUFFIXES: Final = {":streamGenerateContent": ":generateContent"}
+"""The non-streamed method beside a streamed ``:method`` path (Gemini): answered with a complete body."""
+
+
+def _route(path: str) -> tuple[bool, bool]:
+    """``(answered from the script queue, streamed)`` for a request path.
+
+    An exact request path of a registered protocol, or (for a protocol whose request path is a
+    ``:method`` suffix, as Gemini's) any path that ends with it; or the non-streamed method beside it.
+    """
+    if path in _STREAMING_PATHS:
+        return True, True
+    for suffix in _STREAMING_PATHS:
+        if suffix.startswith(":"):
+            if path.endswith(suffix):
+                return True, True
+            whole = _WHOLE_SUFFIXES.get(suffix)
+            if whole is not None and path.endswith(whole):
+                return True, False
+    return False, False
+
 
 _POLL_INTERVAL = 0.05
 """How often ``serve_forever`` checks for shutdown; small so that :meth:`LocalChatServer.close` is prompt."""
@@ -169,14 +198,18 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in self.headers.items():
             key = name.lower()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        script = owner._record_and_take(RecordedRequest("POST", path, headers, body), path in _STREAMING_PATHS)
+        routed, streamed = _route(path)
+        script = owner._record_and_take(RecordedRequest("POST", path, headers, body), routed)
 
-        if path not in _STREAMING_PATHS:
+        if not routed:
             self._send_json(HTTPStatus.NOT_FOUND, _error_body(f"no route for POST {path}", 404))
         elif script is None:
             self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, _error_body("no script queued", 500))
         elif script.body is not None:
             self._send_json(script.status, script.body)
+        elif not streamed and script.status == 200:
+            first = script.events[0] if script.events else None
+            self._send_json(script.status, first if isinstance(first, Mapping) else {})
         elif script.status != 200:
             first = script.events[0] if script.events else None
             payload = (
@@ -223,7 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class LocalChatServer:
-    """A scripted SSE server for the Chat Completions, Responses and Messages APIs on ``127.0.0.1``.
+    """A scripted SSE server for the Chat Completions, Responses, Messages and Gemini APIs on ``127.0.0.1``.
 
     It starts serving (in a daemon thread) on construction; use it as a context manager or call
     :meth:`close`. Thread-safe: scripts may be enqueued while requests are being served.
@@ -258,7 +291,8 @@ class LocalChatServer:
 
     @property
     def root_url(self) -> str:
-        """The value for ``anthropic.Anthropic(base_url=...)``, which adds ``/v1`` itself."""
+        """The value for ``anthropic.Anthropic(base_url=...)``, which adds ``/v1`` itself, and for
+        ``google.genai``'s ``HttpOptions(base_url=..., api_version="v1beta")``."""
         return f"http://127.0.0.1:{self.port}"
 
     @property

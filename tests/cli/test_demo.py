@@ -57,6 +57,19 @@ CASES = {
         "caught: incomplete_response; guard refused: incomplete_response",
     ),
     "block index reused by a second call": ("toolu_a3 read_source", "caught: id_conflict"),
+    # Gemini
+    "parallel calls, one per chunk": (
+        'call_g1 read_source {"path": "source.txt"}; call_g2 save_report',  # each functionCall part as it came
+        "proposed; host ran read_source, save_report",
+    ),
+    "call withheld by MAX_TOKENS": (
+        "call_g3 read_source {}; (finishReason MAX_TOKENS)",
+        "caught: incomplete_response; guard refused: incomplete_response",
+    ),
+    "Vertex partialArgs string never closed": (
+        "(no id) read_source (no args); (no id) (no name) (no args)",  # the SDK leaves the pieces to the app
+        "caught: invalid_arguments",
+    ),
 }
 VALID = "valid, ran"
 CAUGHT = "caught, not run"
@@ -68,6 +81,7 @@ OUTCOMES = {name: VALID for name in list(CASES)[:5]} | {
     "valid call, result sent by call_id": VALID,
     "result sent with the fc_ item id": FLAGGED,
     "valid call, tool_use block to the host": VALID,
+    "parallel calls, one per chunk": VALID,
 }
 HEADINGS = [
     "Chat Completions: real openai client, its accumulator ChatCompletionStreamState",
@@ -79,6 +93,8 @@ HEADINGS = [
     "a result sent back by the wrong id, a response cut short",
     "Anthropic Messages: client.messages.stream(...), real anthropic client",
     "tool_use blocks cut or reused",
+    "Gemini: client.models.generate_content_stream(...), real google-genai client",
+    "functionCall parts one per chunk, withheld, or left open",
 ]
 # What happens next without etf-otel: the providers' own error texts, where they refuse the next request.
 CHAT_ORPHANED = (
@@ -288,8 +304,8 @@ def test_demo_export_writes_otlp_json_lines(tmp_path: Path) -> None:
                 metric_names.update(metric["name"] for metric in scope_metrics["metrics"])
     assert {"assemble_response", "assemble_tool_call", "execute_tool"} <= set(names)
     assert {"call-read-1", "call-save-1"} <= ids
-    assert protocols == {"chat_completions", "responses", "anthropic_messages"}
-    assert {"call_r1", "toolu_a1", "toolu_a2"} <= ids  # the new parts' calls, by their call_id / tool_use id
+    assert protocols == {"chat_completions", "responses", "anthropic_messages", "gemini"}
+    assert {"call_r1", "toolu_a1", "toolu_a2", "call_g1", "call_g2"} <= ids  # by call_id / tool_use id / call id
     assert not {"fc_r1", "call_9"} & ids  # the item id is never the identity; call_9 was never proposed
     assert {"etf.tool_call.fragments", "etf.streams", "etf.integrity.violations", "etf.tool_calls"} <= metric_names
     assert "42" not in ids  # the rejected number id never becomes a span's call id

@@ -107,3 +107,25 @@ def test_a_followup_answers_by_id_and_by_name_and_order(tmp_path: Path, capsys: 
     followup.write_text(json.dumps([{"role": "model", "parts": []}, {"role": "user", "parts": answers[:1] * 2}]))
     code, out, err = run(["replay", str(VERTEX), "--followup", str(followup)], capsys)
     assert code == 1 and "duplicate_result" in out and "unanswered_call" in out and "get_weather" in out
+
+
+def test_the_google_genai_sdk_keeps_each_part_as_it_came(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--assembler google-genai``: the SDK's chat history joins no partialArgs (each part is a call of its
+    own, the head's args unset); whole calls, one per chunk, it keeps as the rules do; an args string raises."""
+    code, report = run_json(["replay", str(VERTEX), "--assembler", "google-genai", "--show-arguments"], capsys)
+    assert code == 1 and report["dispatchable"] is True
+    sdk = report["assembler"]
+    assert (sdk["name"], sdk["raised"]) == ("google-genai", None)
+    assert [(call["name"], call["arguments"]) for call in sdk["calls"]][:2] == [("get_weather", {}), (None, {})]
+    assert len(sdk["calls"]) == 10 and sdk["divergences"] == ["arguments_differ", "call_split", "name_differs"]
+    calls = gemini.chunk(gemini.call("a", {"x": 1})), gemini.chunk(gemini.call("b", {"y": [1, 2]}))
+    whole = write_jsonl(tmp_path / "whole.jsonl", gemini.stream(*calls))
+    code, report = run_json(["replay", str(whole), "--assembler", "google-genai"], capsys)
+    assert (code, report["assembler"]["divergences"], len(report["assembler"]["calls"])) == (0, [], 2)
+    text = write_jsonl(tmp_path / "text.jsonl", gemini.stream(gemini.chunk(gemini.call("a", '{"x": 1}'))))
+    code, report = run_json(["replay", str(text), "--assembler", "google-genai"], capsys)
+    assert (code, report["assembler"]["raised"], report["assembler"]["divergences"]) == (
+        1,
+        "ValidationError",
+        ["assembler_raised"],
+    )

@@ -76,3 +76,24 @@ from openai._base_client import SyncAPIClient
 print(isinstance(vars(SyncAPIClient)["request"], wrapt.FunctionWrapper))
 """
     assert run(script) == "False"
+
+
+def test_google_genai_is_hooked_only_when_the_application_imports_it() -> None:
+    """The instrumentor imports nothing of ``google``; importing ``google.genai`` puts the wrappers in place,
+    ``uninstrument()`` takes them away, and a hook left by an uninstrumented instrumentor does nothing."""
+    script = """
+import sys
+import wrapt
+from etf_otel.integrations.google_genai import GoogleGenAIInstrumentor
+instrumentor = GoogleGenAIInstrumentor()
+instrumentor.instrument()
+print(sorted(name for name in sys.modules if name == "google" or name.startswith("google.")))
+from google.genai import _extra_utils, models
+points = [(models.Models, "_generate_content_stream_with_continuation"),
+          (models.AsyncModels, "_generate_content_with_continuation"),
+          (_extra_utils, "invoke_function_from_dict_args")]
+print([isinstance(vars(owner)[name], wrapt.FunctionWrapper) for owner, name in points])
+instrumentor.uninstrument()
+print([isinstance(vars(owner)[name], wrapt.FunctionWrapper) for owner, name in points])
+"""
+    assert run(script).splitlines() == ["[]", "[True, True, True]", "[False, False, False]"]

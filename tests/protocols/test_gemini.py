@@ -599,3 +599,32 @@ def test_a_later_response_is_another_response_id_after_every_candidate_ended() -
     assert GEMINI.later_responses([*two, *second]) == []  # candidate 1 never ended
     odd = {"candidates": [{"index": [1]}, "no"], "responseId": "resp-gemini-1"}
     assert GEMINI.later_responses([odd, *first, *second]) == [3]
+
+
+def test_a_complete_body_is_the_one_chunk_it_is_and_judged_as_a_whole() -> None:
+    """``generateContent`` answers one ``GenerateContentResponse``: its calls are whole, its end is its reason."""
+    from etf_otel.protocols._bodies import judge_body
+    from etf_otel.protocols._gemini_description import body_events
+
+    body = chunk(call("f", {"a": 1}), call("g"), finish_reason="STOP")
+    assert body_events(body) == [body] and GEMINI.judges_bodies
+    assert body_events(blocked()) == [blocked()]
+    assert body_events(snake(body)) == [snake(body)]
+    for no_body in ({}, {"candidates": None}, [body], "text", None, {"choices": []}):
+        assert body_events(no_body) is None
+    judged = judge_body(GEMINI, body, IdentityRules())
+    assert judged is not None and judged.dispatchable
+    assert [(c.name, c.arguments, c.fragments, c.transitions) for c in judged.calls] == [
+        ("f", '{"a":1}', 0, ()),
+        ("g", "{}", 0, ()),
+    ]
+    cut = judge_body(GEMINI, chunk(call("f", {}), finish_reason="MAX_TOKENS"), IdentityRules())
+    assert cut is not None and not cut.dispatchable and categories(cut) == {"incomplete_response"}
+
+
+def test_opened_counts_the_calls_each_candidate_opened_so_far() -> None:
+    assembler = GeminiAssembler()
+    assert assembler.opened() == 0
+    assembler.feed(chunk(call("f", {}), call("g", will_continue=True)))
+    assembler.feed(chunk(call(partial_args=[leaf("$.a", number=1)])))  # a continuation opens nothing
+    assert (assembler.opened(0), assembler.opened(1)) == (2, 0)

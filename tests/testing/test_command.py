@@ -36,7 +36,7 @@ class Command:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         try:
-            self.lines = self._first_lines(4)
+            self.lines = self._first_lines(5)
         except BaseException:
             self.stop()
             raise
@@ -79,7 +79,7 @@ def command() -> Iterator[Command]:
 def test_prints_one_base_url_per_protocol_on_loopback(command: Command) -> None:
     assert "Ctrl-C" in command.lines[0]
     protocols = [line.split()[0] for line in command.lines[1:]]
-    assert protocols == ["chat_completions", "responses", "anthropic_messages"]
+    assert protocols == ["chat_completions", "responses", "anthropic_messages", "gemini"]
     port = command.base_url.split(":")[2].split("/")[0]
     assert command.base_url == f"http://127.0.0.1:{port}/v1"
     assert command.root_url == f"http://127.0.0.1:{port}"
@@ -213,3 +213,30 @@ def test_an_unknown_quirk_or_a_busy_port_exits_2_with_one_line(command: Command)
         assert (run.returncode, run.stdout) == (2, "")
         assert run.stderr.splitlines()[-1].startswith("python -m etf_otel.testing: ")
         assert time.monotonic() - started < 30
+
+
+def test_a_gemini_turn_through_the_sdks_automatic_function_calling(command: Command) -> None:
+    """The printed line is what ``google-genai`` takes; two id-less calls, one per chunk, which the SDK
+    runs itself, then the answer; ``generate_content`` gets the same turn as one body."""
+    genai = pytest.importorskip("google.genai")
+    name, settings = command.lines[4].split()[:2]
+    assert name == "gemini" and settings == f"base_url={command.root_url},"
+    options = genai.types.HttpOptions(base_url=command.root_url, api_version="v1beta")
+    client = genai.Client(api_key="none", http_options=options)
+    ran: list[str] = []
+
+    def get_weather(city: str) -> str:
+        """The weather."""
+        ran.append(city)
+        return "sunny"
+
+    def get_time(timezone: str) -> str:
+        """The time."""
+        ran.append(timezone)
+        return "14:05"
+
+    config = genai.types.GenerateContentConfig(tools=[get_weather, get_time])
+    text = "".join(c.text or "" for c in client.models.generate_content_stream(model="m", contents="?", config=config))
+    assert ran == ["Paris", "Europe/Paris"] and "Paris" in text
+    body = client.models.generate_content(model="m", contents="?", config=config)
+    assert ran[2:] == ["Paris", "Europe/Paris"] and "Paris" in (body.text or "")

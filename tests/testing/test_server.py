@@ -327,3 +327,31 @@ def test_named_frames_carry_the_event_type_line(server: LocalChatServer) -> None
     body = connection.getresponse().read().decode()
     assert body == 'event: message_start\ndata: {"type":"message_start","message":{}}\n\ndata: [DONE]\n\n'
     assert server.root_url == f"http://127.0.0.1:{server.port}"
+
+
+def _post(server: LocalChatServer, path: str) -> tuple[int, str, str]:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        connection.request("POST", path, body=b"{}", headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.getheader("Content-Type", ""), response.read().decode()
+    finally:
+        connection.close()
+
+
+def test_gemini_paths_are_routed_by_their_method_suffix_whatever_the_model_and_version(
+    server: LocalChatServer,
+) -> None:
+    """Streamed ``:streamGenerateContent`` (Developer API and Vertex paths) as plain ``data: `` lines,
+    non-streamed ``:generateContent`` as the script's first event, in one JSON body."""
+    first = {"candidates": [{"content": {"parts": [{"text": "a"}]}}]}
+    server.enqueue(Script(events=[first]), Script(events=[first]), Script(events=[first, {"x": 1}]))
+    streamed = _post(server, "/v1beta/models/gemini-test:streamGenerateContent?alt=sse")
+    vertex = _post(server, "/v1beta/projects/p/locations/l/publishers/google/models/g:streamGenerateContent?alt=sse")
+    whole = _post(server, "/v1beta/models/gemini-test:generateContent")
+    frame = f"data: {json.dumps(first, separators=(',', ':'))}\n\n"
+    assert streamed == vertex == (200, "text/event-stream; charset=utf-8", frame)
+    assert whole[:2] == (200, "application/json") and json.loads(whole[2]) == first
+    assert [request.path for request in server.requests][0] == "/v1beta/models/gemini-test:streamGenerateContent"
+    assert _post(server, "/v1beta/models/gemini-test:countTokens")[0] == 404
+    assert server.pending == 0

@@ -32,6 +32,7 @@ __all__ = [
     "READ",
     "SAVE",
     "USER",
+    "DemoRun",
     "Part",
     "ProtocolCase",
     "describe_call",
@@ -149,6 +150,18 @@ def span_words(attributes: dict[str, Any]) -> str:
     return ", ".join(words)
 
 
+@dataclass
+class DemoRun:
+    """Every case of one demo run, per protocol; ``anthropic``, ``gemini``: why that part was skipped, if it was."""
+
+    chat: list[ProtocolCase] = field(default_factory=list)
+    ids: dict[str, list[str]] = field(default_factory=dict)
+    reports: dict[str, str] = field(default_factory=dict)
+    responses: list[ProtocolCase] = field(default_factory=list)
+    anthropic: list[ProtocolCase] | str = ""
+    gemini: list[ProtocolCase] | str = ""
+
+
 # --- the summary -------------------------------------------------------------------------------------------
 
 
@@ -200,16 +213,32 @@ def print_part(console: Console, title: str, groups: Sequence[Group]) -> None:
         print_table(console, table)
 
 
-def print_protocols(console: Console, responses: Sequence[ProtocolCase], anthropic: list[ProtocolCase] | str) -> None:
-    """The Responses and Anthropic sections (or why Anthropic was skipped); the max_tokens case also in words."""
+def print_protocols(
+    console: Console,
+    responses: Sequence[ProtocolCase],
+    anthropic: list[ProtocolCase] | str,
+    gemini: list[ProtocolCase] | str = "",
+) -> None:
+    """The Responses, Anthropic and Gemini sections (or why a part was skipped); the max_tokens case also in words."""
     title = "OpenAI Responses: client.responses.stream(...), real openai client"
     print_part(console, title, [("a result sent back by the wrong id, a response cut short", responses)])
     if isinstance(anthropic, str):
         console.print()
         console.print(Text(anthropic))
+    else:
+        title = "Anthropic Messages: client.messages.stream(...), real anthropic client"
+        print_part(console, title, [("tool_use blocks cut or reused", anthropic)])
+        _max_tokens_in_words(console, anthropic)
+    if isinstance(gemini, str):
+        if gemini:
+            console.print()
+            console.print(Text(gemini))
         return
-    title = "Anthropic Messages: client.messages.stream(...), real anthropic client"
-    print_part(console, title, [("tool_use blocks cut or reused", anthropic)])
+    title = "Gemini: client.models.generate_content_stream(...), real google-genai client"
+    print_part(console, title, [("functionCall parts one per chunk, withheld, or left open", gemini)])
+
+
+def _max_tokens_in_words(console: Console, anthropic: Sequence[ProtocolCase]) -> None:
     for case in anthropic:
         if case.expected == "incomplete_response":
             sdk = case.sdk.replace("\n", " ")

@@ -7,7 +7,7 @@ uses): the table shows what the SDK alone would hand the app next to what the ru
 app runs the rules' proposals through an instrumented, guarded host; the next request's tool
 results are checked for linkage. Control (continuations omit the id) and target (``id: null``) must
 preserve the same ids and report; the other cases are dispatched or caught as they say. Then the
-OpenAI Responses and Anthropic parts (``_responses``, ``_anthropic``).
+OpenAI Responses, Anthropic and Gemini parts (``_responses``, ``_anthropic``, ``_gemini``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import tempfile
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from etf_otel.cli.demo._cases import (
     DISPATCHED,
     READ,
     SAVE,
+    DemoRun,
     Part,
     ProtocolCase,
     describe_call,
@@ -49,6 +49,7 @@ from etf_otel.cli.demo._cases import (
     run_case,
     span_words,
 )
+from etf_otel.cli.demo._gemini import run_gemini
 from etf_otel.cli.demo._responses import run_responses
 from etf_otel.core._results import AssemblyResult
 from etf_otel.integrations.openai._state import completion_calls
@@ -99,9 +100,9 @@ class DemoHost:
         (workdir / "source.txt").write_text(SOURCE_TEXT, encoding="utf-8")
 
     def execute(self, call: Any) -> str:
-        """Run one call: a ``ToolCall``, a Responses ``function_call`` item, an Anthropic ``tool_use`` block."""
+        """Run one call: a ``ToolCall``, a Responses item, a ``tool_use`` block, a Gemini ``FunctionCall``."""
         text = getattr(call, "arguments", None)
-        arguments = json.loads(text) if isinstance(text, str) else call.input
+        arguments = json.loads(text) if isinstance(text, str) else getattr(call, "input", None) or call.args
         if call.name == "read_source":
             return (self.workdir / Path(arguments["path"]).name).read_text(encoding="utf-8")
         if call.name == "save_report":
@@ -309,6 +310,7 @@ def run_demo(export: str | None = None, console: Console | None = None, *, otlp:
             _run_chat(run, part, client, instrumentation, Path(workdir))
             run.responses = run_responses(part, client, instrumentation)
             run.anthropic = run_anthropic(part, tracer_provider, meter_provider, PROVIDER)
+            run.gemini = run_gemini(part, tracer_provider, meter_provider, PROVIDER)
         spans = summary_exporter.get_finished_spans()
         code, undelivered = _print_summary(console, run, spans, summary_reader, setup)
     finally:
@@ -318,17 +320,6 @@ def run_demo(export: str | None = None, console: Console | None = None, *, otlp:
         print(f"etf-otel demo: telemetry not delivered: {undelivered}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return code
-
-
-@dataclass
-class DemoRun:
-    """Every case of one demo run, per protocol; ``anthropic`` is why that part was skipped, if it was."""
-
-    chat: list[ProtocolCase] = field(default_factory=list)
-    ids: dict[str, list[str]] = field(default_factory=dict)
-    reports: dict[str, str] = field(default_factory=dict)
-    responses: list[ProtocolCase] = field(default_factory=list)
-    anthropic: list[ProtocolCase] | str = ""
 
 
 def _run_chat(run: DemoRun, part: Part, client: Any, instrumentation: Any, workdir: Path) -> None:
@@ -380,7 +371,7 @@ def _print_summary(
         f"control vs target: preserved ids {'identical' if same_ids else 'DIFFER'} ({', '.join(run.ids['target'])}); "
         f"report {'identical' if same_report else 'DIFFERS'} (sha256 {digest}…)"
     )
-    print_protocols(console, run.responses, run.anthropic)
+    print_protocols(console, run.responses, run.anthropic, run.gemini)
     names = Counter(span.name.split(" ")[0] for span in spans)
     span_counts = ", ".join(f"{count} {name}" for name, count in sorted(names.items()))
     console.print(f"\ntelemetry: {len(spans)} spans ({span_counts}), {_metric_points(reader)} metric series")
@@ -391,7 +382,8 @@ def _print_summary(
         console.print("\ncall-read-1 in the telemetry (control run, then target run):")
         for span in target_spans:
             console.print(f"  {span.name}: {span_words(dict(span.attributes or {}))}")
-    cases: list[Any] = [*run.chat, *run.responses, *(run.anthropic if isinstance(run.anthropic, list) else [])]
+    parts = (run.anthropic, run.gemini)
+    cases: list[Any] = [*run.chat, *run.responses, *(case for p in parts if isinstance(p, list) for case in p)]
     all_ok = all(case.ok for case in cases) and same_ids and same_report
     verdict = "all cases behaved as the rules say" if all_ok else "some cases did not behave as expected"
     console.print()

@@ -57,6 +57,10 @@ NEXT: Final = {
     "valid call, tool_use block to the host": _RUNS,
     "path parameter cut by max_tokens": "read_source runs with {}: a tool run with arguments that were cut",
     "block index reused by a second call": "save_report runs with {}: its arguments went to the first call",
+    # Gemini
+    "parallel calls, one per chunk": _RUNS,
+    "call withheld by MAX_TOKENS": "read_source runs with {}: a tool run with arguments that were withheld",
+    "Vertex partialArgs string never closed": "read_source runs with no arguments: the pieces are the app's to join",
 }
 """Case name -> what the app goes on with when only the SDK handled the stream."""
 

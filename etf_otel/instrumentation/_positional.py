@@ -1,0 +1,89 @@
+"""Calls without ids, as a tool host runs them: found by name and order in the latest response.
+
+A protocol whose calls may have no id (Gemini 2.x and Vertex AI send none) identifies each call by
+its slot, and the next request answers the k-th call named N with the k-th result named N. A tool
+host handed such a call (the SDK's ``FunctionCall``, ``id`` ``None``) can be linked the same way:
+the k-th execution named N in a context is the k-th id-less call named N of the latest response of
+that protocol finalized in the same context (the same thread, or the same asyncio task). Its
+``execute_tool`` span then links to that call's ``assemble_tool_call`` span and carries its slot, and
+guard mode judges it by that call's verdict and arguments instead of refusing it as ``missing_id``.
+
+Only responses of a protocol that links results by name and order (:attr:`WireProtocol.link`) are
+noted, and only their id-less calls; a call with an id is found by its id, as always.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from opentelemetry.trace import SpanContext
+
+from etf_otel.core._results import AssemblyResult
+from etf_otel.core._vocabulary import Verdict
+from etf_otel.instrumentation._registry import ProposalRecord, arguments_value_hash
+from etf_otel.instrumentation._safety import internal_errors_swallowed
+
+if TYPE_CHECKING:
+    from etf_otel.instrumentation._telemetry import Telemetry
+
+__all__ = ["PositionalCall", "note", "take"]
+
+
+@dataclass(slots=True)
+class PositionalCall:
+    """One id-less call of the latest response: its slot and the record a host is judged by."""
+
+    choice: int
+    index: int
+    record: ProposalRecord
+    taken: bool = False
+
+
+@dataclass(slots=True)
+class _Latest:
+    telemetry: Telemetry
+    calls: list[PositionalCall]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_LATEST: Final[ContextVar[_Latest | None]] = ContextVar("etf_otel_positional_response", default=None)
+
+
+def note(telemetry: Telemetry, result: AssemblyResult, call_spans: Mapping[tuple[int, int], SpanContext]) -> None:
+    """A response of a protocol that links by name and order ended in this context (never raises)."""
+    with internal_errors_swallowed("noting a response's id-less calls"):
+        calls = [
+            PositionalCall(
+                call.choice,
+                call.index,
+                ProposalRecord(
+                    call_spans.get((call.choice, call.index)),
+                    result.dispatchable and call.verdict is Verdict.PROPOSED,
+                    call.verdict,
+                    call.categories[0] if call.categories else None,
+                    call.name,
+                    hash(call.arguments),
+                    arguments_value_hash(call.arguments) if telemetry.guarding else None,
+                ),
+            )
+            for call in result.calls
+            if call.id is None
+        ]
+        _LATEST.set(_Latest(telemetry, calls) if calls else None)
+
+
+def take(telemetry: Telemetry, name: str | None) -> PositionalCall | None:
+    """The earliest id-less call named ``name`` of this context's latest response not run yet, now taken."""
+    latest = _LATEST.get()
+    if latest is None or latest.telemetry is not telemetry or not name:
+        return None
+    with latest.lock:
+        for call in latest.calls:
+            if not call.taken and call.record.name == name:
+                call.taken = True
+                return call
+    return None
