@@ -328,15 +328,24 @@ class Telemetry:
         error_type: str | None = None,
     ) -> None:
         try:
-            duration = time.perf_counter() - started
-            metric_attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_NAME: self.tool_name_label(name)}
-            if error is not None or error_type is not None:
-                kind = bounded(error_type or type(error).__qualname__)
-                metric_attributes[A.ERROR_TYPE] = kind
+            kind = self.record_execution_duration(name, started, error, error_type)
+            if kind is not None:
                 span.set_attribute(A.ERROR_TYPE, kind)
                 span.set_status(Status(StatusCode.ERROR))
             elif self.capture_content and span.is_recording() and result is not None:
                 span.set_attribute(A.GEN_AI_TOOL_CALL_RESULT, _truncate(str(result), self.max_content_chars))
-            self.execute_duration.record(duration, metric_attributes)
         finally:
             span.end()
+
+    def record_execution_duration(
+        self, name: str | None, started: float, error: BaseException | None, error_type: str | None = None
+    ) -> str | None:
+        """Record an execution's duration (``etf.execute_tool.duration``); returns its ``error.type``, if it failed."""
+        duration = time.perf_counter() - started
+        metric_attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_NAME: self.tool_name_label(name)}
+        kind: str | None = None
+        if error is not None or error_type is not None:
+            kind = bounded(error_type or type(error).__qualname__)
+            metric_attributes[A.ERROR_TYPE] = kind
+        self.execute_duration.record(duration, metric_attributes)
+        return kind

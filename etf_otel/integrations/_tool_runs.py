@@ -12,8 +12,10 @@ are its own assembly's, which may differ from what the rules preserved (docs/fra
   with the same name and argument value, when exactly one has them (the framework kept
   another id than the rules, or made one up).
 
-The execution span carries the *preserved* id and links to the proposal; where the run
-differs from it the span gets one ``divergent_assembly`` event per kind (``etf.divergence.kind``:
+The execution span (one of ours, or the framework's own ``execute_tool`` span handed to
+:meth:`ToolRuns.start`, which is enriched and never doubled) carries the *preserved* id and
+links to the proposal; where the run differs from it the span gets one ``divergent_assembly``
+event per kind (``etf.divergence.kind``:
 ``id_replaced``, ``name_concatenated``, ``arguments_differ``...), which ``etf-otel audit``
 reports. The framework's own id is never recorded when no proposal has it (it may be one the
 rules refused). In guard mode a run that is not a valid proposal, or differs from it, is
@@ -30,6 +32,7 @@ from typing import TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.util.types import AttributeValue
 
 from etf_otel import attributes as A
 from etf_otel.core._divergence import DivergenceKind, id_kind, name_kind
@@ -40,6 +43,7 @@ from etf_otel.instrumentation import _open_calls as open_calls
 from etf_otel.instrumentation._registry import ProposalRecord
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._setup import Instrumentation
+from etf_otel.instrumentation._span_attributes import put_call_id
 from etf_otel.instrumentation._switches import _suppressed
 from etf_otel.instrumentation._telemetry import Telemetry
 
@@ -101,6 +105,20 @@ def find_proposal(call_id: str | None, name: str | None, arguments: object) -> P
     return Proposal(same[0], matched, latest.telemetry, (kind,) if kind is not None else ())
 
 
+def _enrich(span: trace.Span, proposal: Proposal | None) -> None:
+    """The framework's execution ``span`` made the execution of ``proposal``: its preserved id and a link.
+
+    Without a proposal it is left as the framework made it (its id is the framework's to record).
+    """
+    if proposal is None or not span.is_recording():
+        return
+    attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_TYPE: A.TOOL_TYPE_FUNCTION}
+    put_call_id(attributes, proposal.call_id)
+    span.set_attributes(attributes)
+    if proposal.record.span_context is not None:
+        span.add_link(proposal.record.span_context)
+
+
 def _refusal(call_id: str | None, proposal: Proposal | None) -> ErrorCategory | None:
     if proposal is None:
         return ErrorCategory.MISSING_ID if not call_id else ErrorCategory.ORPHANED_RESULT
@@ -114,11 +132,20 @@ def _refusal(call_id: str | None, proposal: Proposal | None) -> ErrorCategory | 
 class RunningTool:
     """One framework tool run between its start and its end: its span (if any) and the guard's refusal."""
 
-    __slots__ = ("_name", "_span", "_started", "_telemetry", "_token", "refusal")
+    __slots__ = ("_name", "_owned", "_span", "_started", "_telemetry", "_token", "refusal")
 
-    def __init__(self, telemetry: Telemetry, call_id: str | None, name: str | None, arguments: object, guard: bool):
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        call_id: str | None,
+        name: str | None,
+        arguments: object,
+        guard: bool,
+        span: trace.Span | None = None,
+    ):
         self.refusal: ErrorCategory | None = None
         self._span: trace.Span | None = None
+        self._owned = span is None
         self._token: object = None
         self._name = name
         self._telemetry = telemetry
@@ -134,16 +161,20 @@ class RunningTool:
         if _suppressed():
             return
         with internal_errors_swallowed("starting a framework's tool run"):
-            self._start(proposal, call_id)
+            self._start(proposal, call_id, span)
 
-    def _start(self, proposal: Proposal | None, call_id: str | None) -> None:
+    def _start(self, proposal: Proposal | None, call_id: str | None, existing: trace.Span | None) -> None:
         telemetry = proposal.telemetry if proposal is not None else self._telemetry
         self._telemetry = telemetry
         record = proposal.record if proposal is not None else None
-        preserved = proposal.call_id if proposal is not None else call_id
-        span = telemetry.start_execution(preserved, self._name, record, False)
+        if existing is None:
+            preserved = proposal.call_id if proposal is not None else call_id
+            span = telemetry.start_execution(preserved, self._name, record, False)
+            self._token = otel_context.attach(trace.set_span_in_context(span))
+        else:
+            span = existing
+            _enrich(span, proposal)
         self._span = span
-        self._token = otel_context.attach(trace.set_span_in_context(span))
         if proposal is not None and proposal.divergence:
             telemetry.record_divergence([kind.value for kind in proposal.divergence], span)
         if self.refusal is not None:
@@ -157,10 +188,14 @@ class RunningTool:
         if span is None:
             return
         self._span = None
+        refused = self.refusal.value if self.refusal is not None else None
+        if not self._owned:  # the framework's span: it ends it and records its outcome
+            with internal_errors_swallowed("ending a framework's tool run"):
+                self._telemetry.record_execution_duration(self._name, self._started, error, refused)
+            return
         with internal_errors_swallowed("ending a framework's tool run"):
             otel_context.detach(self._token)  # type: ignore[arg-type]
         with internal_errors_swallowed("ending a framework's tool run"):
-            refused = self.refusal.value if self.refusal is not None else None
             self._telemetry.end_execution(span, self._name, self._started, error, result, error_type=refused)
         if span.is_recording():  # end_execution failed before ending it
             span.end()
@@ -182,10 +217,13 @@ class ToolRuns:
             self._tracking = False
             open_calls.untrack()
 
-    def start(self, call_id: str | None, name: str | None, arguments: object) -> RunningTool:
-        """A run is about to start: decide the guard and open its span. Never raises."""
+    def start(
+        self, call_id: str | None, name: str | None, arguments: object, span: trace.Span | None = None
+    ) -> RunningTool:
+        """A run is about to start: decide the guard and open its span (or enrich ``span``, the
+        framework's own execution span, which it ends). Never raises."""
         setup = self._instrumentation
-        return RunningTool(setup.telemetry, call_id, name, arguments, setup.guard)
+        return RunningTool(setup.telemetry, call_id, name, arguments, setup.guard, span)
 
     def run(self, call_id: str | None, name: str | None, arguments: object, run: Callable[[], _T]) -> _T:
         """``run()`` recorded; raises :class:`GuardRefusedError` instead when the guard refuses it."""
