@@ -282,8 +282,9 @@ class Telemetry:
             for finding in findings:
                 target.add_event(A.EVENT_INTEGRITY_VIOLATION, finding_attributes(finding))
 
-    def record_divergence(self, kinds: Sequence[str], span: Span | None = None) -> None:
-        """Count a wrapped assembler's divergences from the rules (``divergent_assembly``)."""
+    def record_divergence(self, kinds: Sequence[str], span: Span | None = None, call_id: str | None = None) -> None:
+        """Count a wrapped assembler's divergences from the rules (``divergent_assembly``); ``call_id``:
+        the preserved id of the one call they are about (an execution's), named on each event."""
         target = span if span is not None else trace.get_current_span()
         for kind in kinds:
             self.counters.add(
@@ -291,10 +292,13 @@ class Telemetry:
                 (ErrorCategory.DIVERGENT_ASSEMBLY.value, self._base.get(A.GEN_AI_PROVIDER_NAME)),
             )
             if target.is_recording():
-                target.add_event(
-                    A.EVENT_INTEGRITY_VIOLATION,
-                    {A.ETF_ERROR_CATEGORY: ErrorCategory.DIVERGENT_ASSEMBLY.value, A.ETF_DIVERGENCE_KIND: kind},
-                )
+                attributes: dict[str, AttributeValue] = {
+                    A.ETF_ERROR_CATEGORY: ErrorCategory.DIVERGENT_ASSEMBLY.value,
+                    A.ETF_DIVERGENCE_KIND: kind,
+                }
+                if call_id:
+                    put_call_id(attributes, call_id)
+                target.add_event(A.EVENT_INTEGRITY_VIOLATION, attributes)
 
     # --- executions ------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ are its own assembly's, which may differ from what the rules preserved (docs/fra
   latest response in this context, else of any setup that finalized one (a framework may run
   its tools in another task or thread than the one that read the stream);
 * **by content**: a run whose id no setup proposed is the call of the context's latest response
-  with the same name and argument value, when exactly one has them (the framework kept
-  another id than the rules, or made one up).
+  with the same argument value and the same name (or that name repeated into the one run), when
+  exactly one has them (the framework kept another id than the rules, or made one up).
 
 The execution span (one of ours, or the framework's own ``execute_tool`` span handed to
 :meth:`ToolRuns.start`, which is enriched and never doubled) carries the *preserved* id and
@@ -95,14 +95,18 @@ def find_proposal(call_id: str | None, name: str | None, arguments: object) -> P
     latest = open_calls.latest()
     if latest is None or handed is None:
         return None
-    same = [call.call_id for call in latest.calls if call.name == name and call.value_hash == handed]
+    same = [
+        call
+        for call in latest.calls
+        if call.value_hash == handed and name_kind(call.name, name) in (None, DivergenceKind.NAME_CONCATENATED)
+    ]
     if len(same) != 1:
         return None
-    matched = latest.telemetry.proposals.get(same[0])
+    matched = latest.telemetry.proposals.get(same[0].call_id)
     if matched is None:
         return None
-    kind = id_kind(same[0], call_id)
-    return Proposal(same[0], matched, latest.telemetry, (kind,) if kind is not None else ())
+    kinds = [kind for kind in (id_kind(same[0].call_id, call_id), name_kind(same[0].name, name)) if kind is not None]
+    return Proposal(same[0].call_id, matched, latest.telemetry, tuple(kinds))
 
 
 def _enrich(span: trace.Span, proposal: Proposal | None) -> None:
@@ -176,7 +180,8 @@ class RunningTool:
             _enrich(span, proposal)
         self._span = span
         if proposal is not None and proposal.divergence:
-            telemetry.record_divergence([kind.value for kind in proposal.divergence], span)
+            kinds = [kind.value for kind in proposal.divergence]
+            telemetry.record_divergence(kinds, span, proposal.call_id)
         if self.refusal is not None:
             span.set_attribute(A.ETF_GUARD_REFUSED, True)
             if self.refusal.phase is Phase.LINKAGE:

@@ -128,3 +128,32 @@ def test_an_async_run_that_raises_is_recorded_failed_and_raises_unchanged(captur
     span = captured.span("execute_tool read")
     assert span.attributes[A.ERROR_TYPE] == "KeyError" and span.end_time is not None
     runs.close()
+
+
+def test_a_run_under_another_id_and_a_repeated_name_is_found_by_its_arguments(captured: Captured) -> None:
+    runs = _runs(captured)
+    _respond(captured.instrumentation(), [("call-a", "get_weather", '{"city": "Paris"}'), ("call-b", "get_time", "{}")])
+    runs.run("call_X9", "get_weatherget_weather", {"city": "Paris"}, lambda: None)
+    span = captured.span("execute_tool get_weatherget_weather")
+    assert span.attributes[A.GEN_AI_TOOL_CALL_ID] == "call-a" and len(span.links) == 1
+    assert _divergence(span) == ["id_replaced", "name_concatenated"]
+    assert {event.attributes.get(A.GEN_AI_TOOL_CALL_ID) for event in span.events} == {"call-a"}  # the audit names it
+    runs.close()
+
+
+def test_the_frameworks_own_span_is_enriched_and_left_for_it_to_end(captured: Captured) -> None:
+    runs = _runs(captured)
+    _respond(captured.instrumentation(), [("call-a", "read", '{"page": 1}')])
+    theirs = captured.tracer_provider.get_tracer("framework").start_span(
+        "execute_tool read", attributes={"gen_ai.operation.name": "execute_tool", A.GEN_AI_TOOL_CALL_ID: "call_X9"}
+    )
+    running = runs.start("call_X9", "read", {"page": 1}, span=theirs)
+    running.end(None, "ok")
+    assert theirs.is_recording()  # the framework ends its span
+    theirs.end()
+    (span,) = captured.spans("execute_tool")
+    assert span.attributes[A.GEN_AI_TOOL_CALL_ID] == "call-a" and len(span.links) == 1
+    assert _divergence(span) == ["id_replaced"]
+    ((attributes, histogram),) = captured.points(A.METRIC_EXECUTE_TOOL_DURATION)
+    assert attributes == {A.GEN_AI_TOOL_NAME: "read"} and histogram.count == 1  # type: ignore[union-attr]
+    runs.close()
