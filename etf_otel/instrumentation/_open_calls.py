@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from etf_otel.instrumentation._registry import arguments_value_hash, canonical_value_hash
+from etf_otel.instrumentation._registry import ProposalRecord, arguments_value_hash, canonical_value_hash
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 
 if TYPE_CHECKING:
@@ -37,6 +37,9 @@ class OpenCall:
     call_id: str
     name: str | None
     value_hash: int | None
+    record: ProposalRecord | None = None
+    """Its record as its response registered it: the setup's registry keeps one per id, the latest,
+    which is another conversation's when concurrent conversations were proposed the same ids."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +83,11 @@ def note(telemetry: Telemetry, calls: Iterable[ToolCall]) -> None:
     if not _users:
         return
     with internal_errors_swallowed("noting a response's calls"):
+        proposals = telemetry.proposals
         ended = tuple(
-            OpenCall(call.id, call.name, arguments_value_hash(call.arguments)) for call in calls if call.id is not None
+            OpenCall(call.id, call.name, arguments_value_hash(call.arguments), proposals.get(call.id))
+            for call in calls
+            if call.id is not None
         )
         _LATEST.set(LatestResponse(telemetry, ended))
         _SETUPS.add(telemetry)

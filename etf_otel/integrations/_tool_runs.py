@@ -64,6 +64,10 @@ class Proposal:
 
 def _record_by_id(call_id: str) -> tuple[ProposalRecord, Telemetry] | None:
     latest = open_calls.latest()
+    if latest is not None:
+        for call in latest.calls:
+            if call.call_id == call_id and call.record is not None:  # this conversation's, whatever others proposed
+                return call.record, latest.telemetry
     candidates = ([latest.telemetry] if latest is not None else []) + open_calls.setups()
     for telemetry in candidates:
         record = telemetry.proposals.get(call_id)
@@ -102,7 +106,7 @@ def find_proposal(call_id: str | None, name: str | None, arguments: object) -> P
     ]
     if len(same) != 1:
         return None
-    matched = latest.telemetry.proposals.get(same[0].call_id)
+    matched = same[0].record or latest.telemetry.proposals.get(same[0].call_id)
     if matched is None:
         return None
     kinds = [kind for kind in (id_kind(same[0].call_id, call_id), name_kind(same[0].name, name)) if kind is not None]

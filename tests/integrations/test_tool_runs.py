@@ -157,3 +157,17 @@ def test_the_frameworks_own_span_is_enriched_and_left_for_it_to_end(captured: Ca
     ((attributes, histogram),) = captured.points(A.METRIC_EXECUTE_TOOL_DURATION)
     assert attributes == {A.GEN_AI_TOOL_NAME: "read"} and histogram.count == 1  # type: ignore[union-attr]
     runs.close()
+
+
+def test_conversations_proposed_the_same_id_each_run_links_to_its_own_proposal(captured: Captured) -> None:
+    runs = _runs(captured)
+    etf = captured.instrumentation()
+    first, second = contextvars.Context(), contextvars.Context()
+    first.run(_respond, etf, [("call-a", "read", '{"page": 1}')])
+    second.run(_respond, etf, [("call-a", "read", '{"page": 1}')])  # the registry's record of call-a is now this one
+    first.run(runs.run, "call-a", "read", {"page": 1}, lambda: None)
+    second.run(runs.run, "call-a", "read", {"page": 1}, lambda: None)
+    proposals = [span.context.span_id for span in captured.spans("assemble_tool_call")]
+    executions = [[link.context.span_id for link in span.links] for span in captured.spans("execute_tool")]
+    assert executions == [[proposals[0]], [proposals[1]]]
+    runs.close()
