@@ -76,3 +76,21 @@ from openai._base_client import SyncAPIClient
 print(isinstance(vars(SyncAPIClient)["request"], wrapt.FunctionWrapper))
 """
     assert run(script) == "False"
+
+
+def test_pydantic_ai_is_hooked_when_imported_and_unhooked_by_uninstrument() -> None:
+    script = """
+import sys
+import wrapt
+from etf_otel.integrations.pydantic_ai import PydanticAIInstrumentor
+instrumentor = PydanticAIInstrumentor()
+instrumentor.instrument()
+imported = sorted(name for name in ("pydantic_ai", "pydantic", "openai", "anthropic") if name in sys.modules)
+from pydantic_ai.tool_manager import ToolManager
+names = ("_raw_execute", "execute_tool_call")
+hooked = [isinstance(vars(ToolManager)[name], wrapt.FunctionWrapper) for name in names]
+instrumentor.uninstrument()
+unhooked = [isinstance(vars(ToolManager)[name], wrapt.FunctionWrapper) for name in names]
+print(imported, hooked, unhooked)
+"""
+    assert run(script) == "[] [True, True] [False, False]"

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import io
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -498,3 +500,11 @@ def test_the_framework_behaves_the_same_with_and_without_etf_otel(
     w = world()
     assert w.instrumentors and isinstance(w.instrumentors[-1], PydanticAIInstrumentor)
     assert scenario(server, kind, method, first) == without
+
+
+def test_opentelemetry_instrument_finds_it_by_its_entry_point() -> None:
+    pyproject = (Path(__file__).parents[3] / "pyproject.toml").read_text(encoding="utf-8")
+    group = pyproject.split("[project.entry-points.opentelemetry_instrumentor]")[1].split("\n[")[0]
+    (declared,) = [line for line in group.splitlines() if line.startswith("etf_otel_pydantic_ai = ")]
+    module, _, name = declared.split(" = ")[1].strip('"').partition(":")
+    assert getattr(importlib.import_module(module), name) is PydanticAIInstrumentor
