@@ -265,6 +265,10 @@ CONFLICTING_ID = c.finished(
     c.chunk(c.fragment(0, "call_1", "get_weather", '{"city":')), c.chunk(c.fragment(0, "call_X9", arguments='"Paris"}'))
 )
 """A continuation that changes the id: pydantic-ai runs the call as ``call_X9`` (it keeps the last id)."""
+CHAT_REPEATED_NAME = c.finished(
+    c.chunk(c.fragment(0, "call_1", "get_weather", '{"city":')),
+    c.chunk(c.fragment(0, name="get_weather", arguments='"Paris"}')),
+)
 REPEATED_NAME = a.stream(
     [a.tool_start(0, "toolu_1", "get_weather"), a.tool_start(0, "toolu_1", "get_weather")],
     a.json_delta(0, '{"city":"Paris"}'),
@@ -282,10 +286,11 @@ ANTHROPIC_CONFLICT = a.stream(
     ("kind", "events", "framework_id", "kinds"),
     [
         ("chat", CONFLICTING_ID, "call_X9", ["id_replaced"]),
+        ("chat", CHAT_REPEATED_NAME, "call_1", ["name_concatenated"]),
         ("anthropic", REPEATED_NAME, "toolu_1", ["name_concatenated"]),
         ("anthropic", ANTHROPIC_CONFLICT, "toolu_X9", ["id_replaced", "name_concatenated"]),
     ],
-    ids=["chat-conflicting-id", "anthropic-repeated-name", "anthropic-conflicting-id"],
+    ids=["chat-conflicting-id", "chat-repeated-name", "anthropic-repeated-name", "anthropic-conflicting-id"],
 )
 def test_what_the_framework_ran_differs_from_the_proposal_and_the_audit_says_so(
     world: Callable[..., World],
