@@ -227,12 +227,18 @@ class ToolRuns:
             open_calls.untrack()
 
     def start(
-        self, call_id: str | None, name: str | None, arguments: object, span: trace.Span | None = None
+        self,
+        call_id: str | None,
+        name: str | None,
+        arguments: object,
+        span: trace.Span | None = None,
+        guarded: bool = True,
     ) -> RunningTool:
         """A run is about to start: decide the guard and open its span (or enrich ``span``, the
-        framework's own execution span, which it ends). Never raises."""
+        framework's own execution span, which it ends). ``guarded=False``: a dispatch the framework
+        refuses itself (no tool runs), which the guard leaves alone. Never raises."""
         setup = self._instrumentation
-        return RunningTool(setup.telemetry, call_id, name, arguments, setup.guard, span)
+        return RunningTool(setup.telemetry, call_id, name, arguments, setup.guard and guarded, span)
 
     def run(self, call_id: str | None, name: str | None, arguments: object, run: Callable[[], _T]) -> _T:
         """``run()`` recorded; raises :class:`GuardRefusedError` instead when the guard refuses it."""

@@ -171,3 +171,14 @@ def test_conversations_proposed_the_same_id_each_run_links_to_its_own_proposal(c
     executions = [[link.context.span_id for link in span.links] for span in captured.spans("execute_tool")]
     assert executions == [[proposals[0]], [proposals[1]]]
     runs.close()
+
+
+def test_a_dispatch_the_framework_refuses_itself_is_left_to_it_by_the_guard(captured: Captured) -> None:
+    runs = _runs(captured, guard=True)
+    _respond(captured.instrumentation(), [("call-a", "read", '{"page": 1}')])
+    running = runs.start("call-a", "readread", {"page": 1}, guarded=False)
+    assert running.refusal is None
+    running.end(KeyError("no tool named readread"))
+    span = captured.span("execute_tool readread")
+    assert A.ETF_GUARD_REFUSED not in span.attributes and _divergence(span) == ["name_concatenated"]
+    runs.close()

@@ -16,8 +16,9 @@ application imports it (never importing it here). Every run method of an agent (
 * ``execute_tool_call``: a call whose validation failed (a name no tool has, such as a repeated
   name concatenated into ``get_weatherget_weather``, or arguments that do not parse) never
   reaches the tool; pydantic-ai answers the model with an error. It is recorded as an execution
-  that failed, which names what the framework dispatched, unless pydantic-ai's instrumentation
-  recorded the validation failure itself (it does for a tool it knows).
+  that failed, which names what the framework dispatched (the guard has nothing to refuse there),
+  unless pydantic-ai's instrumentation recorded the validation failure itself (it does for a tool
+  it knows).
 
 Guard mode refuses a run that is not a valid proposal before the tool runs, through
 pydantic-ai's own tool-error channel: the refusal reaches the framework as the tool's
@@ -158,13 +159,13 @@ class PydanticAIInstrumentor(ClientInstrumentor):
     def _wrappers(self) -> list[tuple[str, Any]]:
         return [("_raw_execute", self._raw_execute), ("execute_tool_call", self._execute_tool_call)]
 
-    def _start(self, validated: Any, span: trace.Span | None = None) -> RunningTool | None:
+    def _start(self, validated: Any, span: trace.Span | None = None, runs_a_tool: bool = True) -> RunningTool | None:
         """The run of ``validated``'s call, started (``None``: not observed)."""
         runs = self._runs
         call = getattr(validated, "call", None)
         if runs is None or call is None or _disabled():
             return None
-        return runs.start(call.tool_call_id, call.tool_name, call.args, span)
+        return runs.start(call.tool_call_id, call.tool_name, call.args, span, guarded=runs_a_tool)
 
     async def _raw_execute(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         """``ToolManager._raw_execute(validated, ...)``: the tool runs (or is refused) here."""
@@ -194,7 +195,7 @@ class PydanticAIInstrumentor(ClientInstrumentor):
             failed = getattr(validated, "args_valid", True) is False and getattr(validated, "deferral", None) is None
             known = getattr(validated, "tool", None) is not None
             if failed and not (known and _traced_by_pydantic_ai(validated)):
-                running = self._start(validated)
+                running = self._start(validated, runs_a_tool=False)  # pydantic-ai refuses it itself
         if running is None:
             return await wrapped(*args, **kwargs)
         try:
