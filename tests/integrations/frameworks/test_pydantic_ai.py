@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic_ai import Agent, RunContext
+from pydantic_ai.exceptions import ModelConnectionError
 from pydantic_ai.models import Model
 from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
@@ -357,6 +358,26 @@ def test_a_cut_stream_the_framework_acts_on_is_reported(
     code, report = w.audit()
     assert code == 1
     assert ("executed_rejected", "truncated_stream", first) in findings(report)
+
+
+@pytest.mark.parametrize(("kind", "cut_after"), [("chat", 2), ("anthropic", 6)])
+def test_a_dropped_connection_ends_the_run_as_it_does_without_etf_otel(
+    world: Callable[..., World], server: LocalChatServer, kind: str, cut_after: int
+) -> None:
+    dropped = Script(events=CUT[kind].events, named=CUT[kind].named, cut_after=cut_after)
+
+    def attempt() -> int:
+        before = len(server.requests)
+        server.enqueue(dropped)
+        ran: list[tuple[str, str | None, dict[str, str]]] = []
+        with pytest.raises(ModelConnectionError):
+            run(agent(kind, server, ran), "run_stream")
+        assert ran == []  # pydantic-ai runs nothing of a stream whose connection dropped
+        return len(server.requests) - before
+
+    without = attempt()
+    w = world()
+    assert (attempt(), w.executions()) == (without, [])
 
 
 @pytest.mark.parametrize("kind", KINDS)
