@@ -86,9 +86,13 @@ def _refused(wrapped: Any, instance: Any, message: str) -> Any:
     The copy shares the manager's retry state (``ctx``, ``failed_tools``): only where the tool is
     looked up differs, so pydantic-ai charges and answers the refusal as the tool's own ``ModelRetry``.
     """
-    refusing = copy.copy(instance)
-    refusing.toolset = _Refusing(message)
-    return wrapped.__func__.__get__(refusing, type(instance))
+    refusing = _Refusing(message)
+    function = getattr(wrapped, "__func__", None)
+    if function is None:  # another instrumentation's wrapper inside ours: refuse from here
+        return lambda *args, **kwargs: refusing.call_tool("", {}, None, None)
+    manager = copy.copy(instance)
+    manager.toolset = refusing
+    return function.__get__(manager, type(instance))
 
 
 def _validated(args: Any, kwargs: Any) -> Any:
