@@ -167,7 +167,7 @@ class ResponseObserver:
         return None
 
     def _report(self, result: AssemblyResult, state: StreamState, *, streamed: bool) -> None:
-        self.telemetry.record_response(
+        registered = self.telemetry.record_response(
             result,
             state,
             self._parent,
@@ -180,7 +180,7 @@ class ResponseObserver:
             self.linkage_ambiguous,
             streamed,
         )
-        open_calls.note(self.telemetry, result.calls)  # what an MCP client matches call_tool to (docs/mcp.md)
+        open_calls.note(self.telemetry, result.calls, registered)  # what an MCP client matches call_tool to
 
 
 def observe_failed() -> None:  # pragma: no cover - see ResponseObserver.observe

@@ -129,12 +129,14 @@ class Telemetry:
         answered: Sequence[str] = (),
         ambiguous: bool = False,
         streamed: bool = True,
-    ) -> None:
-        """Emit the spans and metrics of one finalized response. ``findings`` (counted already) and ``answered``
-        settled the previous response (events, ``etf.linkage.answered_ids``); ``ambiguous``: not judged;
-        ``protocol``: span and ``etf.streams`` only; ``streamed``: ``False`` for a body (``etf.response.streamed``)."""
+    ) -> dict[str, ProposalRecord]:
+        """Emit the spans and metrics of one finalized response; returns its proposal records by id (its own,
+        whatever another thread registers). ``findings`` (counted already) and ``answered`` settled the previous
+        response (events, ``etf.linkage.answered_ids``); ``ambiguous``: not judged; ``protocol``: span and
+        ``etf.streams`` only; ``streamed``: ``False`` for a body (``etf.response.streamed``)."""
         ended_ns = time.time_ns()
         base = self._base if base is None else base
+        registered: dict[str, ProposalRecord] = {}
         error_type = response_error(state, result.rejections)
         with internal_errors_swallowed("counting a response"):
             self.counters.add_response(
@@ -163,15 +165,16 @@ class Telemetry:
                         stream_span.add_event(A.EVENT_INTEGRITY_VIOLATION, finding_attributes(finding))
             # The calls are children of the response span, itself a child of the current span:
             # one trace holds the response, its calls and (through links) their executions.
-            response_context = trace.set_span_in_context(stream_span, parent)
+            in_response = trace.set_span_in_context(stream_span, parent)
             guard = _RECORDING_A_CALL
             for call in result.calls:
                 with guard:
-                    self._record_call(call, result.dispatchable, response_context, started_ns, ended_ns, base)
+                    self._record_call(call, result.dispatchable, in_response, started_ns, ended_ns, base, registered)
         finally:
             stream_span.end(end_time=ended_ns)
             if conversation is not None:
                 linkage.responded(conversation, result)
+        return registered
 
     # long: runs once per finalized call; one frame, start attributes in one pass (issue 7's budget)
     def _record_call(
@@ -182,8 +185,9 @@ class Telemetry:
         started_ns: int,
         ended_ns: int,
         base: dict[str, AttributeValue],
+        registered: dict[str, ProposalRecord],
     ) -> None:
-        """One ``assemble_tool_call`` span, and the call's proposal record.
+        """One ``assemble_tool_call`` span, and the call's proposal record (also put in ``registered``).
 
         Everything known before the span starts is passed as start attributes (one
         validation pass in the SDK, and samplers see it); only a rejected call (status,
@@ -227,18 +231,17 @@ class Telemetry:
             finally:
                 # Guard mode and links depend on this record: it is kept even when the span failed.
                 if call.id is not None:
-                    self.proposals.add(
-                        call.id,
-                        ProposalRecord(
-                            span.get_span_context() if span is not None else None,
-                            dispatchable and call.verdict is _PROPOSED,
-                            call.verdict,
-                            call.categories[0] if call.categories else None,  # a blocked call has its response's
-                            name,
-                            hash(call.arguments),
-                            arguments_value_hash(call.arguments) if self.guarding else None,
-                        ),
+                    record = ProposalRecord(
+                        span.get_span_context() if span is not None else None,
+                        dispatchable and call.verdict is _PROPOSED,
+                        call.verdict,
+                        call.categories[0] if call.categories else None,  # a blocked call has its response's
+                        name,
+                        hash(call.arguments),
+                        arguments_value_hash(call.arguments) if self.guarding else None,
                     )
+                    self.proposals.add(call.id, record)
+                    registered[call.id] = record
 
     def _describe_call(self, span: Span, call: ToolCall) -> None:
         """A rejected call's status and events, and (opted in) its arguments."""

@@ -182,3 +182,28 @@ def test_a_dispatch_the_framework_refuses_itself_is_left_to_it_by_the_guard(capt
     span = captured.span("execute_tool readread")
     assert A.ETF_GUARD_REFUSED not in span.attributes and _divergence(span) == ["name_concatenated"]
     runs.close()
+
+
+def test_a_response_read_in_a_task_of_its_own_is_shared_with_the_context_that_started_it(captured: Captured) -> None:
+    """pydantic-ai reads each model response in a task of its own and runs the tools in another."""
+    runs = _runs(captured)
+    etf = captured.instrumentation()
+
+    async def the_tool_step_sees(shared: bool) -> list[str]:
+        if shared:
+            open_calls.share_with_tasks()
+        await asyncio.create_task(_arespond(etf))  # the request step
+        return await asyncio.create_task(_alatest())  # the tool step
+
+    assert asyncio.run(the_tool_step_sees(shared=True)) == ["call-a"]
+    assert asyncio.run(the_tool_step_sees(shared=False)) == []
+    runs.close()
+
+
+async def _arespond(etf: object) -> None:
+    _respond(etf, [("call-a", "read", "{}")])  # type: ignore[arg-type]
+
+
+async def _alatest() -> list[str]:
+    latest = open_calls.latest()
+    return [call.call_id for call in latest.calls] if latest is not None else []
