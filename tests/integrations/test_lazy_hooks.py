@@ -86,11 +86,12 @@ from etf_otel.integrations.pydantic_ai import PydanticAIInstrumentor
 instrumentor = PydanticAIInstrumentor()
 instrumentor.instrument()
 imported = sorted(name for name in ("pydantic_ai", "pydantic", "openai", "anthropic") if name in sys.modules)
+from pydantic_ai.agent import Agent
 from pydantic_ai.tool_manager import ToolManager
-names = ("_raw_execute", "execute_tool_call")
-hooked = [isinstance(vars(ToolManager)[name], wrapt.FunctionWrapper) for name in names]
+points = ((Agent, "iter"), (ToolManager, "_raw_execute"), (ToolManager, "execute_tool_call"))
+hooked = [isinstance(vars(cls)[name], wrapt.FunctionWrapper) for cls, name in points]
 instrumentor.uninstrument()
-unhooked = [isinstance(vars(ToolManager)[name], wrapt.FunctionWrapper) for name in names]
+unhooked = [isinstance(vars(cls)[name], wrapt.FunctionWrapper) for cls, name in points]
 print(imported, hooked, unhooked)
 """
-    assert run(script) == "[] [True, True] [False, False]"
+    assert run(script) == "[] [True, True, True] [False, False, False]"

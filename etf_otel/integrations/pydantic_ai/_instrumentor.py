@@ -1,9 +1,12 @@
 """OpenTelemetry instrumentor for ``pydantic_ai``: every tool an agent runs, an execution of a preserved call.
 
 ``PydanticAIInstrumentor().instrument()`` (or ``opentelemetry-instrument``, through the
-``etf_otel_pydantic_ai`` entry point) hooks ``pydantic_ai.tool_manager.ToolManager`` when the
-application imports it (never importing it here). Every run method of an agent (``run``,
-``run_sync``, ``run_stream``, ``run_stream_events``) dispatches its function tools through it:
+``etf_otel_pydantic_ai`` entry point) hooks ``pydantic_ai.tool_manager.ToolManager`` and
+``Agent.iter`` when the application imports them (never importing them here). Every run method
+of an agent (``run``, ``run_sync``, ``run_stream``, ``run_stream_events``) enters ``Agent.iter``,
+where the run's context is set to see the responses its steps' tasks read
+(:func:`~etf_otel.instrumentation._open_calls.share_with_tasks`), and dispatches its function
+tools through the tool manager:
 
 * ``_raw_execute``: a tool about to run, with the ``ToolCallPart`` the framework assembled
   (``tool_call_id``, ``tool_name``, ``args``). It is recorded by
@@ -33,6 +36,7 @@ import logging
 import sys
 import threading
 from collections.abc import Collection
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 import wrapt
@@ -41,6 +45,7 @@ from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 
 from etf_otel import attributes as A
 from etf_otel.errors import GuardRefusedError
+from etf_otel.instrumentation import _open_calls as open_calls
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _disabled
 from etf_otel.integrations._instrumentor_base import (
@@ -59,8 +64,8 @@ __all__ = ["PydanticAIInstrumentor", "instrument_pydantic_ai"]
 _logger = logging.getLogger("etf_otel")
 
 _DEPENDENCY = "pydantic-ai-slim >= 2.60"
-_MODULE: Final = "pydantic_ai.tool_manager"
-_OWNER: Final = "ToolManager"
+_AGENT: Final = "pydantic_ai.agent"
+_MANAGER: Final = "pydantic_ai.tool_manager"
 _LOCK = threading.RLock()
 
 
@@ -93,6 +98,19 @@ def _refused(wrapped: Any, instance: Any, message: str) -> Any:
     manager = copy.copy(instance)
     manager.toolset = refusing
     return function.__get__(manager, type(instance))
+
+
+def _iter(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``Agent.iter(...)``, which every run method enters, in the context that drives the run.
+
+    pydantic-ai runs each step of the run (a model request, the tool calls) in a task of its own:
+    what a request's task finalized is shared with the run's context, and so with the tasks that
+    run the tools, so a tool run finds the proposal of its own run even when concurrent runs were
+    proposed the same ids.
+    """
+    with internal_errors_swallowed("starting a pydantic-ai run"):
+        open_calls.share_with_tasks()
+    return wrapped(*args, **kwargs)
 
 
 def _validated(args: Any, kwargs: Any) -> Any:
@@ -138,30 +156,37 @@ class PydanticAIInstrumentor(ClientInstrumentor):
         with _LOCK:
             self._generation += 1
             generation = self._generation
-        wrapt.register_post_import_hook(lambda module: self._wrap(generation, module), _MODULE)
+        for name in (_AGENT, _MANAGER):
+            wrapt.register_post_import_hook(partial(self._wrap, generation), name)
 
     def _wrap(self, generation: int, module: Any) -> None:
-        """Wrap the tool manager once the application imports it; a hook ``uninstrument()`` undid does nothing."""
+        """Wrap a module's methods once the application imports it; a hook ``uninstrument()`` undid does nothing."""
         with _LOCK, internal_errors_swallowed("instrumenting pydantic-ai"):
             if generation != self._generation or not _checked_version():
                 return
-            for name, wrapper in self._wrappers():
-                wrapt.wrap_function_wrapper(module, f"{_OWNER}.{name}", wrapper)
+            for name, owner, method, wrapper in self._wrappers():
+                if name == module.__name__:
+                    wrapt.wrap_function_wrapper(module, f"{owner}.{method}", wrapper)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         with _LOCK:
             self._generation += 1
-            module = sys.modules.get(_MODULE)
-            if module is not None:
-                for name, wrapper in self._wrappers():
-                    remove_own_wrapper(getattr(module, _OWNER), wrapper, name)
+            for name, owner, method, wrapper in self._wrappers():
+                module = sys.modules.get(name)
+                if module is not None:
+                    remove_own_wrapper(getattr(module, owner), wrapper, method)
         if self._runs is not None:
             self._runs.close()
             self._runs = None
         self._instrumentation = None
 
-    def _wrappers(self) -> list[tuple[str, Any]]:
-        return [("_raw_execute", self._raw_execute), ("execute_tool_call", self._execute_tool_call)]
+    def _wrappers(self) -> list[tuple[str, str, str, Any]]:
+        """``(module, class, method, wrapper)`` of each method wrapped."""
+        return [
+            (_AGENT, "Agent", "iter", _iter),
+            (_MANAGER, "ToolManager", "_raw_execute", self._raw_execute),
+            (_MANAGER, "ToolManager", "execute_tool_call", self._execute_tool_call),
+        ]
 
     def _start(self, validated: Any, span: trace.Span | None = None, runs_a_tool: bool = True) -> RunningTool | None:
         """The run of ``validated``'s call, started (``None``: not observed)."""

@@ -13,6 +13,7 @@ import importlib
 import io
 import json
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -478,19 +479,24 @@ def test_with_instrument_all_a_divergent_run_is_recorded_on_its_span(
 # --- concurrency, and the framework unchanged -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["chat", "anthropic"])
+@pytest.mark.parametrize(("kind", "mode"), [("chat", "tasks"), ("anthropic", "tasks"), ("responses", "threads")])
 def test_eight_concurrent_identical_runs_stay_clean(
-    world: Callable[..., World], server: LocalChatServer, kind: str
+    world: Callable[..., World], server: LocalChatServer, kind: str, mode: str
 ) -> None:
     server._responder = responder
     w = world()
     ran: list[tuple[str, str | None, dict[str, str]]] = []
     app = agent(kind, server, ran)
 
-    async def main() -> list[str]:
-        return await asyncio.gather(*(arun(app, "run_stream") for _ in range(8)))
+    async def main() -> list[str]:  # half streamed, half complete bodies (requested in tasks of their own)
+        return await asyncio.gather(*(arun(app, method) for method in ["run", "run_stream"] * 4))
 
-    assert asyncio.run(main()) == [ANSWER] * 8
+    if mode == "tasks":
+        assert asyncio.run(main()) == [ANSWER] * 8
+    else:  # threads, half of them in run_sync (complete bodies), half streamed on a loop of their own
+        with ThreadPoolExecutor(8) as pool:
+            methods = ["run_sync", "run_stream"] * 4
+            assert list(pool.map(lambda method: run(app, method), methods)) == [ANSWER] * 8
     assert len(ran) == 16 and len(w.executions()) == 16
     assert all(linked(w, span) == [span.attributes[A.GEN_AI_TOOL_CALL_ID]] for span in w.executions())
     code, report = w.audit()
