@@ -7,7 +7,7 @@ in the same context (the same thread, or the same asyncio task and the tasks it 
 afterwards): the response whose calls the agent is now executing. A context variable keeps
 it, so concurrent conversations in different tasks never see each other's calls. A framework
 that reads each response in a task of its own shares what those tasks finalize with the context
-that started them (:func:`share_with_tasks`).
+that started them (:func:`sharing_with_tasks`).
 
 Tracking is off until an integration that needs it turns it on (:func:`track`): only then
 is each call's canonical argument hash computed, once per call when its response ends.
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -36,7 +37,7 @@ __all__ = [
     "latest",
     "note",
     "setups",
-    "share_with_tasks",
+    "sharing_with_tasks",
     "track",
     "tracking",
     "untrack",
@@ -65,7 +66,7 @@ class LatestResponse:
 
 @dataclass(slots=True)
 class _Shared:
-    """The latest response of a context and of every task it started since :func:`share_with_tasks`."""
+    """The latest response of a context and of every task it starts inside :func:`sharing_with_tasks`."""
 
     latest: LatestResponse | None
 
@@ -130,15 +131,21 @@ def latest() -> LatestResponse | None:
     return shared.latest if shared is not None else _LATEST.get()
 
 
-def share_with_tasks() -> None:
-    """From now on, a response finalized in a task this context starts is this context's latest too.
+@contextmanager
+def sharing_with_tasks() -> Iterator[None]:
+    """Inside, a response finalized in a task this context starts is this context's latest too.
 
     For a framework that reads each model response in a task of its own and runs the tools in
-    another (pydantic-ai runs each step of an agent run in a task): called in the context that
-    drives the run, before it starts them. Tasks started before keep what they had; a task that
-    calls it shares with its own tasks only.
+    another (pydantic-ai runs each step of an agent run in a task): entered in the context that
+    drives the run, around it. Tasks started before keep what they had; a task that enters it
+    shares with its own tasks only. On leaving, the context sees what it saw before.
     """
-    _SHARED.set(_Shared(latest()))
+    token = _SHARED.set(_Shared(latest()))
+    try:
+        yield
+    finally:
+        with internal_errors_swallowed("leaving a shared context"):  # left in another context than entered
+            _SHARED.reset(token)
 
 
 def arguments_hash(arguments: object) -> int | None:

@@ -7,6 +7,7 @@ are what a framework hands its tool: its own id, name and arguments.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 from collections.abc import Iterator
@@ -190,10 +191,11 @@ def test_a_response_read_in_a_task_of_its_own_is_shared_with_the_context_that_st
     etf = captured.instrumentation()
 
     async def the_tool_step_sees(shared: bool) -> list[str]:
-        if shared:
-            open_calls.share_with_tasks()
-        await asyncio.create_task(_arespond(etf))  # the request step
-        return await asyncio.create_task(_alatest())  # the tool step
+        with open_calls.sharing_with_tasks() if shared else contextlib.nullcontext():
+            await asyncio.create_task(_arespond(etf))  # the request step
+            seen = await asyncio.create_task(_alatest())  # the tool step
+        assert await _alatest() == []  # once the run is over, the context sees what it saw before
+        return seen
 
     assert asyncio.run(the_tool_step_sees(shared=True)) == ["call-a"]
     assert asyncio.run(the_tool_step_sees(shared=False)) == []

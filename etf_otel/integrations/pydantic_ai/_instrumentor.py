@@ -5,7 +5,7 @@
 ``Agent.iter`` when the application imports them (never importing them here). Every run method
 of an agent (``run``, ``run_sync``, ``run_stream``, ``run_stream_events``) enters ``Agent.iter``,
 where the run's context is set to see the responses its steps' tasks read
-(:func:`~etf_otel.instrumentation._open_calls.share_with_tasks`), and dispatches its function
+(:func:`~etf_otel.instrumentation._open_calls.sharing_with_tasks`), and dispatches its function
 tools through the tool manager:
 
 * ``_raw_execute``: a tool about to run, with the ``ToolCallPart`` the framework assembled
@@ -35,7 +35,8 @@ import copy
 import logging
 import sys
 import threading
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
@@ -100,17 +101,18 @@ def _refused(wrapped: Any, instance: Any, message: str) -> Any:
     return function.__get__(manager, type(instance))
 
 
-def _iter(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    """``Agent.iter(...)``, which every run method enters, in the context that drives the run.
+@asynccontextmanager
+async def _iter(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> AsyncIterator[Any]:
+    """``async with Agent.iter(...)``, which every run method enters, in the context that drives the run.
 
     pydantic-ai runs each step of the run (a model request, the tool calls) in a task of its own:
-    what a request's task finalized is shared with the run's context, and so with the tasks that
-    run the tools, so a tool run finds the proposal of its own run even when concurrent runs were
-    proposed the same ids.
+    inside the run, what a request's task finalized is shared with the run's context, and so with
+    the tasks that run the tools, so a tool run finds the proposal of its own run even when
+    concurrent runs were proposed the same ids.
     """
-    with internal_errors_swallowed("starting a pydantic-ai run"):
-        open_calls.share_with_tasks()
-    return wrapped(*args, **kwargs)
+    with open_calls.sharing_with_tasks():
+        async with wrapped(*args, **kwargs) as run:
+            yield run
 
 
 def _validated(args: Any, kwargs: Any) -> Any:
