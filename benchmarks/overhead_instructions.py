@@ -172,7 +172,13 @@ def main(argv: list[str]) -> int:
         default=",".join(CONFIGURATIONS),
         help=f"comma-separated, bare included (default: all of {', '.join(CONFIGURATIONS)})",
     )
+    parser.add_argument(
+        "--cases", default=",".join(CASES), help=f"comma-separated (default: all of {', '.join(CASES)})"
+    )
     args = parser.parse_args(argv)
+    cases = args.cases.split(",")
+    if set(cases) - set(CASES):
+        parser.error(f"--cases: any of {', '.join(CASES)}")
     chosen = tuple(name for name in CONFIGURATIONS if name in args.configurations.split(","))
     if "bare" not in chosen or set(args.configurations.split(",")) - set(CONFIGURATIONS):
         parser.error(f"--configurations: bare and any of {', '.join(CONFIGURATIONS)}")
@@ -182,7 +188,7 @@ def main(argv: list[str]) -> int:
     if args.quick:
         results = measure(["anthropic:2:5"], ("bare", "etf_otel"), quick=True, jobs=args.jobs)
     else:
-        results = measure(list(CASES), chosen, quick=False, jobs=args.jobs)
+        results = measure(cases, chosen, quick=False, jobs=args.jobs)
     if args.json:
         print(json.dumps({"mode": "quick" if args.quick else "full", "cases": results}, indent=2))
     else:

@@ -125,19 +125,30 @@ class TraceIndex:
         return True, None
 
 
+def copy_rank(record: SpanRecord) -> tuple[int, int, bool]:
+    """Which copy of a span exported more than once counts: the one that started first, then the one that
+    ended first, then a failed one; the SQL engine orders its copies the same way (sql/audit_findings.sql).
+    Copies equal in all three are told apart by input order here and arbitrarily there."""
+    return record.start_ns, max(record.end_ns - record.start_ns, 0), not record.failed
+
+
 def index_trace(trace_id: str, items: Iterable[Item]) -> TraceIndex:
     """Phase 0: split records from probes and index proposals, responses and answered call ids."""
     index = TraceIndex(trace_id)
     probes: set[tuple[str, str, str]] = set()
-    for item in items:  # a span exported twice is one span: the first copy counts
+    kept: dict[str, SpanRecord] = {}
+    for item in items:
         if isinstance(item, LinkProbe):
             key = (item.source_trace, item.source_span, item.target_span)
             if key not in probes:
                 probes.add(key)
                 index.probes.append(item)
-        elif item.span_id not in index.present:
-            index.present.add(item.span_id)
-            index.records.append(item)
+        else:
+            seen = kept.get(item.span_id)
+            if seen is None or copy_rank(item) < copy_rank(seen):
+                kept[item.span_id] = item
+    index.present.update(kept)
+    index.records.extend(kept.values())
     index.calls = [record for record in index.records if record.role is Role.CALL]
     index.calls_by_span = {call.span_id: call for call in index.calls}
     responses = [record for record in index.records if record.role is Role.RESPONSE]

@@ -67,16 +67,27 @@ def _same_call(inner: SpanRecord, outer: SpanRecord) -> bool:
     return inner.call_id is None or outer.call_id is None or inner.call_id == outer.call_id
 
 
-def _nested(records: list[SpanRecord]) -> dict[str, SpanRecord]:
-    """Execution spans with an execution child of the same call (a framework's span around ours), by span id:
-    one execution, recorded twice; the inner span is the one judged."""
-    executions = {record.span_id: record for record in records if record.role is Role.EXECUTION}
-    outer: dict[str, SpanRecord] = {}
+def _nested(records: list[SpanRecord]) -> dict[tuple[str, str], SpanRecord]:
+    """Execution spans with an execution child of the same call (a framework's span around ours), by trace and
+    span id: one execution, recorded twice; the inner span is the one judged."""
+    executions = {(record.trace_id, record.span_id): record for record in records if record.role is Role.EXECUTION}
+    outer: dict[tuple[str, str], SpanRecord] = {}
     for record in executions.values():
-        parent = executions.get(record.parent_id) if record.parent_id is not None else None
+        parent = executions.get((record.trace_id, record.parent_id)) if record.parent_id is not None else None
         if parent is not None and parent is not record and _same_call(record, parent):  # no span is its own parent
-            outer[parent.span_id] = parent
+            outer[(parent.trace_id, parent.span_id)] = parent
     return outer
+
+
+def _judged(records: list[SpanRecord], outer: dict[tuple[str, str], SpanRecord]) -> list[SpanRecord]:
+    """``records`` without the outer spans of nested executions, each inner one completed by its outer one."""
+    judged: list[SpanRecord] = []
+    for record in records:
+        if (record.trace_id, record.span_id) in outer:
+            continue
+        parent = outer.get((record.trace_id, record.parent_id)) if record.parent_id is not None else None
+        judged.append(_completed(record, parent) if parent is not None else record)
+    return judged
 
 
 def _completed(inner: SpanRecord, outer: SpanRecord) -> SpanRecord:
@@ -94,15 +105,10 @@ def executions_of(trace_id: str, records: list[SpanRecord], probes: list[LinkPro
     """The executions judged with ``trace_id``, earliest first: its own (unless their first link
     points into another trace, where they are judged) and those linking in, each counted once."""
     clients = {record.span_id: record for record in records if record.role is Role.REMOTE_CALL}
-    outer = _nested(records)
     children: set[tuple[str, str]] = set()
     executions: list[SpanRecord] = []
-    for record in records:
-        if record.role is not Role.EXECUTION or record.span_id in outer:
-            continue
-        parent = outer.get(record.parent_id) if record.parent_id is not None else None
-        if parent is not None:
-            record = _completed(record, parent)
+    own = [record for record in records if record.role is Role.EXECUTION]
+    for record in _judged(own, _nested(own)):
         client = clients.get(record.parent_id) if record.parent_id is not None else None
         if client is not None:
             children.add((record.trace_id, client.span_id))
@@ -110,6 +116,7 @@ def executions_of(trace_id: str, records: list[SpanRecord], probes: list[LinkPro
         if not _linked_elsewhere(record, trace_id):
             executions.append(record)
     linked_in = [probe.execution for probe in probes if probe.execution is not None]
+    linked_in = _judged(linked_in, _nested(linked_in))  # nested ones that both link here: one execution
     for execution in linked_in:
         if execution.role is Role.EXECUTION and execution.parent_id is not None:
             children.add((execution.trace_id, execution.parent_id))

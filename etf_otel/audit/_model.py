@@ -183,6 +183,8 @@ class SpanRecord:
     match: str | None = None
     """``etf.mcp.match`` of a :attr:`Role.REMOTE_CALL` (one of ``MCP_MATCH_VALUES``), for the finding's detail."""
     meta_rejected: tuple[str, ...] = ()
+    failed: bool = False
+    """Its status is ERROR: of two copies of one span that started and ended together, the failed one is kept."""
     """``etf.mcp.meta_rejected`` of an MCP SERVER execution: why the server did not use our ``_meta`` keys."""
 
 
@@ -304,6 +306,7 @@ def to_record(span: SpanData) -> SpanRecord:
     attributes = span.attributes
     role = _role(span)
     record = SpanRecord(span.trace_id, span.span_id, span.parent_span_id, role, span.start_ns, span.end_ns)
+    record.failed = span.status_code == STATUS_CODE_ERROR
     if span.links:
         record.links = tuple(span.links)
     problems: list[str] = []

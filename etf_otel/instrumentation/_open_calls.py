@@ -74,7 +74,9 @@ class _Shared:
 _LATEST: Final[ContextVar[LatestResponse | None]] = ContextVar("etf_otel_latest_response", default=None)
 _SHARED: Final[ContextVar[_Shared | None]] = ContextVar("etf_otel_shared_latest_response", default=None)
 _EMPTY_ARGUMENTS_HASH: Final = canonical_value_hash({})
-_SETUPS: Final[weakref.WeakSet[Telemetry]] = weakref.WeakSet()
+_SETUPS: Final[weakref.WeakKeyDictionary[Telemetry, None]] = weakref.WeakKeyDictionary()
+"""Every live setup that noted a response while tracked, the one that noted last at the end."""
+_setups_lock = threading.Lock()
 
 _users = 0
 _users_lock = threading.Lock()
@@ -116,13 +118,19 @@ def note(telemetry: Telemetry, calls: Iterable[ToolCall], records: Mapping[str, 
         shared = _SHARED.get()
         if shared is not None:
             shared.latest = noted
-        _SETUPS.add(telemetry)
+        with _setups_lock:
+            _SETUPS.pop(telemetry, None)
+            _SETUPS[telemetry] = None
 
 
 def setups() -> list[Telemetry]:
     """Every live setup that noted a response while tracked: where a call id is looked up from a
-    context that finalized no response (a framework running its tools in another task or thread)."""
-    return list(_SETUPS)
+    context that finalized no response (a framework running its tools in another task or thread).
+
+    The setup that noted a response last comes first: an id two setups proposed (an earlier
+    setup still alive, a reused id) is the latest proposal's."""
+    with _setups_lock:
+        return list(reversed(list(_SETUPS)))
 
 
 def latest() -> LatestResponse | None:

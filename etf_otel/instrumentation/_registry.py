@@ -35,8 +35,9 @@ class ProposalRecord(NamedTuple):
     arguments_hash: int
     """``hash`` of the arguments text as assembled."""
     value_hash: int | None = None
-    """``hash`` of the arguments' canonical JSON, kept only by setups that guard: a host may be
-    handed the arguments as a parsed value (Anthropic's ``tool_use`` ``input``) or re-serialized."""
+    """``hash`` of the arguments' canonical JSON, kept only by setups that guard or while an integration
+    matches framework runs (``_open_calls.tracking()``): a host may be handed the arguments as a parsed
+    value (Anthropic's ``tool_use`` ``input``) or re-serialized, in another context than the response's."""
 
 
 _CANONICAL_JSON: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

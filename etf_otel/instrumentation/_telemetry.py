@@ -26,6 +26,7 @@ from etf_otel.core._results import AssemblyResult, ToolCall
 from etf_otel.core._vocabulary import VALUE_OF, ErrorCategory, StreamState, Verdict
 from etf_otel.instrumentation import _counters
 from etf_otel.instrumentation import _linkage as linkage
+from etf_otel.instrumentation import _open_calls as open_calls
 from etf_otel.instrumentation._counters import totals_for
 from etf_otel.instrumentation._registry import ProposalRecord, ProposalRegistry, ToolNameCap, arguments_value_hash
 from etf_otel.instrumentation._safety import internal_errors_swallowed
@@ -238,7 +239,7 @@ class Telemetry:
                         call.categories[0] if call.categories else None,  # a blocked call has its response's
                         name,
                         hash(call.arguments),
-                        arguments_value_hash(call.arguments) if self.guarding else None,
+                        arguments_value_hash(call.arguments) if self.guarding or open_calls.tracking() else None,
                     )
                     self.proposals.add(call.id, record)
                     registered[call.id] = record

@@ -22,6 +22,11 @@ response is parsed later by the application, through the response object it retu
 decision is observed once: a second ``parse()`` (the SDK caches it) or a parse into another
 type (``parse(to=...)``) is left alone.
 
+A layer above the SDK that records the response itself, as the application gets it (LiteLLM,
+which calls the ``openai`` client and hands the application chunks of its own), runs the call
+inside :func:`recorded_above`: the hooks then leave every request of that call alone, so one
+model call is recorded once.
+
 Instrumenting never imports the SDK: the hooks are put in place when the application imports
 it (a post-import hook), so a process that never uses it pays nothing.
 """
@@ -31,7 +36,8 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -41,9 +47,11 @@ import wrapt
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.integrations._instrumentor_base import Method, Prepared, remove_own_wrapper
 
-__all__ = ["SdkHooks", "request_body", "request_options", "request_route"]
+__all__ = ["SdkHooks", "recorded_above", "request_body", "request_options", "request_route"]
 
 _pending: ContextVar[Prepared | None] = ContextVar("etf_otel_pending_response", default=None)
+_above: ContextVar[bool] = ContextVar("etf_otel_recorded_above", default=False)
+"""Set while a layer above the SDK records the call's response itself (:func:`recorded_above`)."""
 _later: weakref.WeakKeyDictionary[Any, Prepared] = weakref.WeakKeyDictionary()
 """The decisions of responses the application parses after ``request`` returned."""
 _later_lock: Final = threading.Lock()
@@ -52,6 +60,16 @@ Prepare = Callable[[Any, Any], "Prepared | None"]
 """``(client, options)``: the decision for one request, ``None`` for a request that is no model call."""
 Observe = Callable[[Any, Prepared, bool], Any]
 """``(parsed, prepared, is_stream)``: what the application gets instead of ``parsed`` (the same object for a body)."""
+
+
+@contextmanager
+def recorded_above() -> Iterator[None]:
+    """The SDK requests made inside are recorded by the caller's layer: the hooks leave them alone."""
+    token = _above.set(True)
+    try:
+        yield
+    finally:
+        _above.reset(token)
 
 
 def request_options(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -129,6 +147,8 @@ class SdkHooks:
     # --- the request --------------------------------------------------------------------------
 
     def _decide(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared | None:
+        if _above.get():
+            return None  # a layer above records this call (recorded_above)
         with internal_errors_swallowed(f"preparing a {self.sdk} request"):
             return self.prepare(instance, request_options(args, kwargs))
         return None

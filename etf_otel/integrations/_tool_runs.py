@@ -5,17 +5,21 @@ assembles the model's calls itself and runs them itself: the id, name and argume
 are its own assembly's, which may differ from what the rules preserved (docs/frameworks.md).
 :class:`ToolRuns` finds the proposal a run answers and records it:
 
-* **by id**: the preserved id the run carries, in the registry of the setup that finalized the
-  latest response in this context, else of any setup that finalized one (a framework may run
-  its tools in another task or thread than the one that read the stream);
-* **by content**: a run whose id no setup proposed is the call of the context's latest response
-  with the same argument value and the same name (or that name repeated into the one run), when
-  exactly one has them (the framework kept another id than the rules, or made one up).
+* **by id**: the preserved id the run carries, among the calls of the latest response finalized
+  in this context (each keeps its own record: concurrent conversations may get the same ids),
+  else in the registry of the setup that finalized it;
+* **by content**: else the call of the context's latest response with the same argument value
+  and the same name (or that name repeated into the one run), when exactly one has them (the
+  framework kept another id than the rules, or made one up);
+* **by id, anywhere**: else the id in the registry of any setup that finalized a response (a
+  framework may run its tools in another task or thread than the one that read the stream).
+  Only after the content: an id of another setup is weaker evidence than the context's latest
+  response.
 
 The execution span (one of ours, or the framework's own ``execute_tool`` span handed to
 :meth:`ToolRuns.start`, which is enriched and never doubled) carries the *preserved* id and
 links to the proposal; where the run differs from it the span gets one ``divergent_assembly``
-event per kind (``etf.divergence.kind``:
+event per kind (``etf.divergence.kind``, with the preserved ``gen_ai.tool.call.id``:
 ``id_replaced``, ``name_concatenated``, ``arguments_differ``...), which ``etf-otel audit``
 reports. The framework's own id is never recorded when no proposal has it (it may be one the
 rules refused). In guard mode a run that is not a valid proposal, or differs from it, is
@@ -62,13 +66,19 @@ class Proposal:
     divergence: tuple[DivergenceKind, ...]
 
 
-def _record_by_id(call_id: str) -> tuple[ProposalRecord, Telemetry] | None:
-    latest = open_calls.latest()
+def _record_by_id(
+    call_id: str, latest: open_calls.LatestResponse | None, elsewhere: bool
+) -> tuple[ProposalRecord, Telemetry] | None:
+    """``call_id``'s record: the latest response's own call, else its setup's registry; ``elsewhere``:
+    else any setup's."""
+    candidates: list[Telemetry] = []
     if latest is not None:
         for call in latest.calls:
-            if call.call_id == call_id and call.record is not None:  # this conversation's, whatever others proposed
+            if call.call_id == call_id and call.record is not None:  # this conversation's, not a concurrent one's
                 return call.record, latest.telemetry
-    candidates = ([latest.telemetry] if latest is not None else []) + open_calls.setups()
+        candidates.append(latest.telemetry)
+    if elsewhere:
+        candidates += open_calls.setups()
     for telemetry in candidates:
         record = telemetry.proposals.get(call_id)
         if record is not None:
@@ -76,27 +86,10 @@ def _record_by_id(call_id: str) -> tuple[ProposalRecord, Telemetry] | None:
     return None
 
 
-def _value_hash(call_id: str, record: ProposalRecord) -> int | None:
-    latest = open_calls.latest()
-    for call in latest.calls if latest is not None else ():
-        if call.call_id == call_id:
-            return call.value_hash
-    return record.value_hash
-
-
-def find_proposal(call_id: str | None, name: str | None, arguments: object) -> Proposal | None:
-    """The proposal a run of ``(call_id, name, arguments)`` answers (module docstring), ``None`` if none."""
-    handed = open_calls.arguments_hash(arguments)
-    if call_id:
-        found = _record_by_id(call_id)
-        if found is not None:
-            record, telemetry = found
-            kinds = [kind for kind in (name_kind(record.name, name),) if kind is not None]
-            proposed = _value_hash(call_id, record)
-            if proposed is not None and handed != proposed:
-                kinds.append(DivergenceKind.ARGUMENTS_DIFFER)
-            return Proposal(call_id, record, telemetry, tuple(kinds))
-    latest = open_calls.latest()
+def _by_content(
+    latest: open_calls.LatestResponse | None, call_id: str | None, name: str | None, handed: int | None
+) -> Proposal | None:
+    """The one call of the latest response with that name and argument value, under whatever id it ran."""
     if latest is None or handed is None:
         return None
     same = [
@@ -111,6 +104,44 @@ def find_proposal(call_id: str | None, name: str | None, arguments: object) -> P
         return None
     kinds = [kind for kind in (id_kind(same[0].call_id, call_id), name_kind(same[0].name, name)) if kind is not None]
     return Proposal(same[0].call_id, matched, latest.telemetry, tuple(kinds))
+
+
+def _by_id(
+    call_id: str,
+    name: str | None,
+    handed: int | None,
+    latest: open_calls.LatestResponse | None,
+    found: tuple[ProposalRecord, Telemetry],
+) -> Proposal:
+    record, telemetry = found
+    kinds = [kind for kind in (name_kind(record.name, name),) if kind is not None]
+    proposed = next((call.value_hash for call in latest.calls if call.call_id == call_id), None) if latest else None
+    proposed = record.value_hash if proposed is None else proposed
+    if (proposed is not None and handed != proposed) or _ran_unparsed(record, proposed, handed):
+        kinds.append(DivergenceKind.ARGUMENTS_DIFFER)
+    return Proposal(call_id, record, telemetry, tuple(kinds))
+
+
+def _ran_unparsed(record: ProposalRecord, proposed: int | None, handed: int | None) -> bool:
+    """The proposal's arguments are not JSON (a cut stream) and the framework ran a JSON value (its own repair)."""
+    return proposed is None and handed is not None and record.first_category is ErrorCategory.INVALID_ARGUMENTS
+
+
+def find_proposal(call_id: str | None, name: str | None, arguments: object) -> Proposal | None:
+    """The proposal a run of ``(call_id, name, arguments)`` answers (module docstring), ``None`` if none."""
+    handed = open_calls.arguments_hash(arguments)
+    latest = open_calls.latest()
+    if not call_id:
+        return _by_content(latest, call_id, name, handed)
+    found = _record_by_id(call_id, latest, elsewhere=latest is None)
+    if found is None:
+        by_content = _by_content(latest, call_id, name, handed)
+        if by_content is not None or latest is None:
+            return by_content
+        found = _record_by_id(call_id, None, elsewhere=True)
+        if found is None:
+            return None
+    return _by_id(call_id, name, handed, latest, found)
 
 
 def _enrich(span: trace.Span, proposal: Proposal | None) -> None:

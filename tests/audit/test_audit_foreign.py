@@ -272,6 +272,41 @@ def test_the_same_spans_exported_twice_are_counted_once(
     assert report2["input"]["duplicate_spans"] == 10
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_nested_executions_judged_in_another_trace_are_one_execution(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    """A framework's tool span around ours, in a trace of its own, both linking to the proposal: one execution."""
+    agent, tools = "e1" * 16, "e2" * 16
+    spans = observed_turn(agent, "", 1000, ["call-1"])
+    link = [{"traceId": agent, "spanId": spans[1]["spanId"]}]
+    outer = span(tools, span_id(), "execute_tool f", "", 1200, gen_ai__tool__call__id="call-1")
+    inner = span(tools, span_id(), "execute_tool f", outer["spanId"], 1210, gen_ai__tool__call__id="call-1")
+    outer["links"], inner["links"] = link, link
+    code, report, _ = audit(capsys, engine, export(tmp_path / "nested.jsonl", [*spans, outer, inner]))
+    assert "duplicate_execution" not in kinds(report), report["by_kind"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("first_is_kept", [False, True])
+def test_of_two_different_copies_of_one_span_both_engines_keep_the_same(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str, first_is_kept: bool
+) -> None:
+    """The copy that started first counts, wherever it is in the input; at the same start and end, the failed one.
+    Here the failed copy of an execution is an execution without a result; the other a clean one."""
+    trace = "d7" * 16
+    spans = observed_turn(trace, "", 1000, ["call-1"])
+    execution = span(trace, span_id(), "execute_tool f", "", 1200, gen_ai__tool__call__id="call-1")
+    execution["links"] = [{"traceId": trace, "spanId": spans[1]["spanId"]}]
+    failed = {**execution, "status": {"code": 2}, "attributes": [*execution["attributes"]]}
+    failed["attributes"].append({"key": "error.type", "value": {"stringValue": "ValueError"}})
+    if not first_is_kept:  # the failed copy comes first in the input but started later
+        failed["startTimeUnixNano"], failed["endTimeUnixNano"] = "1250", "1300"
+    code, report, _ = audit(capsys, engine, export(tmp_path / "twice.jsonl", [*spans, failed, execution]))
+    assert report["input"]["duplicate_spans"] == 1
+    assert ("execution_without_result" in kinds(report)) is first_is_kept, report["by_kind"]
+
+
 # --- hostile input: one line or a verdict, never an internal error ----------------------------------------
 
 

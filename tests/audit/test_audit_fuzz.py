@@ -139,9 +139,11 @@ def run(path: Path, engine: str, capsys: pytest.CaptureFixture[str]) -> tuple[in
 
 
 @pytest.mark.skipif(importlib.util.find_spec("hypothesis") is None, reason="hypothesis is not installed")
-# Derandomized: the same examples on every run. A random run (seed 92902708449096384822807018431036027615) found
-# the engines disagreeing on one span id exported twice with different contents (only the first copy given a
-# hostile time): they keep different copies. That case is open; a CI run must not depend on drawing it.
+# Derandomized: the same examples on every run. Random runs found the engines disagreeing on a span exported twice
+# with different contents and on nested executions linking into another trace (both fixed, and pinned by
+# test_audit_foreign); 150 random examples then agreed. One case is known and left open: an execution span inside
+# another where only the outer one links into another trace, the inner one failing; SQL judges the inner span
+# there (with its error), the Python engine the outer one. A CI run must not depend on drawing it.
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=exports())
 def test_audit_never_fails_internally_and_both_engines_agree(text: str, capsys: pytest.CaptureFixture[str]) -> None:

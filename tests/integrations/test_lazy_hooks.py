@@ -39,7 +39,7 @@ def test_etf_otel_entry_points_import_no_sdk_the_process_does_not_use() -> None:
     script = (
         LOAD_ENTRY_POINTS
         + """
-print(sorted(name for name in ("openai", "anthropic", "mcp", "httpx2", "pydantic") if name in sys.modules))
+print(sorted(name for name in ("openai", "anthropic", "mcp", "httpx2", "pydantic", "litellm") if name in sys.modules))
 """
     )
     assert run(script) == "[]"

@@ -92,6 +92,36 @@ def test_a_run_from_another_thread_finds_its_proposal_by_id(captured: Captured) 
     runs.close()
 
 
+def test_an_id_two_live_setups_proposed_is_the_latest_proposal(captured: Captured) -> None:
+    runs = _runs(captured)
+    earlier, later = captured.instrumentation(), captured.instrumentation()
+    _respond(earlier, [("call-a", "read", '{"page": 1}')])  # an earlier setup, still alive, same id
+    _respond(later, [("call-a", "read", '{"page": 2}')])
+    elsewhere = contextvars.Context()  # a tool node's context: it finalized no response
+    elsewhere.run(runs.run, "call-a", "read", {"page": 2}, lambda: None)
+    span = captured.span("execute_tool read")
+    newest = captured.spans("assemble_tool_call")[-1]
+    assert [link.context.span_id for link in span.links] == [newest.context.span_id]
+    assert _divergence(span) == []
+    runs.close()
+
+
+def test_a_run_in_another_context_is_compared_by_arguments_too(captured: Captured) -> None:
+    runs = _runs(captured)
+    _respond(captured.instrumentation(), [("call-a", "read", '{"page": 1}')])  # a setup that does not guard
+    contextvars.Context().run(runs.run, "call-a", "read", {}, lambda: None)
+    assert _divergence(captured.span("execute_tool read")) == ["arguments_differ"]
+    runs.close()
+
+
+def test_a_run_of_arguments_that_were_not_json_differs_from_them(captured: Captured) -> None:
+    runs = _runs(captured)
+    _respond(captured.instrumentation(), [("call-a", "read", '{"page":')])  # cut: never valid JSON
+    runs.run("call-a", "read", {}, lambda: None)  # what a framework repaired it to
+    assert _divergence(captured.span("execute_tool read")) == ["arguments_differ"]
+    runs.close()
+
+
 def test_an_unknown_run_records_no_id_and_no_link(captured: Captured) -> None:
     runs = _runs(captured)
     runs.run("call-zz", "read", {}, lambda: None)
@@ -209,3 +239,39 @@ async def _arespond(etf: object) -> None:
 async def _alatest() -> list[str]:
     latest = open_calls.latest()
     return [call.call_id for call in latest.calls] if latest is not None else []
+
+
+def test_concurrent_conversations_with_the_same_ids_each_link_to_their_own_proposal(captured: Captured) -> None:
+    """The registry keeps the latest call of an id; a run links to its own context's response."""
+    runs = _runs(captured)
+    etf = captured.instrumentation()
+
+    def conversation(city: str) -> None:
+        _respond(etf, [("call-a", "get_weather", f'{{"city": "{city}"}}')])
+        runs.run("call-a", "get_weather", {"city": city}, lambda: None)
+
+    first, second = contextvars.Context(), contextvars.Context()
+    first.run(_respond, etf, [("call-a", "get_weather", '{"city": "Paris"}')])
+    second.run(conversation, "Rome")  # registered last: the registry's record of call-a is Rome's
+    first.run(runs.run, "call-a", "get_weather", {"city": "Paris"}, lambda: None)
+    rome, paris = captured.spans("execute_tool")
+    proposals = captured.spans("assemble_tool_call")
+    assert [link.context.span_id for link in paris.links] == [proposals[0].context.span_id]
+    assert [link.context.span_id for link in rome.links] == [proposals[1].context.span_id]
+    assert _divergence(paris) == [] == _divergence(rome)
+    runs.close()
+
+
+def test_the_latest_response_by_content_wins_over_the_same_id_in_another_setup(captured: Captured) -> None:
+    """A framework's id another setup proposed long ago is not this run's proposal."""
+    runs = _runs(captured)
+    elsewhere = contextvars.Context()
+    elsewhere.run(_respond, captured.instrumentation(), [("call_X9", "get_weather", '{"city": "Rome"}')])
+    _respond(captured.instrumentation(), [("call-a", "get_weather", '{"city": "Paris"}')])
+    runs.run("call_X9", "get_weather", {"city": "Paris"}, lambda: None)
+    span = captured.span("execute_tool get_weather")
+    proposal = captured.spans("assemble_tool_call")[1]
+    assert span.attributes[A.GEN_AI_TOOL_CALL_ID] == "call-a"
+    assert [link.context.span_id for link in span.links] == [proposal.context.span_id]
+    assert _divergence(span) == ["id_replaced"]
+    runs.close()

@@ -42,6 +42,7 @@ SELECT
     ParentSpanId AS parent_id,
     toUnixTimestamp64Nano(Timestamp) AS start_ns,
     start_ns + toInt64(Duration) AS end_ns,
+    copies_end_ns,
     multiIf(
         SpanName = 'assemble_tool_call' OR startsWith(SpanName, 'assemble_tool_call '), 'call',
         SpanName = 'assemble_response', 'response',
@@ -136,10 +137,13 @@ SELECT
             role = 'remote_call' AND match IN ('explicit', 'unique') AND call_id = '', ['gen_ai.tool.call.id'],
             [])) AS problems
 FROM (
-    -- a span exported more than once is one span
-    SELECT * FROM {database:Identifier}.{table:Identifier}
+    -- a span exported more than once is one span: the copy that started first, then ended first, then a failed
+    -- one (checks.copy_rank); a settlement it records counts at the latest end of any copy (checks.Evidence)
+    SELECT *, max(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)) OVER (PARTITION BY TraceId, SpanId)
+              AS copies_end_ns
+    FROM {database:Identifier}.{table:Identifier}
     WHERE TraceId IN window_traces
-    ORDER BY Timestamp
+    ORDER BY Timestamp, Duration, StatusCode NOT IN ('Error', 'STATUS_CODE_ERROR')
     LIMIT 1 BY TraceId, SpanId
 );
 
@@ -370,9 +374,9 @@ WITH
     settled AS (
         SELECT call_id, max(at_ns) AS settled_ns
         FROM (
-            SELECT arrayJoin(answered_ids) AS call_id, end_ns AS at_ns FROM etf_spans WHERE length(answered_ids) > 0
+            SELECT arrayJoin(answered_ids) AS call_id, copies_end_ns AS at_ns FROM etf_spans WHERE length(answered_ids) > 0
             UNION ALL
-            SELECT violation.2, end_ns FROM etf_spans ARRAY JOIN violations AS violation
+            SELECT violation.2, copies_end_ns FROM etf_spans ARRAY JOIN violations AS violation
             WHERE violation.1 = 'unanswered_call' AND violation.2 != ''
         )
         GROUP BY call_id
