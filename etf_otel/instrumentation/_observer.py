@@ -181,7 +181,7 @@ class ResponseObserver:
         return None
 
     def _report(self, result: AssemblyResult, state: StreamState, *, streamed: bool) -> None:
-        call_spans = self.telemetry.record_response(
+        registered, call_spans = self.telemetry.record_response(
             result,
             state,
             self._parent,
@@ -194,7 +194,7 @@ class ResponseObserver:
             self.linkage_ambiguous,
             streamed,
         )
-        open_calls.note(self.telemetry, result.calls)  # what an MCP client matches call_tool to (docs/mcp.md)
+        open_calls.note(self.telemetry, result.calls, registered)  # what an MCP client matches call_tool to
         if self._positional:
             positional.note(self.telemetry, result, call_spans)  # what a host matches an id-less call to
         for callback in self._reported:

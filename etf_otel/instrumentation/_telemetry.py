@@ -130,13 +130,15 @@ class Telemetry:
         answered: Sequence[str] = (),
         ambiguous: bool = False,
         streamed: bool = True,
-    ) -> dict[tuple[int, int], SpanContext]:
-        """Emit the spans and metrics of one finalized response; returns each call's span context by ``(choice,
-        index)`` (what an id-less call's execution links to). ``findings`` (counted already) and ``answered``
-        settled the previous response (events, ``etf.linkage.answered_ids``); ``ambiguous``: not judged;
-        ``protocol``: span and ``etf.streams`` only; ``streamed``: ``False`` for a body (``etf.response.streamed``)."""
+    ) -> tuple[dict[str, ProposalRecord], dict[tuple[int, int], SpanContext]]:
+        """Emit the spans and metrics of one finalized response; returns its proposal records by id (its own,
+        whatever another thread registers) and each call's span context by ``(choice, index)`` (what an id-less
+        call's execution links to). ``findings`` (counted already) and ``answered`` settled the previous response
+        (events, ``etf.linkage.answered_ids``); ``ambiguous``: not judged; ``protocol``: span and ``etf.streams``
+        only; ``streamed``: ``False`` for a body (``etf.response.streamed``)."""
         ended_ns = time.time_ns()
         base = self._base if base is None else base
+        registered: dict[str, ProposalRecord] = {}
         error_type = response_error(state, result.rejections)
         with internal_errors_swallowed("counting a response"):
             provider = base.get(A.GEN_AI_PROVIDER_NAME)
@@ -162,18 +164,20 @@ class Telemetry:
                         stream_span.add_event(A.EVENT_INTEGRITY_VIOLATION, finding_attributes(finding))
             # The calls are children of the response span, itself a child of the current span:
             # one trace holds the response, its calls and (through links) their executions.
-            response_context = trace.set_span_in_context(stream_span, parent)
+            in_response = trace.set_span_in_context(stream_span, parent)
             guard = _RECORDING_A_CALL
             for call in result.calls:
                 with guard:
-                    context = self._record_call(call, result.dispatchable, response_context, started_ns, ended_ns, base)
+                    context = self._record_call(
+                        call, result.dispatchable, in_response, started_ns, ended_ns, base, registered
+                    )
                     if context is not None:
                         call_spans[call.choice, call.index] = context
         finally:
             stream_span.end(end_time=ended_ns)
             if conversation is not None:
                 linkage.responded(conversation, result)
-        return call_spans
+        return registered, call_spans
 
     # long: runs once per finalized call; one frame, start attributes in one pass (issue 7's budget)
     def _record_call(
@@ -184,8 +188,10 @@ class Telemetry:
         started_ns: int,
         ended_ns: int,
         base: dict[str, AttributeValue],
+        registered: dict[str, ProposalRecord],
     ) -> SpanContext | None:
-        """One ``assemble_tool_call`` span, and the call's proposal record; returns the span's context.
+        """One ``assemble_tool_call`` span, and the call's proposal record (also put in ``registered``); returns
+        the span's context.
 
         Everything known before the span starts is passed as start attributes (one
         validation pass in the SDK, and samplers see it); only a rejected call (status,
@@ -229,18 +235,17 @@ class Telemetry:
             finally:
                 # Guard mode and links depend on this record: it is kept even when the span failed.
                 if call.id is not None:
-                    self.proposals.add(
-                        call.id,
-                        ProposalRecord(
-                            span.get_span_context() if span is not None else None,
-                            dispatchable and call.verdict is _PROPOSED,
-                            call.verdict,
-                            call.categories[0] if call.categories else None,  # a blocked call has its response's
-                            name,
-                            hash(call.arguments),
-                            arguments_value_hash(call.arguments) if self.guarding or open_calls.tracking() else None,
-                        ),
+                    record = ProposalRecord(
+                        span.get_span_context() if span is not None else None,
+                        dispatchable and call.verdict is _PROPOSED,
+                        call.verdict,
+                        call.categories[0] if call.categories else None,  # a blocked call has its response's
+                        name,
+                        hash(call.arguments),
+                        arguments_value_hash(call.arguments) if self.guarding or open_calls.tracking() else None,
                     )
+                    self.proposals.add(call.id, record)
+                    registered[call.id] = record
         return span.get_span_context() if span is not None else None
 
     def _describe_call(self, span: Span, call: ToolCall) -> None:
@@ -285,8 +290,9 @@ class Telemetry:
             for finding in findings:
                 target.add_event(A.EVENT_INTEGRITY_VIOLATION, finding_attributes(finding))
 
-    def record_divergence(self, kinds: Sequence[str], span: Span | None = None) -> None:
-        """Count a wrapped assembler's divergences from the rules (``divergent_assembly``)."""
+    def record_divergence(self, kinds: Sequence[str], span: Span | None = None, call_id: str | None = None) -> None:
+        """Count a wrapped assembler's divergences from the rules (``divergent_assembly``); ``call_id``:
+        the preserved id of the one call they are about (an execution's), named on each event."""
         target = span if span is not None else trace.get_current_span()
         for kind in kinds:
             self.counters.add(
@@ -294,10 +300,13 @@ class Telemetry:
                 (ErrorCategory.DIVERGENT_ASSEMBLY.value, self._base.get(A.GEN_AI_PROVIDER_NAME)),
             )
             if target.is_recording():
-                target.add_event(
-                    A.EVENT_INTEGRITY_VIOLATION,
-                    {A.ETF_ERROR_CATEGORY: ErrorCategory.DIVERGENT_ASSEMBLY.value, A.ETF_DIVERGENCE_KIND: kind},
-                )
+                attributes: dict[str, AttributeValue] = {
+                    A.ETF_ERROR_CATEGORY: ErrorCategory.DIVERGENT_ASSEMBLY.value,
+                    A.ETF_DIVERGENCE_KIND: kind,
+                }
+                if call_id:
+                    put_call_id(attributes, call_id)
+                target.add_event(A.EVENT_INTEGRITY_VIOLATION, attributes)
 
     # --- executions ------------------------------------------------------------------------
 
@@ -335,15 +344,33 @@ class Telemetry:
         """End an execution's span and record its duration. ``ended``: ``(perf_counter(), time_ns())``
         when it ended earlier than now (an execution whose span waited for its call's span to link to)."""
         try:
-            duration = (time.perf_counter() if ended is None else ended[0]) - started
-            metric_attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_NAME: self.tool_name_label(name)}
-            if error is not None or error_type is not None:
-                kind = bounded(error_type or type(error).__qualname__)
-                metric_attributes[A.ERROR_TYPE] = kind
+            kind = self.record_execution_duration(
+                name, started, error, error_type, ended_at=None if ended is None else ended[0]
+            )
+            if kind is not None:
                 span.set_attribute(A.ERROR_TYPE, kind)
                 span.set_status(Status(StatusCode.ERROR))
             elif self.capture_content and span.is_recording() and result is not None:
                 span.set_attribute(A.GEN_AI_TOOL_CALL_RESULT, _truncate(str(result), self.max_content_chars))
-            self.execute_duration.record(duration, metric_attributes)
         finally:
             span.end(end_time=None if ended is None else ended[1])
+
+    def record_execution_duration(
+        self,
+        name: str | None,
+        started: float,
+        error: BaseException | None,
+        error_type: str | None = None,
+        *,
+        ended_at: float | None = None,
+    ) -> str | None:
+        """Record an execution's duration (``etf.execute_tool.duration``; ``ended_at``: its ``perf_counter()``
+        end when earlier than now); returns its ``error.type``, if it failed."""
+        duration = (time.perf_counter() if ended_at is None else ended_at) - started
+        metric_attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_NAME: self.tool_name_label(name)}
+        kind: str | None = None
+        if error is not None or error_type is not None:
+            kind = bounded(error_type or type(error).__qualname__)
+            metric_attributes[A.ERROR_TYPE] = kind
+        self.execute_duration.record(duration, metric_attributes)
+        return kind

@@ -8,16 +8,18 @@ are its own assembly's, which may differ from what the rules preserved (docs/fra
 * **by id**: the preserved id the run carries, among the calls of the latest response finalized
   in this context (each keeps its own record: concurrent conversations may get the same ids),
   else in the registry of the setup that finalized it;
-* **by content**: else the call of the context's latest response with the same name and
-  argument value, when exactly one has them (the framework kept another id than the rules, or
-  made one up);
+* **by content**: else the call of the context's latest response with the same argument value
+  and the same name (or that name repeated into the one run), when exactly one has them (the
+  framework kept another id than the rules, or made one up);
 * **by id, anywhere**: else the id in the registry of any setup that finalized a response (a
   framework may run its tools in another task or thread than the one that read the stream).
   Only after the content: an id of another setup is weaker evidence than the context's latest
   response.
 
-The execution span carries the *preserved* id and links to the proposal; where the run
-differs from it the span gets one ``divergent_assembly`` event per kind (``etf.divergence.kind``:
+The execution span (one of ours, or the framework's own ``execute_tool`` span handed to
+:meth:`ToolRuns.start`, which is enriched and never doubled) carries the *preserved* id and
+links to the proposal; where the run differs from it the span gets one ``divergent_assembly``
+event per kind (``etf.divergence.kind``, with the preserved ``gen_ai.tool.call.id``:
 ``id_replaced``, ``name_concatenated``, ``arguments_differ``...), which ``etf-otel audit``
 reports. The framework's own id is never recorded when no proposal has it (it may be one the
 rules refused). In guard mode a run that is not a valid proposal, or differs from it, is
@@ -34,6 +36,7 @@ from typing import TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.util.types import AttributeValue
 
 from etf_otel import attributes as A
 from etf_otel.core._divergence import DivergenceKind, id_kind, name_kind
@@ -44,6 +47,7 @@ from etf_otel.instrumentation import _open_calls as open_calls
 from etf_otel.instrumentation._registry import ProposalRecord
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._setup import Instrumentation
+from etf_otel.instrumentation._span_attributes import put_call_id
 from etf_otel.instrumentation._switches import _suppressed
 from etf_otel.instrumentation._telemetry import Telemetry
 
@@ -88,14 +92,18 @@ def _by_content(
     """The one call of the latest response with that name and argument value, under whatever id it ran."""
     if latest is None or handed is None:
         return None
-    same = [call for call in latest.calls if call.name == name and call.value_hash == handed]
+    same = [
+        call
+        for call in latest.calls
+        if call.value_hash == handed and name_kind(call.name, name) in (None, DivergenceKind.NAME_CONCATENATED)
+    ]
     if len(same) != 1:
         return None
     matched = same[0].record or latest.telemetry.proposals.get(same[0].call_id)
     if matched is None:
         return None
-    kind = id_kind(same[0].call_id, call_id)
-    return Proposal(same[0].call_id, matched, latest.telemetry, (kind,) if kind is not None else ())
+    kinds = [kind for kind in (id_kind(same[0].call_id, call_id), name_kind(same[0].name, name)) if kind is not None]
+    return Proposal(same[0].call_id, matched, latest.telemetry, tuple(kinds))
 
 
 def _by_id(
@@ -136,6 +144,20 @@ def find_proposal(call_id: str | None, name: str | None, arguments: object) -> P
     return _by_id(call_id, name, handed, latest, found)
 
 
+def _enrich(span: trace.Span, proposal: Proposal | None) -> None:
+    """The framework's execution ``span`` made the execution of ``proposal``: its preserved id and a link.
+
+    Without a proposal it is left as the framework made it (its id is the framework's to record).
+    """
+    if proposal is None or not span.is_recording():
+        return
+    attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_TYPE: A.TOOL_TYPE_FUNCTION}
+    put_call_id(attributes, proposal.call_id)
+    span.set_attributes(attributes)
+    if proposal.record.span_context is not None:
+        span.add_link(proposal.record.span_context)
+
+
 def _refusal(call_id: str | None, proposal: Proposal | None) -> ErrorCategory | None:
     if proposal is None:
         return ErrorCategory.MISSING_ID if not call_id else ErrorCategory.ORPHANED_RESULT
@@ -149,11 +171,20 @@ def _refusal(call_id: str | None, proposal: Proposal | None) -> ErrorCategory | 
 class RunningTool:
     """One framework tool run between its start and its end: its span (if any) and the guard's refusal."""
 
-    __slots__ = ("_name", "_span", "_started", "_telemetry", "_token", "refusal")
+    __slots__ = ("_name", "_owned", "_span", "_started", "_telemetry", "_token", "refusal")
 
-    def __init__(self, telemetry: Telemetry, call_id: str | None, name: str | None, arguments: object, guard: bool):
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        call_id: str | None,
+        name: str | None,
+        arguments: object,
+        guard: bool,
+        span: trace.Span | None = None,
+    ):
         self.refusal: ErrorCategory | None = None
         self._span: trace.Span | None = None
+        self._owned = span is None
         self._token: object = None
         self._name = name
         self._telemetry = telemetry
@@ -169,18 +200,23 @@ class RunningTool:
         if _suppressed():
             return
         with internal_errors_swallowed("starting a framework's tool run"):
-            self._start(proposal, call_id)
+            self._start(proposal, call_id, span)
 
-    def _start(self, proposal: Proposal | None, call_id: str | None) -> None:
+    def _start(self, proposal: Proposal | None, call_id: str | None, existing: trace.Span | None) -> None:
         telemetry = proposal.telemetry if proposal is not None else self._telemetry
         self._telemetry = telemetry
         record = proposal.record if proposal is not None else None
-        preserved = proposal.call_id if proposal is not None else call_id
-        span = telemetry.start_execution(preserved, self._name, record, False)
+        if existing is None:
+            preserved = proposal.call_id if proposal is not None else call_id
+            span = telemetry.start_execution(preserved, self._name, record, False)
+            self._token = otel_context.attach(trace.set_span_in_context(span))
+        else:
+            span = existing
+            _enrich(span, proposal)
         self._span = span
-        self._token = otel_context.attach(trace.set_span_in_context(span))
         if proposal is not None and proposal.divergence:
-            telemetry.record_divergence([kind.value for kind in proposal.divergence], span)
+            kinds = [kind.value for kind in proposal.divergence]
+            telemetry.record_divergence(kinds, span, proposal.call_id)
         if self.refusal is not None:
             span.set_attribute(A.ETF_GUARD_REFUSED, True)
             if self.refusal.phase is Phase.LINKAGE:
@@ -192,10 +228,14 @@ class RunningTool:
         if span is None:
             return
         self._span = None
+        refused = self.refusal.value if self.refusal is not None else None
+        if not self._owned:  # the framework's span: it ends it and records its outcome
+            with internal_errors_swallowed("ending a framework's tool run"):
+                self._telemetry.record_execution_duration(self._name, self._started, error, refused)
+            return
         with internal_errors_swallowed("ending a framework's tool run"):
             otel_context.detach(self._token)  # type: ignore[arg-type]
         with internal_errors_swallowed("ending a framework's tool run"):
-            refused = self.refusal.value if self.refusal is not None else None
             self._telemetry.end_execution(span, self._name, self._started, error, result, error_type=refused)
         if span.is_recording():  # end_execution failed before ending it
             span.end()
@@ -217,10 +257,19 @@ class ToolRuns:
             self._tracking = False
             open_calls.untrack()
 
-    def start(self, call_id: str | None, name: str | None, arguments: object) -> RunningTool:
-        """A run is about to start: decide the guard and open its span. Never raises."""
+    def start(
+        self,
+        call_id: str | None,
+        name: str | None,
+        arguments: object,
+        span: trace.Span | None = None,
+        guarded: bool = True,
+    ) -> RunningTool:
+        """A run is about to start: decide the guard and open its span (or enrich ``span``, the
+        framework's own execution span, which it ends). ``guarded=False``: a dispatch the framework
+        refuses itself (no tool runs), which the guard leaves alone. Never raises."""
         setup = self._instrumentation
-        return RunningTool(setup.telemetry, call_id, name, arguments, setup.guard)
+        return RunningTool(setup.telemetry, call_id, name, arguments, setup.guard and guarded, span)
 
     def run(self, call_id: str | None, name: str | None, arguments: object, run: Callable[[], _T]) -> _T:
         """``run()`` recorded; raises :class:`GuardRefusedError` instead when the guard refuses it."""

@@ -97,3 +97,22 @@ instrumentor.uninstrument()
 print([isinstance(vars(owner)[name], wrapt.FunctionWrapper) for owner, name in points])
 """
     assert run(script).splitlines() == ["[]", "[True, True, True]", "[False, False, False]"]
+
+
+def test_pydantic_ai_is_hooked_when_imported_and_unhooked_by_uninstrument() -> None:
+    script = """
+import sys
+import wrapt
+from etf_otel.integrations.pydantic_ai import PydanticAIInstrumentor
+instrumentor = PydanticAIInstrumentor()
+instrumentor.instrument()
+imported = sorted(name for name in ("pydantic_ai", "pydantic", "openai", "anthropic") if name in sys.modules)
+from pydantic_ai.agent import Agent
+from pydantic_ai.tool_manager import ToolManager
+points = ((Agent, "iter"), (ToolManager, "_raw_execute"), (ToolManager, "execute_tool_call"))
+hooked = [isinstance(vars(cls)[name], wrapt.FunctionWrapper) for cls, name in points]
+instrumentor.uninstrument()
+unhooked = [isinstance(vars(cls)[name], wrapt.FunctionWrapper) for cls, name in points]
+print(imported, hooked, unhooked)
+"""
+    assert run(script) == "[] [True, True, True] [False, False, False]"

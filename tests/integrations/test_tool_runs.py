@@ -7,6 +7,7 @@ are what a framework hands its tool: its own id, name and arguments.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 from collections.abc import Iterator
@@ -158,6 +159,86 @@ def test_an_async_run_that_raises_is_recorded_failed_and_raises_unchanged(captur
     span = captured.span("execute_tool read")
     assert span.attributes[A.ERROR_TYPE] == "KeyError" and span.end_time is not None
     runs.close()
+
+
+def test_a_run_under_another_id_and_a_repeated_name_is_found_by_its_arguments(captured: Captured) -> None:
+    runs = _runs(captured)
+    _respond(captured.instrumentation(), [("call-a", "get_weather", '{"city": "Paris"}'), ("call-b", "get_time", "{}")])
+    runs.run("call_X9", "get_weatherget_weather", {"city": "Paris"}, lambda: None)
+    span = captured.span("execute_tool get_weatherget_weather")
+    assert span.attributes[A.GEN_AI_TOOL_CALL_ID] == "call-a" and len(span.links) == 1
+    assert _divergence(span) == ["id_replaced", "name_concatenated"]
+    assert {event.attributes.get(A.GEN_AI_TOOL_CALL_ID) for event in span.events} == {"call-a"}  # the audit names it
+    runs.close()
+
+
+def test_the_frameworks_own_span_is_enriched_and_left_for_it_to_end(captured: Captured) -> None:
+    runs = _runs(captured)
+    _respond(captured.instrumentation(), [("call-a", "read", '{"page": 1}')])
+    theirs = captured.tracer_provider.get_tracer("framework").start_span(
+        "execute_tool read", attributes={"gen_ai.operation.name": "execute_tool", A.GEN_AI_TOOL_CALL_ID: "call_X9"}
+    )
+    running = runs.start("call_X9", "read", {"page": 1}, span=theirs)
+    running.end(None, "ok")
+    assert theirs.is_recording()  # the framework ends its span
+    theirs.end()
+    (span,) = captured.spans("execute_tool")
+    assert span.attributes[A.GEN_AI_TOOL_CALL_ID] == "call-a" and len(span.links) == 1
+    assert _divergence(span) == ["id_replaced"]
+    ((attributes, histogram),) = captured.points(A.METRIC_EXECUTE_TOOL_DURATION)
+    assert attributes == {A.GEN_AI_TOOL_NAME: "read"} and histogram.count == 1  # type: ignore[union-attr]
+    runs.close()
+
+
+def test_conversations_proposed_the_same_id_each_run_links_to_its_own_proposal(captured: Captured) -> None:
+    runs = _runs(captured)
+    etf = captured.instrumentation()
+    first, second = contextvars.Context(), contextvars.Context()
+    first.run(_respond, etf, [("call-a", "read", '{"page": 1}')])
+    second.run(_respond, etf, [("call-a", "read", '{"page": 1}')])  # the registry's record of call-a is now this one
+    first.run(runs.run, "call-a", "read", {"page": 1}, lambda: None)
+    second.run(runs.run, "call-a", "read", {"page": 1}, lambda: None)
+    proposals = [span.context.span_id for span in captured.spans("assemble_tool_call")]
+    executions = [[link.context.span_id for link in span.links] for span in captured.spans("execute_tool")]
+    assert executions == [[proposals[0]], [proposals[1]]]
+    runs.close()
+
+
+def test_a_dispatch_the_framework_refuses_itself_is_left_to_it_by_the_guard(captured: Captured) -> None:
+    runs = _runs(captured, guard=True)
+    _respond(captured.instrumentation(), [("call-a", "read", '{"page": 1}')])
+    running = runs.start("call-a", "readread", {"page": 1}, guarded=False)
+    assert running.refusal is None
+    running.end(KeyError("no tool named readread"))
+    span = captured.span("execute_tool readread")
+    assert A.ETF_GUARD_REFUSED not in span.attributes and _divergence(span) == ["name_concatenated"]
+    runs.close()
+
+
+def test_a_response_read_in_a_task_of_its_own_is_shared_with_the_context_that_started_it(captured: Captured) -> None:
+    """pydantic-ai reads each model response in a task of its own and runs the tools in another."""
+    runs = _runs(captured)
+    etf = captured.instrumentation()
+
+    async def the_tool_step_sees(shared: bool) -> list[str]:
+        with open_calls.sharing_with_tasks() if shared else contextlib.nullcontext():
+            await asyncio.create_task(_arespond(etf))  # the request step
+            seen = await asyncio.create_task(_alatest())  # the tool step
+        assert await _alatest() == []  # once the run is over, the context sees what it saw before
+        return seen
+
+    assert asyncio.run(the_tool_step_sees(shared=True)) == ["call-a"]
+    assert asyncio.run(the_tool_step_sees(shared=False)) == []
+    runs.close()
+
+
+async def _arespond(etf: object) -> None:
+    _respond(etf, [("call-a", "read", "{}")])  # type: ignore[arg-type]
+
+
+async def _alatest() -> list[str]:
+    latest = open_calls.latest()
+    return [call.call_id for call in latest.calls] if latest is not None else []
 
 
 def test_concurrent_conversations_with_the_same_ids_each_link_to_their_own_proposal(captured: Captured) -> None:
