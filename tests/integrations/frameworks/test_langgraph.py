@@ -358,6 +358,7 @@ def test_a_conflicting_id_is_judged_where_langchain_splits_it_and_where_it_runs(
         "category": "divergent_assembly",
         "span_id": f"{ran.context.span_id:016x}",
         "call_id": "call_a",  # the execution's divergence names the preserved call
+        "divergence_kind": "arguments_differ",  # and says how the run differs from it
     } in found
 
 
