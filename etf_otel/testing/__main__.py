@@ -23,7 +23,7 @@ __all__ = ["main"]
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m etf_otel.testing",
-        description="Serve scripted LLM streams (Chat Completions, Responses, Anthropic Messages) on 127.0.0.1.",
+        description="Serve scripted LLM streams (Chat Completions, Responses, Anthropic, Gemini) on 127.0.0.1.",
     )
     parser.add_argument("--port", type=int, default=8000, help="TCP port on 127.0.0.1 (default 8000; 0: any free)")
     parser.add_argument("--quirk", metavar="NAME", help="serve the quirk stream NAME to every request (see --list)")
