@@ -21,8 +21,7 @@ from etf_otel.audit._messages import ATTR_INPUT_MESSAGES, assistant_call_ids, in
 from etf_otel.core._divergence import DivergenceKind
 from etf_otel.core._vocabulary import OTHER, ErrorCategory, Verdict
 
-DIVERGENCE_KINDS: Final = frozenset(kind.value for kind in DivergenceKind)
-"""The ``etf.divergence.kind`` values a report names (sql/audit_findings.sql lists the same)."""
+DIVERGENCE_KINDS: Final = frozenset(kind.value for kind in DivergenceKind)  # sql/audit_findings.sql lists the same
 
 __all__ = [
     "AuditFinding",

@@ -131,20 +131,17 @@ class Telemetry:
         ambiguous: bool = False,
         streamed: bool = True,
     ) -> tuple[dict[str, ProposalRecord], dict[tuple[int, int], SpanContext]]:
-        """Emit the spans and metrics of one finalized response; returns its proposal records by id (its own,
-        whatever another thread registers) and each call's span context by ``(choice, index)`` (what an id-less
-        call's execution links to). ``findings`` (counted already) and ``answered`` settled the previous response
-        (events, ``etf.linkage.answered_ids``); ``ambiguous``: not judged; ``protocol``: span and ``etf.streams``
-        only; ``streamed``: ``False`` for a body (``etf.response.streamed``)."""
+        """Emit the spans and metrics of one finalized response; returns its proposal records by id (its own, whatever
+        another thread registers) and each call's span context by ``(choice, index)`` (an id-less call's link).
+        ``findings`` (counted) and ``answered`` settled the previous response (``etf.linkage.answered_ids``);
+        ``ambiguous``: not judged; ``protocol``: span and ``etf.streams``; ``streamed``: ``False`` for a body."""
         ended_ns = time.time_ns()
         base = self._base if base is None else base
         registered: dict[str, ProposalRecord] = {}
         error_type = response_error(state, result.rejections)
         with internal_errors_swallowed("counting a response"):
-            provider = base.get(A.GEN_AI_PROVIDER_NAME)
-            self.counters.add_response(
-                result, state, provider, protocol, self.tool_name_label, error_type == INCOMPLETE
-            )
+            provider, incomplete = base.get(A.GEN_AI_PROVIDER_NAME), error_type == INCOMPLETE
+            self.counters.add_response(result, state, provider, protocol, self.tool_name_label, incomplete)
         call_spans: dict[tuple[int, int], SpanContext] = {}
         attributes = response_attributes(result, state, base, protocol, error_type, streamed)
         attributes.update(answered_attributes(answered, self.max_answered_ids, ambiguous))
