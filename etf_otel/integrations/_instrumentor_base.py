@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, TypedDict, TypeVar
 
 import wrapt
 from opentelemetry import metrics, trace
+from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from etf_otel.core._identity import CompatibilityRule
@@ -37,6 +38,7 @@ __all__ = [
     "InstrumentorOptions",
     "Method",
     "Prepared",
+    "dependency_met",
     "instrumented",
     "rejected_by",
     "remove_own_wrapper",
@@ -187,6 +189,20 @@ class Prepared:
             protocol=self.protocol,
             linkage_ambiguous=self.ambiguous,
         )
+
+
+def dependency_met(dependency: str, otherwise: str) -> bool:
+    """Whether the imported package is one this version of etf-otel knows, else one warning saying ``otherwise``.
+
+    ``opentelemetry-instrument`` skips ``instrumentation_dependencies`` (it checks only the
+    distribution's ``instruments`` extra, which etf-otel does not declare): each instrumentor asks
+    when its package is imported.
+    """
+    conflict = get_dependency_conflicts([dependency])
+    if conflict is not None:
+        _logger.warning("etf-otel: %s; %s", conflict, otherwise)
+        return False
+    return True
 
 
 def rejected_by(instrumentation: Instrumentation) -> Callable[[str], bool]:

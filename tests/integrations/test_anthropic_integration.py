@@ -546,10 +546,10 @@ def test_an_unsupported_anthropic_version_is_left_alone(
     """``opentelemetry-instrument`` skips ``instrumentation_dependencies``: the instrumentor checks itself."""
     from opentelemetry.instrumentation.dependencies import DependencyConflict
 
-    import etf_otel.integrations.anthropic._instrumentor as integration
+    import etf_otel.integrations._instrumentor_base as base
 
     conflict = DependencyConflict("anthropic >= 2.10", "anthropic 2.0.0")
-    monkeypatch.setattr(integration, "get_dependency_conflicts", lambda deps: conflict)
+    monkeypatch.setattr(base, "get_dependency_conflicts", lambda deps: conflict)
     instrumentor = AnthropicInstrumentor()
     with caplog.at_level("WARNING", logger="etf_otel"):
         instrumentor.instrument(skip_dep_check=True)  # as the launcher calls it

@@ -40,11 +40,8 @@ fails with ``tool_use ids were found without tool_result blocks immediately afte
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
-
-from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 
 from etf_otel.instrumentation._switches import _disabled
 from etf_otel.integrations._conversation import FollowUp, PrefixConversations, string_ids
@@ -52,6 +49,7 @@ from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
     Prepared,
+    dependency_met,
     instrumented,
     rejected_by,
 )
@@ -69,7 +67,6 @@ __all__ = [
     "split_follow_up",
 ]
 
-_logger = logging.getLogger("etf_otel")
 
 FALLBACK_PROVIDER: Final = "anthropic"
 """``gen_ai.provider.name`` of a client that states none for its own telemetry."""
@@ -150,16 +147,7 @@ class AnthropicInstrumentor(ClientInstrumentor):
 
 
 def _checked_version() -> bool:
-    """Whether the imported ``anthropic`` is one this version of etf-otel knows (else a warning, once).
-
-    ``opentelemetry-instrument`` skips ``instrumentation_dependencies`` (it checks only the
-    distribution's ``instruments`` extra, which etf-otel does not declare).
-    """
-    conflict = get_dependency_conflicts([_DEPENDENCY])
-    if conflict is not None:
-        _logger.warning("etf-otel: %s; the anthropic client is not instrumented", conflict)
-        return False
-    return True
+    return dependency_met(_DEPENDENCY, "the anthropic client is not instrumented")
 
 
 def instrument_anthropic(**options: Unpack[InstrumentorOptions]) -> AnthropicInstrumentor:

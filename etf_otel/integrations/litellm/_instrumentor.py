@@ -32,7 +32,6 @@ application imports it.
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 from collections.abc import Collection, Mapping
@@ -40,7 +39,6 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
 import wrapt
-from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _disabled
@@ -49,6 +47,7 @@ from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
     Prepared,
+    dependency_met,
     instrumented,
     rejected_by,
     remove_own_wrapper,
@@ -61,7 +60,6 @@ if TYPE_CHECKING:
 
 __all__ = ["FALLBACK_PROVIDER", "LiteLLMInstrumentor", "instrument_litellm", "provider_of_call"]
 
-_logger = logging.getLogger("etf_otel")
 
 _DEPENDENCY: Final = "litellm >= 1.100"
 
@@ -240,12 +238,7 @@ class LiteLLMInstrumentor(ClientInstrumentor):
 
 
 def _checked_version() -> bool:
-    """Whether the imported ``litellm`` is one this version of etf-otel knows (else a warning, once)."""
-    conflict = get_dependency_conflicts([_DEPENDENCY])
-    if conflict is not None:
-        _logger.warning("etf-otel: %s; litellm is not instrumented", conflict)
-        return False
-    return True
+    return dependency_met(_DEPENDENCY, "litellm is not instrumented")
 
 
 def instrument_litellm(**options: Unpack[InstrumentorOptions]) -> LiteLLMInstrumentor:

@@ -32,7 +32,6 @@ any retry is) and the run goes on.
 from __future__ import annotations
 
 import copy
-import logging
 import sys
 import threading
 from collections.abc import AsyncIterator, Collection
@@ -42,7 +41,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import wrapt
 from opentelemetry import trace
-from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 
 from etf_otel import attributes as A
 from etf_otel.errors import GuardRefusedError
@@ -52,6 +50,7 @@ from etf_otel.instrumentation._switches import _disabled
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
+    dependency_met,
     instrumented,
     remove_own_wrapper,
 )
@@ -62,7 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PydanticAIInstrumentor", "instrument_pydantic_ai"]
 
-_logger = logging.getLogger("etf_otel")
 
 _DEPENDENCY = "pydantic-ai-slim >= 2.60"
 _AGENT: Final = "pydantic_ai.agent"
@@ -239,12 +237,7 @@ class PydanticAIInstrumentor(ClientInstrumentor):
 
 
 def _checked_version() -> bool:
-    """Whether the imported pydantic-ai is one this version of etf-otel knows (else a warning)."""
-    conflict = get_dependency_conflicts([_DEPENDENCY])
-    if conflict is not None:
-        _logger.warning("etf-otel: %s; pydantic-ai's tool runs are not recorded", conflict)
-        return False
-    return True
+    return dependency_met(_DEPENDENCY, "pydantic-ai's tool runs are not recorded")
 
 
 def instrument_pydantic_ai(**options: Unpack[InstrumentorOptions]) -> PydanticAIInstrumentor:
