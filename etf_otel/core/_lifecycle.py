@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from etf_otel.core._identity import ABSENT, IdentityRules
-from etf_otel.core._slot_state import ARGUMENTS_CLOSED, CLOSED, INCOMPLETE, POSITIONAL, SlotState
+from etf_otel.core._identity import ABSENT, IdentityRules, incoming_key
+from etf_otel.core._slot_state import ARGUMENTS_CLOSED, CLOSED, INCOMPLETE, POSITIONAL, SlotState, compact
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS, DEFAULT_MAX_DIAGNOSTICS, ResponseSlots
 from etf_otel.core._unslotted import COMPATIBILITY
 from etf_otel.core._vocabulary import Transition
@@ -38,6 +38,12 @@ SCOPE: Final = 0
 """The only scope of these protocols: they have no choices (``etf.choice.index`` is 0)."""
 
 _INVALID_ARGUMENTS: Final = -(2**62)
+
+_NO_DELTAS: Final = CLOSED | ARGUMENTS_CLOSED
+"""A slot with either flag takes no argument delta."""
+
+_NO_ID: Final = incoming_key(None, ABSENT)
+"""The table class of a fragment without an id (a delta), whatever the slot holds."""
 
 MAX_CLAIMS: Final = 8
 """Different snapshots kept per slot; memory per response stays bounded whatever a stream repeats."""
@@ -95,12 +101,35 @@ class LifecycleSlots(ResponseSlots):
             self.unattributable(SCOPE, id)
 
     def delta(self, key: int, text: object) -> None:
-        """An argument fragment; ``unknown_slot`` unless a slot is at ``key`` and its argument stream is open."""
+        """An argument fragment; ``unknown_slot`` unless a slot is at ``key`` and its argument stream is open.
+
+        What :meth:`fragment` does with a fragment that has no id and no name, inlined: this
+        runs once per streamed delta, so it calls no helper on its common path.
+        """
         slot = self._slots.get((SCOPE, key))
-        if slot is not None and not slot.status & (CLOSED | ARGUMENTS_CLOSED):
-            self.fragment(SCOPE, key, ABSENT, ABSENT, text)
-        else:
+        if slot is None or slot.status & _NO_DELTAS:
             self.unattributable(SCOPE)
+            return
+        count = self._fragment_count = self._fragment_count + 1
+        slot.fragments += 1
+        decision = slot.row[_NO_ID]  # an absent id never adopts one
+        slot.row = decision.next_row
+        if type(text) is str:
+            room = slot.room = slot.room - len(text)
+            if room >= 0:
+                parts = slot.arguments
+                parts.append(text)
+                if len(parts) >= slot.compact_at:
+                    compact(parts, slot)
+            elif room + len(text) >= 0:  # this piece crossed the cap: all pieces are dropped
+                slot.arguments.clear()
+        elif text is not None and text is not ABSENT:
+            slot.room = _INVALID_ARGUMENTS  # what arrived so far is kept; nothing more is taken
+        # No rule set rejects an absent id (its column of the table has no category): nothing to reject.
+        if count <= self._max_diagnostics:
+            self._diagnostics.append((SCOPE, key, count, decision, None))
+        else:
+            self._diagnose(SCOPE, key, decision, None)
 
     def snapshot(self, key: int, text: object, *, placeholder: bool = False, scope: int = SCOPE) -> None:
         """The provider's statement of the slot's whole arguments (a no-op for a key with no slot).

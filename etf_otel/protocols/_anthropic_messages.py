@@ -68,7 +68,6 @@ PLACEHOLDER: Final = "{}"
 _SDK_EVENT: Final = frozenset({"type", "index", "delta"})
 _SDK_DELTA: Final = frozenset({"type", "partial_json"})
 """Fields an SDK delta event must have set for :meth:`AnthropicAssembler.feed` to read it by attribute."""
-_NOT_FAST: Final = object()
 
 _NOT_AN_OBJECT: Final = object()
 """The snapshot of an ``input`` that is not a JSON object: not a string, so the arguments are invalid."""
@@ -135,18 +134,18 @@ class AnthropicAssembler:
                         self._slots.delta(index, delta.get("partial_json", ABSENT))
                         return
         else:
-            sdk: Any = event  # the SDK's delta event, read by attribute when all its fields are set
-            try:  # anything odd (an AttributeError, a TypeError) takes the generic path
-                fast = sdk.type == "content_block_delta" and _SDK_EVENT <= sdk.__pydantic_fields_set__
-                index = sdk.index if fast else None
-                part: Any = sdk.delta if type(index) is int and index == self._live else None
-                fast = part is not None and part.type == "input_json_delta"
-                text = part.partial_json if fast and _SDK_DELTA <= part.__pydantic_fields_set__ else _NOT_FAST
-            except (AttributeError, TypeError):
-                text = _NOT_FAST
-            if text is not _NOT_FAST:
-                self._slots.delta(index, text)
-                return
+            try:  # the SDK's delta event, read from its fields when all of them are set; anything odd is generic
+                values = event.__dict__
+                if values.get("type") == "content_block_delta" and _SDK_EVENT <= event.__pydantic_fields_set__:  # type: ignore[attr-defined]
+                    index = values["index"]
+                    if type(index) is int and index == self._live:
+                        part = values["delta"]
+                        fields = part.__dict__
+                        if fields.get("type") == "input_json_delta" and _SDK_DELTA <= part.__pydantic_fields_set__:
+                            self._slots.delta(index, fields["partial_json"])
+                            return
+            except (AttributeError, KeyError, TypeError):
+                pass
         self._event(event)
 
     def _event(self, event: object) -> None:

@@ -379,3 +379,45 @@ def test_a_positional_slot_needs_no_id_and_counts_its_transition_once() -> None:
         )
         == 1
     )
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ['{"a":', " 1", "}", "", None],  # more deltas than diagnostics are kept
+        ['{"a":', 7, "1}"],  # a piece that is not text makes the arguments invalid
+        ['{"a": "', "x" * 40, '"}'],  # past the argument cap
+    ],
+)
+@pytest.mark.parametrize("id", ["call-1", "", None, ABSENT])
+def test_a_delta_does_what_an_id_less_fragment_does(pieces: list[object], id: object) -> None:
+    """``delta`` inlines ``fragment`` for its hot path: both give the same result, diagnostics included."""
+    results = []
+    for inlined in (True, False):
+        slots = LifecycleSlots(max_argument_chars=32, max_diagnostics=3)
+        slots.open(0, id, "f")
+        for piece in pieces:
+            if inlined:
+                slots.delta(0, piece)
+            else:
+                slots.fragment(0, 0, ABSENT, ABSENT, piece)
+        slots.close_slot(0)
+        slots.end()
+        results.append(slots.finish())
+    assert results[0] == results[1]
+    assert results[0].fragments == 1 + len(pieces)
+
+
+def test_no_rule_set_rejects_an_absent_id() -> None:
+    """What lets ``delta`` skip the rejection path: the absent column of every table row has no category."""
+    import itertools
+
+    from etf_otel.core._identity import CompatibilityRule, IdentityRules
+
+    for size in range(len(CompatibilityRule) + 1):
+        for rules in itertools.combinations(CompatibilityRule, size):
+            for unset_ids in (False, True):
+                table = IdentityRules.for_rules(rules, unset_ids=unset_ids)
+                for row in table.rows.values():
+                    assert row["absent"].category is None
+                    assert not row["absent"].adopts_id
