@@ -54,6 +54,8 @@ def load(source: str, name: str | None) -> Recording:
         if body_protocol(document) is None:
             raise
         return _body(label, document, name)
+    if not events:
+        raise RecordingError(f"{label}: empty, no event to replay")
     if len(events) == 1 and body_protocol(events[0]) is not None:
         return _body(label, events[0], name)
     if name is None:

@@ -339,11 +339,14 @@ OTLP_LINE = json.dumps({"resourceSpans": [{"resource": {"attributes": []}, "scop
 def test_a_recording_no_protocol_recognizes_is_refused(
     content: bytes, fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Events no protocol knows, or no event at all (then the reason says the file is empty)."""
     path = tmp_path / f"r.{fmt}"
     path.write_bytes(content)
+    empty = content.strip() in (b"", b": keep-alive only")
     for extra in ([], ["--json"]):
         reason = refused(*run(["replay", str(path), *extra], capsys))
-        assert reason == f"{path}: not a recording of any supported protocol ({supported()})"
+        unknown = f"not a recording of any supported protocol ({supported()})"
+        assert reason == f"{path}: {'empty, no event to replay' if empty else unknown}"
 
 
 def test_the_first_event_decides_and_naming_the_protocol_reads_past_a_foreign_first_event(
@@ -356,13 +359,15 @@ def test_the_first_event_decides_and_naming_the_protocol_reads_past_a_foreign_fi
     assert code == 0 and [c["id"] for c in report["calls"]] == ["call-a"]
 
 
-def test_an_empty_recording_with_a_named_protocol_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("named", [[], ["--protocol", "chat_completions"], ["--protocol", "gemini"]])
+@pytest.mark.parametrize("content", [b"", b"\n\n"])
+def test_an_empty_recording_is_refused_as_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], named: list[str], content: bytes
 ) -> None:
     path = tmp_path / "empty.jsonl"
-    path.write_bytes(b"")
-    reason = refused(*run(["replay", str(path), "--protocol", "chat_completions"], capsys))
-    assert reason == f"{path}: not a chat_completions recording: none of its events is one of that protocol's"
+    path.write_bytes(content)
+    reason = refused(*run(["replay", str(path), *named], capsys))
+    assert reason == f"{path}: empty, no event to replay"
 
 
 @pytest.mark.parametrize(
@@ -437,7 +442,7 @@ def test_a_recording_piped_into_standard_input(source: str) -> None:
 def test_standard_input_that_is_no_recording_is_refused_naming_stdin() -> None:
     done = cli("replay", "-", stdin=b"")
     assert done.returncode == 2 and done.stdout == b""
-    expected = f"etf-otel replay: <stdin>: not a recording of any supported protocol ({supported()})\n"
+    expected = "etf-otel replay: <stdin>: empty, no event to replay\n"
     assert done.stderr.decode() == expected
     done = cli("replay", "-", stdin=b"{not json\n")
     assert (done.returncode, done.stderr.decode()) == (2, "etf-otel replay: <stdin>:1: not JSON\n")
