@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -54,6 +54,10 @@ from etf_otel.instrumentation._telemetry import Telemetry
 __all__ = ["Proposal", "RunningTool", "ToolRuns", "find_proposal"]
 
 _T = TypeVar("_T")
+
+
+def _same(result: object) -> object:
+    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +226,28 @@ class RunningTool:
             if self.refusal.phase is Phase.LINKAGE:
                 telemetry.record_findings([Finding(self.refusal)], span)
 
+    def call(self, run: Callable[..., _T], *args: Any, result_of: Callable[[_T], object] = _same, **kwargs: Any) -> _T:
+        """``run(*args, **kwargs)``, ended with what it raised or returned (``result_of`` that, as recorded)."""
+        try:
+            result = run(*args, **kwargs)
+        except BaseException as error:
+            self.end(error)
+            raise
+        self.end(None, result_of(result))
+        return result
+
+    async def acall(
+        self, run: Callable[..., Awaitable[_T]], *args: Any, result_of: Callable[[_T], object] = _same, **kwargs: Any
+    ) -> _T:
+        """:meth:`call` for a coroutine function."""
+        try:
+            result = await run(*args, **kwargs)
+        except BaseException as error:
+            self.end(error)
+            raise
+        self.end(None, result_of(result))
+        return result
+
     def end(self, error: BaseException | None = None, result: object = None) -> None:
         """The run ended (raised ``error``, or returned ``result``); a refused run ends with its refusal."""
         span = self._span
@@ -277,13 +303,7 @@ class ToolRuns:
         if running.refusal is not None:
             running.end()
             raise GuardRefusedError(running.refusal)
-        try:
-            result = run()
-        except BaseException as error:
-            running.end(error)
-            raise
-        running.end(None, result)
-        return result
+        return running.call(run)
 
     async def arun(
         self, call_id: str | None, name: str | None, arguments: object, run: Callable[[], Awaitable[_T]]
@@ -293,10 +313,4 @@ class ToolRuns:
         if running.refusal is not None:
             running.end()
             raise GuardRefusedError(running.refusal)
-        try:
-            result = await run()
-        except BaseException as error:
-            running.end(error)
-            raise
-        running.end(None, result)
-        return result
+        return await running.acall(run)

@@ -94,13 +94,7 @@ class ToolWrappers:
         if running.refusal is not None:
             running.end()
             return _refused(instance, call_id, running.refusal)
-        try:
-            output = wrapped(*args, **kwargs)
-        except BaseException as error:
-            running.end(error)
-            raise
-        running.end(None, _result(output))
-        return output
+        return running.call(wrapped, *args, result_of=_result, **kwargs)
 
     async def _arun(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         started = self._start(instance, args, kwargs)
@@ -110,10 +104,4 @@ class ToolWrappers:
         if running.refusal is not None:
             running.end()
             return _refused(instance, call_id, running.refusal)
-        try:
-            output = await wrapped(*args, **kwargs)
-        except BaseException as error:
-            running.end(error)
-            raise
-        running.end(None, _result(output))
-        return output
+        return await running.acall(wrapped, *args, result_of=_result, **kwargs)

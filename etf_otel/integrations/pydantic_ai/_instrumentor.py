@@ -207,13 +207,7 @@ class PydanticAIInstrumentor(ClientInstrumentor):
             return await wrapped(*args, **kwargs)
         if running.refusal is not None:
             wrapped = _refused(wrapped, instance, str(GuardRefusedError(running.refusal)))
-        try:
-            result = await wrapped(*args, **kwargs)
-        except BaseException as error:
-            running.end(error)
-            raise
-        running.end(None, result)
-        return result
+        return await running.acall(wrapped, *args, **kwargs)
 
     async def _execute_tool_call(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         """``ToolManager.execute_tool_call(validated, ...)``: a dispatched call that failed validation
@@ -227,13 +221,7 @@ class PydanticAIInstrumentor(ClientInstrumentor):
                 running = self._start(validated, runs_a_tool=False)  # pydantic-ai refuses it itself
         if running is None:
             return await wrapped(*args, **kwargs)
-        try:
-            result = await wrapped(*args, **kwargs)
-        except BaseException as error:
-            running.end(error)
-            raise
-        running.end(None, result)
-        return result
+        return await running.acall(wrapped, *args, **kwargs)
 
 
 def _checked_version() -> bool:
