@@ -99,6 +99,14 @@ def tracking() -> bool:
     return _users > 0
 
 
+def _open_call(call_id: str, call: ToolCall, record: ProposalRecord | None) -> OpenCall:
+    """The call as noted; its argument hash is the one its record computed while tracked, never a second parse."""
+    value_hash = record.value_hash if record is not None else None
+    if value_hash is None:
+        value_hash = arguments_value_hash(call.arguments)
+    return OpenCall(call_id, call.name, value_hash, record)
+
+
 def note(telemetry: Telemetry, calls: Iterable[ToolCall], records: Mapping[str, ProposalRecord]) -> None:
     """A response of ``telemetry``'s setup ended in this context with ``calls`` and their ``records``
     (what it registered; only while tracked).
@@ -108,11 +116,7 @@ def note(telemetry: Telemetry, calls: Iterable[ToolCall], records: Mapping[str, 
     if not _users:
         return
     with internal_errors_swallowed("noting a response's calls"):
-        ended = tuple(
-            OpenCall(call.id, call.name, arguments_value_hash(call.arguments), records.get(call.id))
-            for call in calls
-            if call.id is not None
-        )
+        ended = tuple(_open_call(call.id, call, records.get(call.id)) for call in calls if call.id is not None)
         noted = LatestResponse(telemetry, ended)
         _LATEST.set(noted)
         shared = _SHARED.get()
