@@ -227,7 +227,10 @@ class ConversationIndex:
 
     def __init__(self, capacity: int, rejected: Callable[[str], bool] | None = None) -> None:
         self._capacity = capacity
-        self._holders: dict[str, list[LinkedConversation]] = {}  # call id -> conversations that proposed it
+        self._holders: dict[str, dict[LinkedConversation, None]] = {}
+        """Call id -> the conversations whose latest response proposed it, oldest first (an ordered set:
+        a provider that numbers its ids ``call_0`` in every response puts every conversation under one id,
+        and a proposal must not cost a pass over all of them)."""
         self._proposing: OrderedDict[LinkedConversation, None] = OrderedDict()
         self._by_request: LruIndex[bytes, LinkedConversation] = LruIndex(capacity)
         self._by_response: LruIndex[str, LinkedConversation] = LruIndex(capacity)
@@ -245,9 +248,7 @@ class ConversationIndex:
             self._forget_ids(conversation)
             conversation.indexed_ids = ids = tuple(call_ids)
             for call_id in ids:
-                holders = self._holders.setdefault(call_id, [])
-                holders[:] = [holder for holder in holders if call_id in holder.open_ids]
-                holders.append(conversation)
+                self._holders.setdefault(call_id, {})[conversation] = None
             self._proposing[conversation] = None
             self._proposing.move_to_end(conversation)
             while len(self._proposing) > self._capacity:
@@ -256,8 +257,8 @@ class ConversationIndex:
     def _forget_ids(self, conversation: LinkedConversation) -> None:
         for call_id in conversation.indexed_ids:
             holders = self._holders.get(call_id)
-            if holders is not None and conversation in holders:
-                holders.remove(conversation)
+            if holders is not None:
+                holders.pop(conversation, None)
                 if not holders:
                     del self._holders[call_id]
         conversation.indexed_ids = ()
@@ -277,17 +278,29 @@ class ConversationIndex:
         found: LinkedConversation | None = None
         with self._lock:
             for call_id in call_ids:
-                holders = self._holders.get(call_id, ())
-                live = [holder for holder in holders if call_id in holder.open_ids]
-                if len(live) > 1:
+                held = self._holder(call_id)
+                if held is AMBIGUOUS:
                     return AMBIGUOUS, _never
-                held = live[0] if live else holders[-1] if holders else None  # else: an older response
                 if held is None:
                     continue
                 if found is not None and held is not found:
                     return AMBIGUOUS, _never
                 found = held
         return found, lambda conversation: any(call_id in conversation.open_ids for call_id in call_ids)
+
+    def _holder(self, call_id: str) -> LinkedConversation | None:
+        """The one conversation still awaiting ``call_id`` (:data:`AMBIGUOUS` when several), else the
+        latest that proposed it (an older response), else ``None``; the newest are read first."""
+        holders = self._holders.get(call_id)
+        if not holders:
+            return None
+        live = None
+        for holder in reversed(holders):
+            if call_id in holder.open_ids:
+                if live is not None:
+                    return AMBIGUOUS
+                live = holder
+        return live if live is not None else next(reversed(holders))
 
     def by_response(self, response_id: str) -> Candidate:
         return self._by_response.get(response_id), lambda conversation: conversation.response_id == response_id

@@ -14,7 +14,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
 from etf_otel import attributes as A
-from etf_otel.integrations._conversation import ConversationIndex, concatenated
+from etf_otel.integrations._conversation import AMBIGUOUS, ConversationIndex, concatenated
 from etf_otel.integrations.anthropic import AnthropicInstrumentor
 from etf_otel.integrations.openai import OpenAIInstrumentor
 from etf_otel.testing import LocalChatServer
@@ -160,6 +160,25 @@ def test_the_call_id_index_stays_bounded_under_many_conversations() -> None:
         conversation.open_ids = frozenset({f"a{number}", f"b{number}"})
         index.proposed(conversation, [f"a{number}", f"b{number}"])
     assert len(index._proposing) == 4 and len(index._holders) == 8
+
+
+def test_conversations_that_all_propose_the_same_id_are_held_once_each_and_judged_by_who_still_awaits_it() -> None:
+    index = ConversationIndex(4)
+    conversations = []
+    for _ in range(100):  # a provider that numbers its ids call_0 in every response
+        conversation = index.new()
+        conversation.proposed(["call_0"])
+        conversations.append(conversation)
+    assert list(index._holders["call_0"]) == conversations[-4:]
+    assert index.by_ids(["call_0"])[0] is AMBIGUOUS
+    for conversation in conversations[-4:-1]:
+        conversation.settle(["call_0"])
+    assert index.by_ids(["call_0"])[0] is conversations[-1]  # the one still awaiting it
+    conversations[-1].settle(["call_0"])
+    assert index.by_ids(["call_0"])[0] is conversations[-1]  # none awaits it: the latest that proposed it
+    conversations[-2].proposed(["call_0"])  # proposes again: held once, now the newest
+    assert list(index._holders["call_0"]) == [*conversations[-4:-2], conversations[-1], conversations[-2]]
+    assert index.by_ids(["call_0"])[0] is conversations[-2]
 
 
 @pytest.mark.parametrize(
