@@ -19,10 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from etf_otel.core._identity import ABSENT, IdentityRules
+from etf_otel.core._identity import IdentityRules
 from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import ResponseSlots
+from etf_otel.protocols._fields import field, last_position, typed_starts
 
 __all__ = [
     "AssemblerFactory",
@@ -185,50 +186,3 @@ class WireProtocol:
     def heading(self) -> str:
         """:attr:`title`, or the name when it has none."""
         return self.title or self.name
-
-
-def last_position(messages: Sequence[object], role: str) -> int | None:
-    """The position of the last message with ``role``, ``None`` when there is none."""
-    for position in range(len(messages) - 1, -1, -1):
-        if field(messages[position], "role") == role:
-            return position
-    return None
-
-
-def typed_starts(events: Sequence[object], start: str, ends: Callable[[dict[str, object]], bool]) -> list[int]:
-    """Positions of each ``type: start`` event that follows an event ``ends`` accepts.
-
-    The :attr:`WireProtocol.later_responses` of protocols whose responses open with one event type.
-    """
-    starts: list[int] = []
-    ended = False
-    for position, event in enumerate(events):
-        if not isinstance(event, dict):
-            continue
-        if ended and event.get("type") == start:
-            starts.append(position)
-            ended = False
-        elif ends(event):
-            ended = True
-    return starts
-
-
-def field(obj: object, name: str) -> object:
-    """``obj[name]`` for dicts, the attribute for SDK objects, :data:`ABSENT` when missing.
-
-    pydantic models answer every declared attribute (``None`` when the payload lacked
-    it), so presence is read from ``__pydantic_fields_set__`` and the model's extras.
-    """
-    if type(obj) is dict:
-        return obj.get(name, ABSENT)
-    fields_set = getattr(obj, "__pydantic_fields_set__", None)
-    if fields_set is not None:
-        if name in fields_set:
-            return getattr(obj, name, ABSENT)
-        extra = getattr(obj, "__pydantic_extra__", None)
-        if extra and name in extra:
-            return extra[name]
-        return ABSENT
-    if isinstance(obj, dict):
-        return obj.get(name, ABSENT)
-    return getattr(obj, name, ABSENT)
