@@ -65,9 +65,19 @@ INCOMPLETE_STOP_REASONS: Final = frozenset({"max_tokens", "model_context_window_
 PLACEHOLDER: Final = "{}"
 """The ``input`` of a block start that means "nothing yet": it never joins the deltas."""
 
-_SDK_EVENT: Final = frozenset({"type", "index", "delta"})
-_SDK_DELTA: Final = frozenset({"type", "partial_json"})
-"""Fields an SDK delta event must have set for :meth:`AnthropicAssembler.feed` to read it by attribute."""
+_SDK_EVENT: Final = ("type", "index", "delta")
+_SDK_DELTA: Final = ("type", "partial_json")
+"""The fields :meth:`AnthropicAssembler.feed` reads from an SDK delta event and its delta, by attribute."""
+
+_DEFAULTLESS: Final[dict[type, bool]] = {}
+"""SDK class -> whether every field the inlined path reads from it is declared without a default.
+
+Then a value in the object's ``__dict__`` came from the payload, or stands for a field the
+payload lacked as ``None`` (the ``anthropic`` SDK fills missing fields so) or is missing
+(pydantic's ``model_construct``), and the inlined path reads a missing field as it reads
+``null``, as the generic path does: asking ``__pydantic_fields_set__`` on every delta (about 800
+instructions each) tells nothing more. Learned once per class; a class with a default for
+one of them (a value the payload did not carry) always takes the generic path."""
 
 _NOT_AN_OBJECT: Final = object()
 """The snapshot of an ``input`` that is not a JSON object: not a string, so the arguments are invalid."""
@@ -134,16 +144,25 @@ class AnthropicAssembler:
                         self._slots.delta(index, delta.get("partial_json", ABSENT))
                         return
         else:
-            try:  # the SDK's delta event, read from its fields when all of them are set; anything odd is generic
+            try:  # the SDK's delta event, read from its fields (see _DEFAULTLESS); anything odd is generic
                 values = event.__dict__
-                if values.get("type") == "content_block_delta" and _SDK_EVENT <= event.__pydantic_fields_set__:  # type: ignore[attr-defined]
+                if values.get("type") == "content_block_delta":
+                    kind = type(event)
+                    known = _DEFAULTLESS.get(kind)
+                    if known is None:
+                        known = _learn(kind, _SDK_EVENT)
                     index = values["index"]
-                    if type(index) is int and index == self._live:
+                    if known and type(index) is int and index == self._live:
                         part = values["delta"]
                         fields = part.__dict__
-                        if fields.get("type") == "input_json_delta" and _SDK_DELTA <= part.__pydantic_fields_set__:
-                            self._slots.delta(index, fields["partial_json"])
-                            return
+                        if fields.get("type") == "input_json_delta":
+                            kind = type(part)
+                            known = _DEFAULTLESS.get(kind)
+                            if known is None:
+                                known = _learn(kind, _SDK_DELTA)
+                            if known:
+                                self._slots.delta(index, fields["partial_json"])
+                                return
             except (AttributeError, KeyError, TypeError):
                 pass
         self._event(event)
@@ -277,6 +296,17 @@ _HANDLERS: Final[dict[str, Callable[[AnthropicAssembler, object], None]]] = {
     "error": AnthropicAssembler._error,
 }
 """The events that mean something here; ``ping`` and unknown types are ignored."""
+
+
+def _learn(kind: type, names: tuple[str, ...]) -> bool:
+    """Whether ``kind`` declares every one of ``names`` without a default (pydantic's ``model_fields``)."""
+    declared = getattr(kind, "model_fields", None)
+    try:
+        known = isinstance(declared, dict) and all(name in declared and declared[name].is_required() for name in names)
+    except Exception:  # not pydantic's FieldInfo: nothing is known, the generic path reads it
+        known = False
+    _DEFAULTLESS[kind] = known
+    return known
 
 
 def _key(index: object) -> int | None:

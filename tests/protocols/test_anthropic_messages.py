@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pydantic
 import pytest
 from anthropic._models import construct_type
 from anthropic.types import RawMessageStreamEvent
@@ -744,3 +745,74 @@ def test_an_sdk_delta_event_missing_a_field_takes_the_generic_path() -> None:
     events = [start, block, delta]
     expected = assemble(events)
     assert assemble([typed(event) for event in events]) == expected
+
+
+class _DeltaWithDefaults(pydantic.BaseModel):
+    """An SDK-like delta event class that declares defaults the payload may not have carried."""
+
+    type: str
+    index: int = 0
+    delta: Any = None
+
+
+class _JsonDeltaWithDefault(pydantic.BaseModel):
+    type: str
+    partial_json: str = '{"injected": true}'
+
+
+class _UnknownFields:
+    """Declares ``model_fields`` that are not pydantic's: nothing can be learned from them."""
+
+    model_fields = {"type": object(), "index": object(), "delta": object()}
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+
+def test_an_sdk_class_with_defaults_is_read_for_what_the_payload_carried_not_its_defaults() -> None:
+    """A default is a value the payload did not carry: an index-less delta must not join slot 0, a delta without
+    ``partial_json`` adds no text, as for the same events as dicts."""
+    start = {"type": "message_start", "message": {"id": "m"}}
+    block = {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "f"}}
+    no_index = {"type": "content_block_delta", "delta": {"type": "input_json_delta", "partial_json": '{"a":'}}
+    no_text = {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta"}}
+    whole = {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{}"}}
+    events = [start, block, no_index, no_text, whole, {"type": "content_block_stop", "index": 0}]
+
+    def as_objects(event: dict[str, Any]) -> Any:
+        if event["type"] != "content_block_delta":
+            return event
+        fields = {key: value for key, value in event.items() if key != "delta"}
+        return _DeltaWithDefaults(**fields, delta=_JsonDeltaWithDefault(**event["delta"]))
+
+    expected = assemble(events)
+    assert expected.calls[0].arguments == "{}"
+    assert ErrorCategory.UNKNOWN_SLOT in {rejection.category for rejection in expected.rejections}
+    assert assemble([as_objects(event) for event in events]) == expected
+    unknown = [
+        _UnknownFields(**{**event, "delta": _UnknownFields(**event["delta"])}) if "delta" in event else event
+        for event in events
+    ]
+    assert assemble(unknown) == expected
+
+
+def test_an_sdk_event_around_another_kind_of_delta_or_a_delta_class_with_defaults_gives_the_dict_result() -> None:
+    import anthropic.types as types
+
+    start = {"type": "message_start", "message": {"id": "m"}}
+    block = {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "f"}}
+    text = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}
+    no_text = {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta"}}
+    events = [start, block, text, no_text, {"type": "content_block_stop", "index": 0}]
+    objects = [
+        start,
+        block,
+        typed(text),
+        types.RawContentBlockDeltaEvent.model_construct(
+            type="content_block_delta", index=0, delta=_JsonDeltaWithDefault(type="input_json_delta")
+        ),
+        events[-1],
+    ]
+    expected = assemble(events)
+    assert (expected.calls[0].fragments, expected.calls[0].arguments) == (2, "")  # the text delta is not one
+    assert assemble(objects) == expected
