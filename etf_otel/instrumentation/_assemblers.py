@@ -32,6 +32,7 @@ __all__ = [
     "CallsReader",
     "ChunkAssembler",
     "ObservedAssembler",
+    "fed_elsewhere",
     "reference_calls",
 ]
 
@@ -85,6 +86,11 @@ class AssemblerAdapter:
 DEFAULT_ADAPTER: Final = AssemblerAdapter()
 
 
+def fed_elsewhere(chunk: object) -> None:
+    """The ``rules_feed`` of an observer whose rules get each chunk another way (the observed raw
+    stream the wrapped assembler is fed from): :class:`ObservedAssembler` then calls nothing per chunk."""
+
+
 class ObservedAssembler(_ObjectProxy):
     """Any assembler that is fed chunks and then finished, observed.
 
@@ -116,8 +122,12 @@ class ObservedAssembler(_ObjectProxy):
     ) -> None:
         super().__init__(assembler)
         self._self_observer = observer
-        self._self_feeding: tuple[object, Callable[[object], None] | None] = (assembler, observer.rules_feed)
-        """The assembler, and the rules' ``feed`` (``None`` once the response ended)."""
+        rules_feed = observer.rules_feed
+        self._self_feeding: tuple[object, Callable[[object], None] | None] = (
+            assembler,
+            None if rules_feed is fed_elsewhere else rules_feed,
+        )
+        """The assembler, and the rules' ``feed`` (``None`` once the response ended, or when fed elsewhere)."""
         self._self_calls = adapter.calls
         self._self_finalizer = weakref.finalize(self, observer.finish, CLOSED)
 
