@@ -32,6 +32,7 @@ __all__ = [
     "CallsReader",
     "ChunkAssembler",
     "ObservedAssembler",
+    "fed_elsewhere",
     "reference_calls",
 ]
 
@@ -85,6 +86,11 @@ class AssemblerAdapter:
 DEFAULT_ADAPTER: Final = AssemblerAdapter()
 
 
+def fed_elsewhere(chunk: object) -> None:
+    """The ``rules_feed`` of an observer whose rules get each chunk another way (the observed raw
+    stream the wrapped assembler is fed from): :class:`ObservedAssembler` then calls nothing per chunk."""
+
+
 class ObservedAssembler(_ObjectProxy):
     """Any assembler that is fed chunks and then finished, observed.
 
@@ -92,6 +98,11 @@ class ObservedAssembler(_ObjectProxy):
     ``isinstance`` included, is the wrapped assembler's own. Constructing one gives an
     instance of the subclass made for the adapter's shape.
     """
+
+    __slots__ = ("_self_feeding",)
+    # What a feed reads, in one slot read through its descriptor (_feeding_of): an attribute
+    # read on a wrapt proxy subclass goes through Python's __getattr__ hook and then wrapt's
+    # getattro (~1,000 instructions under callgrind), the descriptor's own __get__ ~450.
 
     def __new__(
         cls, assembler: object, observer: ResponseObserver, *, adapter: AssemblerAdapter = DEFAULT_ADAPTER
@@ -111,13 +122,17 @@ class ObservedAssembler(_ObjectProxy):
     ) -> None:
         super().__init__(assembler)
         self._self_observer = observer
-        self._self_rules_feed = observer.rules_feed  # called once per chunk: no frame in between
+        rules_feed = observer.rules_feed
+        self._self_feeding: tuple[object, Callable[[object], None] | None] = (
+            assembler,
+            None if rules_feed is fed_elsewhere else rules_feed,
+        )
+        """The assembler, and the rules' ``feed`` (``None`` once the response ended, or when fed elsewhere)."""
         self._self_calls = adapter.calls
-        self._self_open = True
         self._self_finalizer = weakref.finalize(self, observer.finish, CLOSED)
 
     def _self_end(self, kinds: Sequence[DivergenceKind], how: str) -> None:
-        self._self_open = False
+        self._self_feeding = (self._self_feeding[0], None)
         observer = self._self_observer
         if observer.finished:
             return
@@ -127,16 +142,26 @@ class ObservedAssembler(_ObjectProxy):
         self._self_finalizer.detach()
 
 
+_feeding_of: Final[Callable[[ObservedAssembler], tuple[Any, Callable[[object], None] | None]]] = (
+    ObservedAssembler.__dict__["_self_feeding"].__get__
+)
+"""``proxy._self_feeding`` without the attribute hook (see the slot)."""
+
+
 def _feeding(name: str) -> Callable[..., Any]:
     def feed(self: ObservedAssembler, chunk: Any, /, *args: Any, **kwargs: Any) -> Any:
+        wrapped, rules_feed = _feeding_of(self)
         try:
-            outcome = getattr(self.__wrapped__, name)(chunk, *args, **kwargs)
+            if args or kwargs:
+                outcome = getattr(wrapped, name)(chunk, *args, **kwargs)
+            else:
+                outcome = getattr(wrapped, name)(chunk)
         except BaseException:  # some assemblers raise mid-stream (openai: IndexError, AssertionError)
             self._self_end((DivergenceKind.ASSEMBLER_RAISED,), ERROR)
             raise
-        if self._self_open:
+        if rules_feed is not None:
             try:
-                self._self_rules_feed(chunk)
+                rules_feed(chunk)
             except Exception:  # pragma: no cover - the assembler never raises on JSON-shaped input
                 observe_failed()
         return outcome

@@ -74,17 +74,20 @@ class _ReadAsync:
     """``async for`` over the wrapped stream, each chunk fed to the rules (the async proxies' reading)."""
 
     __wrapped__: Any
-    _self_aiterator: AsyncIterator[Any] | None
-    _self_feed: Callable[[object], None]
+    _self_areading: tuple[AsyncIterator[Any] | None, Callable[[object], None]]
+    """The wrapped stream's iterator (``None`` until the first chunk is asked for) and the rules'
+    ``feed``: one attribute read per chunk, as each read through the proxy costs about as much as
+    the rest of ``__anext__``'s own work."""
     _self_end: Callable[[str], None]  # the proxy class's own
 
     def __aiter__(self: _Self) -> _Self:
         return self
 
     async def __anext__(self) -> Any:
-        iterator = self._self_aiterator
+        iterator, feed = self._self_areading
         if iterator is None:
-            iterator = self._self_aiterator = self.__wrapped__.__aiter__()
+            iterator = self.__wrapped__.__aiter__()
+            self._self_areading = (iterator, feed)
         try:
             chunk = await iterator.__anext__()
         except StopAsyncIteration:
@@ -94,7 +97,7 @@ class _ReadAsync:
             self._self_end(ERROR)
             raise
         try:
-            self._self_feed(chunk)
+            feed(chunk)
         except Exception:  # pragma: no cover - the assembler never raises on JSON-shaped input
             observe_failed()
         return chunk
@@ -208,9 +211,8 @@ class ObservedAsyncStream(_ReadAsync, _BaseObjectProxy):
 
     def __init__(self, stream: AsyncIterable[Any], observer: ResponseObserver) -> None:
         super().__init__(stream)
-        self._self_aiterator: AsyncIterator[Any] | None = None
+        self._self_areading = (None, observer.assembler.feed)  # feed: called once per chunk, no frame in between
         self._self_observer = observer
-        self._self_feed = observer.assembler.feed  # called once per chunk: no frame in between
         self._self_finalizer = weakref.finalize(self, observer.finish, CLOSED)
 
     def _self_end(self, how: str) -> None:
@@ -254,7 +256,7 @@ class ObservedDualStream(_ReadAsync, ObservedStream):
 
     def __init__(self, stream: Iterable[Any], observer: ResponseObserver) -> None:
         super().__init__(stream, observer)
-        self._self_aiterator: AsyncIterator[Any] | None = None
+        self._self_areading = (None, self._self_feed)
 
 
 def observer_of(stream: object) -> ResponseObserver | None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 import wrapt
 
 from etf_otel.core._results import AssemblyResult
-from etf_otel.instrumentation._assemblers import AssemblerAdapter, ObservedAssembler
+from etf_otel.instrumentation._assemblers import AssemblerAdapter, ObservedAssembler, fed_elsewhere
 from etf_otel.instrumentation._convenience import _instrumentation
 from etf_otel.instrumentation._observer import EOF, ResponseObserver
 from etf_otel.instrumentation._safety import internal_errors_swallowed
@@ -92,16 +92,14 @@ class StreamResultObserver(ResponseObserver):
 
     @property
     def rules_feed(self) -> Callable[[object], None]:
-        return _fed_already
+        """The chunks reach the rules through the raw stream's observer: the wrapped assembler's
+        proxy hands them nowhere (no call per chunk)."""
+        return fed_elsewhere
 
     def finish(self, how: str = EOF) -> AssemblyResult | None:
         with self._lock:
             self._done = True
         return None
-
-
-def _fed_already(chunk: object) -> None:
-    """The chunk reached the rules through the raw stream's observer."""
 
 
 def observed_accumulator(

@@ -7,6 +7,7 @@ became ``Any`` (or anything but the argument's type) fails it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 
 from etf_otel import ReferenceAssembler
 from etf_otel.instrumentation import AssemblerAdapter, ObservedAssembler
+from etf_otel.protocols import CHAT_COMPLETIONS, WireProtocol
 from tests.conftest import Captured
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,6 +141,53 @@ def test_feeding_an_observed_assembler_adds_one_frame_to_the_two_assemblers(capt
     alone = _python_calls(lambda: bare.feed(fragment))
     # the wrapped assembler's frames, the rules' (the same reference assembler) and the proxy's feed
     assert _python_calls(lambda: observed.feed(fragment)) == 2 * alone + 1
+
+
+class Keyworded:
+    """An assembler whose feed takes more than the chunk, and raises when told to."""
+
+    def __init__(self) -> None:
+        self.fed: list[tuple[object, tuple[object, ...], dict[str, object]]] = []
+
+    def add(self, chunk: object, *args: object, **kwargs: object) -> int:
+        if kwargs.get("fail"):
+            raise ValueError("the assembler's own error")
+        self.fed.append((chunk, args, kwargs))
+        return len(self.fed)
+
+    def result(self) -> list[tuple[str, str, str]]:
+        return []
+
+
+def _counting_chat(fed: list[object]) -> WireProtocol:
+    """Chat Completions whose rules record every chunk they are fed."""
+
+    class Counted(ReferenceAssembler):
+        def feed(self, chunk: object) -> None:
+            fed.append(chunk)
+            super().feed(chunk)
+
+    return dataclasses.replace(CHAT_COMPLETIONS, assembler=Counted)
+
+
+def test_feed_passes_every_argument_and_returns_what_the_assembler_returns(captured: Captured) -> None:
+    fed: list[object] = []
+    observed: Any = captured.instrumentation().assembler(Keyworded(), adapter=ADAPTER, protocol=_counting_chat(fed))
+    assert observed.add({"choices": []}) == 1
+    assert observed.add({"choices": [{}]}, 2, mode="x") == 2
+    assert observed.fed == [({"choices": []}, (), {}), ({"choices": [{}]}, (2,), {"mode": "x"})]
+    assert fed == [{"choices": []}, {"choices": [{}]}]  # the rules see the chunk alone
+
+
+def test_once_the_assembler_raised_its_chunks_reach_it_but_not_the_rules(captured: Captured) -> None:
+    fed: list[object] = []
+    observed: Any = captured.instrumentation().assembler(Keyworded(), adapter=ADAPTER, protocol=_counting_chat(fed))
+    observed.add({"choices": []})
+    with pytest.raises(ValueError, match="the assembler's own error"):
+        observed.add({"choices": [{}]}, fail=True)
+    assert observed.add({"choices": [{}, {}]}) == 2  # the application may go on feeding it
+    assert fed == [{"choices": []}]
+    assert len(captured.spans("assemble_response")) == 1  # the response ended when the assembler raised
 
 
 class Host:

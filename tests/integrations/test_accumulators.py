@@ -3,11 +3,13 @@
 With the instrumentor active the raw stream a helper reads is already observed; the
 comparison reuses that observer's assembly instead of feeding the same events to the rules a
 second time. The rules' adapters are counted (``feed`` per event) with and without the
-comparison, over the same scripted stream.
+comparison, over the same scripted stream; and the state's proxy, handing each chunk nowhere,
+adds one frame per chunk to the SDK's own.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +19,10 @@ import pytest
 
 from etf_otel.integrations import anthropic as etf_anthropic
 from etf_otel.integrations import openai as etf_openai
+from etf_otel.integrations._accumulators import observed_accumulator
+from etf_otel.integrations.openai._state import OPENAI_STATE_ADAPTER
 from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES, WireProtocol
+from etf_otel.testing import chat
 from etf_otel.testing._quirks import ANTHROPIC_QUIRK_STREAMS, QUIRK_STREAMS, RESPONSES_QUIRK_STREAMS
 from etf_otel.testing._server import LocalChatServer, Script
 from tests.integrations.support import divergence_kinds
@@ -88,3 +93,44 @@ def test_the_comparison_runs_no_rule_a_second_time(
     assert len(fed) == alone  # once per event: the instrumentor's run, reused by the comparison
     assert divergence_kinds(captured) == kinds  # and the comparison still found the divergence
     assert len(captured.spans("assemble_response")) == 2  # one per response, never two
+
+
+def _python_calls(call: Callable[[], object]) -> int:
+    """How many Python frames ``call()`` runs (``sys.setprofile`` sees each), itself excluded."""
+    count = 0
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        nonlocal count
+        count += event == "call"
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return count - 1
+
+
+def test_beside_an_observed_stream_the_state_costs_one_frame_per_chunk(captured: Captured) -> None:
+    """The proxy's own ``handle_chunk`` and nothing else: the rules were fed by the stream's observer."""
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
+    etf = captured.instrumentation()
+    chunks = [
+        ChatCompletionChunk.model_validate(chat.chunk(chat.fragment(0, "call_1", "get_weather", '{"city":'))),
+        ChatCompletionChunk.model_validate(chat.chunk(chat.fragment(0, arguments='"Paris"}'))),
+    ]
+    bare = ChatCompletionStreamState()
+    observed = observed_accumulator(
+        etf,
+        ChatCompletionStreamState(),
+        OPENAI_STATE_ADAPTER,
+        CHAT_COMPLETIONS,
+        record_response=False,
+        stream_observer=etf.observer(),
+    )
+    bare.handle_chunk(chunks[0])
+    observed.handle_chunk(chunks[0])
+    alone = _python_calls(lambda: bare.handle_chunk(chunks[1]))
+    assert _python_calls(lambda: observed.handle_chunk(chunks[1])) == alone + 1

@@ -18,6 +18,8 @@ import copy
 import gc
 import json
 import logging
+import sys
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from etf_otel.instrumentation import ObservedAsyncStream, ObservedStream
+from etf_otel.integrations.openai import _instrumentor as instrumentor_module
 from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor, detect_provider, instrument_openai
 from etf_otel.protocols._chat_completions import assemble
 from etf_otel.testing import DONE, LocalChatServer, Script
@@ -927,6 +930,47 @@ def test_done_sentinel_reaches_the_rules_through_the_async_client(etf: Etf, serv
     assert [span.attributes["etf.tool_call.verdict"] for span in tool_spans(etf.captured)] == ["proposed", "rejected"]
 
 
+def _instrumentor_calls_async(etf: Etf, server: LocalChatServer, *responses: list[Any]) -> list[Counter[str]]:
+    """How often each function of the instrumentor's module runs while the async client reads each response."""
+    calls: Counter[str] = Counter()
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code.co_filename == instrumentor_module.__file__:
+            calls[frame.f_code.co_name] += 1
+
+    async def run() -> list[Counter[str]]:
+        counted = []
+        async with openai.AsyncOpenAI(base_url=server.base_url, api_key="t", max_retries=0, timeout=5.0) as client:
+            await consume_async(client)  # warm-up: the client's provider is worked out once
+            for _ in responses:
+                calls.clear()
+                sys.setprofile(profile)
+                try:
+                    outcome = await consume_async(client)
+                finally:
+                    sys.setprofile(None)
+                assert outcome.error is None
+                counted.append(calls.copy())
+        return counted
+
+    server.enqueue(*[Script(events=events) for events in (responses[0], *responses)])
+    etf.instrument()
+    return asyncio.run(run())
+
+
+def test_the_async_sentinel_is_looked_for_once_not_per_event(etf: Etf, server: LocalChatServer) -> None:
+    """The SDK's SSE events reach its loop unwrapped; whether ``[DONE]`` came is read once, at the end."""
+    opening, closing, done = DONE_WITHOUT_FINISH_REASON
+    spaces = [chunk(tool_calls=[frag(0, function=fn(arguments=" "))]) for _ in range(8)]
+    short, long = _instrumentor_calls_async(etf, server, [opening, closing, done], [opening, *spaces, closing, done])
+    assert short == long and "iter_events" in long  # eight more events, not one call more
+    states = [
+        (span.attributes["etf.stream.state"], span.attributes["etf.stream.dispatchable"])
+        for span in etf.captured.spans("assemble_response")
+    ]
+    assert states == [("completed", True)] * 3  # the warm-up's and the two counted
+
+
 def test_done_sentinel_through_the_stream_helper(etf: Etf, server: LocalChatServer, client: Any) -> None:
     """``chat.completions.stream(...)`` reads the same raw SDK stream: the sentinel is seen there too."""
     server.enqueue(Script(events=DONE_WITHOUT_FINISH_REASON))
@@ -964,8 +1008,9 @@ def test_raw_response_is_observed_when_the_application_parses_it(
     assert response.attributes["etf.response.streamed"] is True
 
 
-def test_sdk_leaves_its_event_loop_early_only_at_the_sentinel() -> None:
-    """Pins what the sync ``[DONE]`` detection relies on: ``Stream.__stream__`` has one ``break``, at ``[DONE]``.
+@pytest.mark.parametrize("stream_class", [openai.Stream, openai.AsyncStream])
+def test_sdk_leaves_its_event_loop_early_only_at_the_sentinel(stream_class: type) -> None:
+    """Pins what the ``[DONE]`` detection relies on: ``__stream__`` has one ``break``, at ``[DONE]``, sync and async.
 
     The SSE events still pending when the chunks end are how the sentinel is told apart from
     a body that simply ended; another early exit in a later SDK must be looked at first.
@@ -974,7 +1019,7 @@ def test_sdk_leaves_its_event_loop_early_only_at_the_sentinel() -> None:
     import inspect
     import textwrap
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(openai.Stream.__stream__)))
+    tree = ast.parse(textwrap.dedent(inspect.getsource(stream_class.__stream__)))
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     breaks = [node for node in ast.walk(tree) if isinstance(node, (ast.Break, ast.Return))]
     assert [type(node) for node in breaks] == [ast.Break]
@@ -1007,4 +1052,36 @@ def test_an_observed_chat_stream_leaves_no_reference_cycle(etf: Etf, server: Loc
         bare = _cyclic_garbage_per_response(server, client)
         etf.instrument()
         observed = _cyclic_garbage_per_response(server, client)
+    assert observed <= bare + 1, (observed, bare)
+
+
+def _async_cyclic_garbage_per_response(server: LocalChatServer, stop_after: int | None, responses: int = 10) -> float:
+    """Objects the cycle collector frees after ``responses`` responses of the async client, per response."""
+
+    async def run() -> float:
+        async with openai.AsyncOpenAI(base_url=server.base_url, api_key="t", max_retries=0, timeout=5.0) as client:
+            await consume_async(client, stop_after=stop_after)  # warm-up: lazy imports and caches
+            await asyncio.sleep(0)  # the SSE iterators' closing, scheduled by their finalizers
+            gc.collect()
+            gc.disable()
+            try:
+                for _ in range(responses):
+                    await consume_async(client, stop_after=stop_after)
+                    await asyncio.sleep(0)
+                return gc.collect() / responses
+            finally:
+                gc.enable()
+
+    server.enqueue(*[Script(events=DONE_WITHOUT_FINISH_REASON) for _ in range(responses + 1)])
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("stop_after", [None, 1], ids=["read to the end", "closed early"])
+def test_an_observed_async_chat_stream_leaves_no_reference_cycle(
+    etf: Etf, server: LocalChatServer, stop_after: int | None
+) -> None:
+    """The SSE iterator the async sentinel check holds is let go when the response is reported."""
+    bare = _async_cyclic_garbage_per_response(server, stop_after)
+    etf.instrument()
+    observed = _async_cyclic_garbage_per_response(server, stop_after)
     assert observed <= bare + 1, (observed, bare)

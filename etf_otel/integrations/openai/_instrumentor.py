@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
@@ -62,7 +62,6 @@ from etf_otel.integrations._instrumentor_base import (
 from etf_otel.integrations._sdk_hooks import SdkHooks, request_body, request_route
 from etf_otel.integrations.openai._responses import ResponsesLinkage
 from etf_otel.protocols import CHAT_COMPLETIONS, RESPONSES, field
-from etf_otel.protocols._chat_completions import DONE
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -225,12 +224,11 @@ def feed_done_at_sentinel(stream: Any, observer: ResponseObserver) -> None:
     Works on that one instance before its iteration starts; every event, type and exception
     the application sees stays the SDK's own.
 
-    * Async: its SSE iteration (``_iter_events``) is wrapped, and each event's ``data`` is
-      tested the way the SDK tests it (starting with ``[DONE]``).
-    * Sync, at no cost per event: the SDK's loop over its SSE events ends early only at the
-      sentinel (the one ``break`` of ``Stream.__stream__``), otherwise it exhausts them. So
-      ``_iter_events`` is only remembered; when the stream is exhausted
-      (:meth:`ResponseObserver.call_at_eof`), SSE events still pending mean the sentinel came.
+    At no cost per event, sync and async alike: the SDK's loop over its SSE events ends early
+    only at the sentinel (the one ``break`` of ``Stream.__stream__`` and of
+    ``AsyncStream.__stream__``), otherwise it exhausts them. So the SSE iterator
+    ``_iter_events`` returns is only remembered; when the stream is exhausted
+    (:meth:`ResponseObserver.call_at_eof`), SSE events still pending mean the sentinel came.
 
     A stream whose iteration is not where this SDK version keeps it is left alone.
     """
@@ -243,26 +241,26 @@ def feed_done_at_sentinel(stream: Any, observer: ResponseObserver) -> None:
     # The replacement is stored on the stream, so it holds the stream weakly: a closure over the
     # bound method would make a reference cycle, and every response would wait for the collector.
     owner = weakref.ref(stream)
-
-    def sse_events() -> Any:
-        return read_events(owner())
-
-    if hasattr(iterator, "__anext__"):
-
-        async def iter_events_async() -> AsyncIterator[Any]:
-            async for sse in sse_events():
-                if sse.data.startswith(DONE):
-                    _sentinel_seen(feed_done)
-                yield sse
-
-        stream._iter_events = iter_events_async
-        return
     started: list[Any] = []
 
     def iter_events() -> Any:
-        events_of_stream = sse_events()
+        events_of_stream = read_events(owner())
         started.append(events_of_stream)
         return events_of_stream
+
+    if hasattr(iterator, "__anext__"):
+
+        def at_eof_async() -> None:
+            if any(getattr(each, "ag_frame", None) is not None for each in started):  # suspended: not exhausted
+                _sentinel_seen(feed_done)
+
+        stream._iter_events = iter_events
+        observer.call_at_eof(at_eof_async)
+        # Held until the response is reported, however it ended: the SDK's loop had let go of it by
+        # then, so letting go of it too leaves its closing to its finalizer, as without etf-otel,
+        # and ends the reference cycle it makes through the stream.
+        observer.when_reported(lambda result, call_spans: started.clear())
+        return
 
     def at_eof() -> None:
         for events_of_stream in started:
