@@ -127,7 +127,7 @@ class ResponsesAssembler:
                 index: Any = event.get("output_index")
                 own = self._open.get(index, _MISSING) if type(index) is int else _MISSING
                 if own is not _MISSING and ((item_id := event.get("item_id")) is None or item_id == own):
-                    self._slots.fragment(SCOPE, index, ABSENT, ABSENT, event.get("delta", ABSENT))
+                    self._slots.delta(index, event.get("delta", ABSENT))  # in _open: its argument stream is open
                     return
         elif event is None or isinstance(event, NOT_OBJECTS):
             self._ignored += 1
@@ -142,7 +142,7 @@ class ResponsesAssembler:
             except (AttributeError, TypeError):
                 text = _MISSING
             if text is not _MISSING:
-                self._slots.fragment(SCOPE, index, ABSENT, ABSENT, text)
+                self._slots.delta(index, text)
                 return
             kind = field(event, "type")
         handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
