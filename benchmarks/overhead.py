@@ -1,34 +1,40 @@
-"""What etf-otel costs, measured against its baselines in one run (issues 7 and 20).
+"""What etf-otel costs, measured against its baselines in one run (issues 7, 20 and 31).
 
 Four measurements, each interleaving its configurations round by round (the order rotates
 or reverses every round) so that drift and the noise of other processes hit every side alike; every
 figure is a median over the rounds, and the spread (25th-75th percentile over the rounds) is
 printed beside it.
 
-1. The real clients end to end (benchmarks/overhead_clients.py), for the three wire protocols
-   etf-otel instruments: ``openai`` Chat Completions and Responses (``create(stream=True)``,
-   instrumented by ``OpenAIInstrumentor``) and ``anthropic`` Messages (``create(stream=True)``,
-   by ``AnthropicInstrumentor``). The client reads a streamed tool-calling response through an
-   in-memory HTTP transport (``httpx2.MockTransport`` returning the SSE bytes the provider
-   would send; benchmarks/overhead_streams.py builds them). Two shapes per protocol: 4 calls x
-   50 argument fragments and 2 calls x 5 fragments. Each configuration runs in a worker
-   process of its own, instrumented once (benchmarks/overhead_worker.py): the bare clients;
-   etf-otel with an SDK ``TracerProvider`` (``BatchSpanProcessor``, exporting nowhere) and an
-   SDK ``MeterProvider`` (in-memory reader), every span and metric on; the floor; and the peer
+1. The real clients end to end (benchmarks/overhead_clients.py), for the four wire protocols
+   etf-otel instruments: ``openai`` Chat Completions and Responses (``create``, instrumented by
+   ``OpenAIInstrumentor``), ``anthropic`` Messages (``create``, by ``AnthropicInstrumentor``)
+   and Gemini through ``google-genai`` (``models.generate_content_stream`` and
+   ``generate_content``, by ``GoogleGenAIInstrumentor``). The client reads a tool-calling
+   response through an in-memory HTTP transport (``httpx2.MockTransport`` returning the bytes
+   the provider would send; benchmarks/overhead_streams.py builds them, and says why Gemini's
+   streams are Vertex AI's streamed function-call arguments). Three shapes per protocol: streams
+   of 4 calls x 50 argument fragments and 2 calls x 5 fragments, and a whole body with 2 calls
+   read with the non-streaming call (``2x0``). Each configuration runs in a worker process of
+   its own, instrumented once (benchmarks/overhead_worker.py): the bare clients; etf-otel with
+   an SDK ``TracerProvider`` (``BatchSpanProcessor``, exporting nowhere) and an SDK
+   ``MeterProvider`` (in-memory reader), every span and metric on; the floor; and the peer
    instrumentations with the same providers and their default settings: OpenTelemetry's
    ``opentelemetry-instrumentation-genai-openai`` (from the project's venv) and, from the
    peers' own venv (scripts/install-bench-peers; shown as "not installed" without it), the
-   deprecated ``opentelemetry-instrumentation-openai-v2``, OpenInference and OpenLLMetry. A
+   deprecated ``opentelemetry-instrumentation-openai-v2``, OpenInference and OpenLLMetry (each
+   for the three SDKs), and from a venv of its own beside it, OpenTelemetry's
+   ``opentelemetry-instrumentation-google-genai`` (its util-genai conflicts with openai-v2's). A
    figure is the median of the per-round ratios instrumented / bare, against the bare client
-   of the same venv. The floor is a wrapper of ``create`` that emits, when the stream ends,
-   the very spans etf-otel emits for that response (docs/telemetry.md: one
-   ``assemble_response``, one ``assemble_tool_call`` per call; names, attributes and parent
-   captured from etf-otel at start) and does nothing else. With the SDK no instrumentation
-   that records those spans can cost less than that. Beside it, as a reference line with no
-   target, issue 20's "minimal wrapper": the floor plus identity tracking per index (per event
-   only the slot key, the first id of a slot and the argument pieces; no diagnostics,
-   validation, linkage or metrics). What it adds to the floor is what any implementation of
-   the identity rules adds at the least.
+   of the same venv. The floor is a wrapper of the request method that emits, when the stream
+   ends or the body is returned, the very spans etf-otel emits for that response
+   (docs/telemetry.md: one ``assemble_response``, one ``assemble_tool_call`` per call; names,
+   attributes and parent captured from etf-otel at start) and does nothing else. With the SDK
+   no instrumentation that records those spans can cost less than that. Beside it, as a
+   reference line with no target, issue 20's "minimal wrapper": the floor plus identity
+   tracking per index (per event only the slot key, the first id of a slot and the argument
+   pieces; on a body each call's id and arguments read once; no diagnostics, validation,
+   linkage or metrics). What it adds to the floor is what any implementation of the identity
+   rules adds at the least.
 2. The observer alone, on chunks the ``openai`` client parsed once (real SDK objects): a bare
    loop over them versus consuming ``Instrumentation(tp, mp).stream(iter(chunks))``.
 
@@ -61,9 +67,9 @@ printed beside it.
 ``--quick`` is a smoke run (a few rounds, 500 streams for the memory figure, projected to
 10,000); it checks that the benchmark works, not that the code is fast. ``--json`` prints
 one JSON document instead of the tables (the clients' comparison under ``"clients"``).
-The clients' targets (issue 20) are read within the run: etf-otel's ratio at most 0.01 above
-the floor's on 4 x 50 and 0.025 on 2 x 5, and at most the ratio of the cheapest peer that
-instruments the same API (no target where no peer was measured).
+The clients' targets (issue 31) are read within the run: etf-otel's ratio at most 0.01 above
+the floor's on 4 x 50, 0.025 on 2 x 5 and on a 2-call body, and at most the ratio of the
+cheapest peer that instruments the same API (no target where no peer was measured).
 
 ``--only clients,observer`` runs some sections only. Exit status 0 either way: targets are
 reported, not enforced (use ``--strict`` to exit 1 when one fails).
@@ -99,7 +105,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import SpanKind
 from overhead_clients import CaseResult, bench_clients, case_label, quartiles  # type: ignore[import-not-found]
 from overhead_streams import (  # type: ignore[import-not-found]
-    PROTOCOLS,
+    ALL_PROTOCOLS,
     TOOLS,
     Case,
     fragment_count,
@@ -198,8 +204,14 @@ def _floor(label: str, value: float, per_round: Sequence[float], measured: float
 
 # --- 1. the clients end to end (benchmarks/overhead_clients.py) ---------------------------
 
-MARGIN_OVER_FLOOR = {"4x50": 0.01, "2x5": 0.025}
-"""Issue 20's targets, for every protocol: at most this much above the floor's ratio, in the same run."""
+MARGIN_OVER_FLOOR = {"4x50": 0.01, "2x5": 0.025, "2x0": 0.025}
+"""Issue 31's targets, for every protocol: at most this much above the floor's ratio, in the same run
+(it names none for bodies: a 2-call body, ``2x0``, is held to the 2-call stream's)."""
+
+
+def figure_key(case: Case) -> str:
+    """``chat_stream_4x50``, ..., ``chat_body_2x0`` for a body."""
+    return f"{case.protocol}_{'stream' if case.streamed else 'body'}_{case.calls}x{case.fragments}"
 
 
 def client_figures(results: Sequence[CaseResult], configurations: dict[str, dict[str, Any]]) -> list[Figure]:
@@ -215,7 +227,7 @@ def client_figures(results: Sequence[CaseResult], configurations: dict[str, dict
         shape = f"{case.calls}x{case.fragments}"
         figures.append(
             Figure(
-                key=f"{case.protocol}_stream_{shape}",
+                key=figure_key(case),
                 label=case_label(case, result.events),
                 unit="x",
                 value=etf["ratio"],
@@ -243,17 +255,17 @@ def client_figures(results: Sequence[CaseResult], configurations: dict[str, dict
                 },
             )
         )
-        figures.append(_versus_peers(case, shape, etf["ratio"], peers))
+        figures.append(_versus_peers(case, etf["ratio"], peers))
     return figures
 
 
-def _versus_peers(case: Case, shape: str, ratio: float, peers: dict[str, dict[str, Any]]) -> Figure:
+def _versus_peers(case: Case, ratio: float, peers: dict[str, dict[str, Any]]) -> Figure:
     """etf-otel's ratio against the cheapest peer that instruments this API (no target when none was measured)."""
     measured = {key: peer["ratio"] for key, peer in peers.items() if isinstance(peer.get("ratio"), float)}
     cheapest = min(measured, key=measured.__getitem__, default=None)
     name = CONFIGS[cheapest].label if cheapest else "none measured"
     return Figure(
-        key=f"{case.protocol}_stream_{shape}_vs_peers",
+        key=f"{figure_key(case)}_vs_peers",
         label=f"  etf-otel vs the cheapest peer: {name}",
         unit="x",
         value=ratio,
@@ -651,8 +663,11 @@ def print_clients_table(clients: dict[str, Any]) -> None:
     table = Table(title="clients end to end: instrumented / bare client of the same venv (median; IQR; spans)")
     table.add_column("configuration")
     for case in cases.values():
-        name = {"chat": "Chat", "responses": "Responses", "anthropic": "Anthropic"}[case["protocol"]]
-        table.add_column(f"{name}\n{case['calls']}x{case['fragments']}", justify="right")
+        name = {"chat": "Chat", "responses": "Responses", "anthropic": "Anthropic", "gemini": "Gemini"}[
+            case["protocol"]
+        ]
+        shape = f"{case['calls']}x{case['fragments']}" if case["fragments"] else f"body, {case['calls']}"
+        table.add_column(f"{name}\n{shape}", justify="right")
     for key, configuration in clients["configurations"].items():
         versions = configuration["versions"]
         shown = [f"{name} {versions[name]}" for name in CONFIGS[key].distributions if name in versions]
@@ -670,8 +685,8 @@ def print_clients_table(clients: dict[str, Any]) -> None:
 
 
 CLIENT_ROUNDS: dict[str, dict[str, Any]] = {
-    "quick": {"rounds": {"4x50": 3, "2x5": 3}, "batch_seconds": 0.01},
-    "full": {"rounds": {"4x50": 50, "2x5": 80}, "batch_seconds": 0.04},
+    "quick": {"rounds": {"4x50": 3, "2x5": 3, "2x0": 3}, "batch_seconds": 0.01},
+    "full": {"rounds": {"4x50": 50, "2x5": 80, "2x0": 80}, "batch_seconds": 0.04},
 }
 SECTIONS = ("clients", "observer", "assembler", "memory")
 
@@ -693,7 +708,7 @@ def run(quick: bool, only: Sequence[str] = SECTIONS) -> tuple[list[Figure], dict
         sections[name] = round(time.perf_counter() - begun, 2)
 
     def measure_clients() -> list[Figure]:
-        cases = [Case(protocol, *shape) for protocol in PROTOCOLS for shape in ((4, 50), (2, 5))]
+        cases = [Case(protocol, *shape) for protocol in ALL_PROTOCOLS for shape in ((4, 50), (2, 5), (2, 0))]
         results, configurations = bench_clients(cases, **CLIENT_ROUNDS["quick" if quick else "full"])
         clients["configurations"] = configurations
         clients["cases"] = {result.case.key: result.as_dict() for result in results}

@@ -32,7 +32,10 @@ PEERS_VENV_VARIABLE = "ETF_BENCH_PEERS_VENV"
 
 
 def peers_venv() -> Path:
-    """The peers' venv: ``$ETF_BENCH_PEERS_VENV``, else ``.bench-venv`` in the repository."""
+    """The peers' venv: ``$ETF_BENCH_PEERS_VENV``, else ``.bench-venv`` in the repository.
+
+    OpenTelemetry google-genai's venv is ``otel-genai`` inside it (scripts/install-bench-peers).
+    """
     return Path(os.environ.get(PEERS_VENV_VARIABLE) or ROOT / ".bench-venv")
 
 
@@ -43,13 +46,17 @@ class Worker:
         self.config = config
         self.status = "starting"
         self.error = ""
-        self.python = sys.executable if config.venv == "project" else str(peers_venv() / "bin" / "python")
+        self.python = {
+            "project": sys.executable,
+            "peers": str(peers_venv() / "bin" / "python"),
+            "otel_genai": str(peers_venv() / "otel-genai" / "bin" / "python"),
+        }[config.venv]
         self.ready: dict[str, Any] = {}
         self._process: subprocess.Popen[str] | None = None
         self._stderr = tempfile.TemporaryFile(mode="w+")
         if not Path(self.python).exists():
             self.status = "not installed"
-            self.error = f"no peers' venv at {peers_venv()} (scripts/install-bench-peers installs it)"
+            self.error = f"no {self.python} (scripts/install-bench-peers installs the peers' venvs)"
             return
         self._process = subprocess.Popen(
             [self.python, str(WORKER), config.key, *(case.key for case in cases)],
@@ -218,4 +225,6 @@ def bench_clients(
 
 
 def case_label(case: Case, events: int) -> str:
+    if not case.streamed:
+        return f"{PROTOCOL_LABELS[case.protocol]} body (not streamed), {case.calls} calls"
     return f"{PROTOCOL_LABELS[case.protocol]} stream, {case.calls} calls x {case.fragments} fragments ({events} events)"

@@ -18,9 +18,16 @@ inside the client's loop runs colder than in a tight loop, so the wall-clock sha
 instructions is larger (about 1.5-3x here); the ratios below are a lower bound of the wall-clock
 ones, and an instruction saved is a change that is real whatever the noise.
 
-Run: ``python benchmarks/overhead_instructions.py [--quick] [--json] [--jobs N]`` (needs Debian's
-``valgrind``; ``scripts/test`` installs it). About 10 minutes on 2 cores; ``--quick`` counts one
-case of two configurations with a few responses (a smoke run).
+Cases (``--cases``, benchmarks/overhead_streams.py builds them): for each of the four protocols
+(``chat``, ``responses``, ``anthropic``, ``gemini``) a stream of 4 calls x 50 argument fragments
+(``gemini:4:50``) and one of 2 calls x 5 (``gemini:2:5``), both through the client's streaming
+call; and a whole body with 2 calls read with the non-streaming call (``gemini:2:0``: 0 fragments
+means not streamed), where the floor emits its spans when the call returns and the tracker reads
+each call's id and arguments once.
+
+Run: ``python benchmarks/overhead_instructions.py [--quick] [--json] [--jobs N] [--cases ...]``
+(needs Debian's ``valgrind``; ``scripts/test`` installs it). About 20 minutes on 2 cores;
+``--quick`` counts one case of two configurations with a few responses (a smoke run).
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from overhead_streams import ALL_PROTOCOLS  # type: ignore[import-not-found]  # noqa: E402
+
 CONFIGURATIONS = ("bare", "floor", "tracker", "etf_otel")
 LABELS = {
     "bare": "bare client, instructions per response",
@@ -44,9 +54,13 @@ LABELS = {
     "tracker": "floor + identity tracking per index",
     "etf_otel": "etf-otel",
 }
-CASES = ("chat:4:50", "chat:2:5", "responses:4:50", "responses:2:5", "anthropic:4:50", "anthropic:2:5")
-RESPONSES = {"4x50": 10, "2x5": 30}
-MARGIN_OVER_FLOOR = {"4x50": 0.01, "2x5": 0.025}
+STREAMED = tuple(f"{protocol}:{shape}" for protocol in ALL_PROTOCOLS for shape in ("4:50", "2:5"))
+BODIES = tuple(f"{protocol}:2:0" for protocol in ALL_PROTOCOLS)
+"""A whole body with 2 calls, read with the non-streaming call (overhead_streams.py: 0 fragments)."""
+CASES = STREAMED + BODIES
+RESPONSES = {"4x50": 10, "2x5": 30, "2x0": 30}
+MARGIN_OVER_FLOOR = {"4x50": 0.01, "2x5": 0.025, "2x0": 0.025}
+"""Issue 31's margins; it names none for bodies: a 2-call body is held to the 2-call stream's."""
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 _COUNTED_FUNCTION = "functools_reduce"
 """CPython's C function behind ``functools.reduce``: callgrind counts only while it runs."""
@@ -57,7 +71,6 @@ def child(configuration: str, case_key: str, responses: int) -> None:
     import functools
     import logging
 
-    sys.path.insert(0, str(HERE))
     from overhead_streams import Case, consumer  # type: ignore[import-not-found]
     from overhead_worker import INSTRUMENT, Providers  # type: ignore[import-not-found]
 
@@ -137,7 +150,7 @@ def print_table(results: dict[str, Any]) -> None:
     table = Table(title="instructions per response (callgrind): instrumented / bare client")
     table.add_column("configuration")
     for key in results:
-        table.add_column(key, justify="right")
+        table.add_column(key.replace("_2x0", " body 2") if key.endswith("_2x0") else key, justify="right")
     configurations = list(next(iter(results.values()))["ratios"])
     for configuration in configurations:
         cells = []
@@ -154,7 +167,7 @@ def print_table(results: dict[str, Any]) -> None:
                 *(f"+{result['above_floor'][configuration]:.3f}" for result in results.values()),
             )
     if "floor" in configurations:
-        table.add_row("issue 20's margin over the floor", *(f"{r['margin_over_floor']}" for r in results.values()))
+        table.add_row("issue 31's margin over the floor", *(f"{r['margin_over_floor']}" for r in results.values()))
     console = Console()
     (console if console.is_terminal else Console(width=160)).print(table)
 

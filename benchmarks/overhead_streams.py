@@ -1,7 +1,8 @@
-"""The streamed responses the overhead benchmark consumes: three wire protocols, real clients, in memory.
+"""The responses the overhead benchmark consumes: four wire protocols, real clients, in memory.
 
-Each response has ``calls`` tool calls whose arguments arrive in ``fragments`` pieces, as the
-providers stream them, encoded as the SSE body the provider would send:
+A case is ``protocol:calls:fragments``. With ``fragments`` > 0 the response is streamed: it has
+``calls`` tool calls whose arguments arrive in ``fragments`` pieces, as the providers stream
+them, encoded as the SSE body the provider would send:
 
 * ``chat``: OpenAI Chat Completions chunks (``data:`` lines, then ``[DONE]``);
 * ``responses``: OpenAI Responses events (``response.created``, ``response.in_progress``, per
@@ -9,16 +10,36 @@ providers stream them, encoded as the SSE body the provider would send:
   ``output_item.done``, then ``response.completed`` carrying the whole output and usage);
 * ``anthropic``: Anthropic Messages events (``message_start``, per call a ``tool_use`` block:
   start, the ``""`` delta the API sends first, the ``input_json_delta`` pieces, stop; then
-  ``message_delta`` and ``message_stop``).
+  ``message_delta`` and ``message_stop``);
+* ``gemini``: Vertex AI ``streamGenerateContent?alt=sse`` chunks with streamed function-call
+  arguments (``toolConfig.functionCallingConfig.streamFunctionCallArguments``, which the request
+  sets). Only there do a call's arguments arrive in pieces: the Developer API sends every call
+  whole, ``args`` and all, in one part (N calls x M fragments does not exist on it). Per call: a
+  head part (``name``, ``willContinue: true``), then ``fragments`` chunks of one ``partialArgs``
+  leaf each (``jsonPath`` and a typed value; every scalar of the arguments is one leaf, a string
+  streamed in several pieces says ``willContinue: true`` on all but its last, and the pieces a
+  shape asks for beyond one per scalar go to the ``pad`` string), then the empty
+  ``functionCall: {}`` that closes the call, as recorded Vertex streams do
+  (examples/recordings/gemini-vertex-partial-args.jsonl); last, a chunk with ``finishReason:
+  STOP`` and the usage. No ids: Vertex sends none.
 
-The real ``openai`` and ``anthropic`` clients read those bytes through ``httpx2.MockTransport``.
-Every request carries the same tools and a two-message conversation, as a tool-calling request
-does. Shared by benchmarks/overhead.py and its worker processes (benchmarks/overhead_worker.py),
-which may run in the peers' venv: this module imports the clients only (no etf_otel, no tests).
+With ``fragments`` == 0 the response is not streamed: one JSON body with every call whole (a
+``chat.completion``, a Responses ``response``, an Anthropic ``message``, a Gemini Developer API
+``GenerateContentResponse`` whose calls carry ids, as Gemini 3 models send them), read with the
+non-streaming call.
+
+The real ``openai``, ``anthropic`` and ``google-genai`` clients read those bytes through
+``httpx2.MockTransport`` (google-genai takes the ``httpx2.Client`` through
+``HttpOptions(httpx_client=...)``): no network, no socket. Every request carries the same tools
+and a two-message conversation (a system instruction and a user message), as a tool-calling
+request does. Shared by benchmarks/overhead.py and its worker processes
+(benchmarks/overhead_worker.py), which may run in the peers' venvs: this module imports the
+clients only (no etf_otel, no tests).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,12 +48,17 @@ from typing import Any
 import anthropic
 import httpx2
 import openai
+from google import genai
+from google.genai import types as genai_types
 
 PROTOCOLS = ("chat", "responses", "anthropic")
+"""The protocols of the ``openai`` and ``anthropic`` clients (benchmarks/overhead_stages.py times these)."""
+ALL_PROTOCOLS = (*PROTOCOLS, "gemini")
 PROTOCOL_LABELS = {
     "chat": "openai Chat Completions",
     "responses": "openai Responses",
     "anthropic": "anthropic Messages",
+    "gemini": "google-genai Gemini",
 }
 
 TOOLS = (
@@ -58,6 +84,11 @@ class Case:
     @property
     def key(self) -> str:
         return f"{self.protocol}_{self.calls}x{self.fragments}"
+
+    @property
+    def streamed(self) -> bool:
+        """A streamed response; 0 fragments is a whole body read with the non-streaming call."""
+        return self.fragments > 0
 
     @classmethod
     def parse(cls, key: str) -> Case:
@@ -216,6 +247,133 @@ def anthropic_events(calls: int, fragments: int) -> list[dict[str, Any]]:
     return events
 
 
+# --- Gemini (Vertex AI, streamed function-call arguments) -------------------------------------
+
+GEMINI_BASE = {"modelVersion": MODEL, "responseId": "bench-response"}
+
+
+def _leaves(value: Any, path: str = "$") -> list[tuple[str, Any]]:
+    """The scalars of a JSON value, in order, with their JSON paths (``$.a.b[0]``)."""
+    if isinstance(value, dict):
+        return [leaf for key, item in value.items() for leaf in _leaves(item, f"{path}.{key}")]
+    if isinstance(value, list):
+        return [leaf for index, item in enumerate(value) for leaf in _leaves(item, f"{path}[{index}]")]
+    return [(path, value)]
+
+
+def _partial_arg(path: str, value: Any, more: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"jsonPath": path}
+    if isinstance(value, bool):
+        entry["boolValue"] = value
+    elif isinstance(value, int | float):
+        entry["numberValue"] = value
+    elif value is None:
+        entry["nullValue"] = "NULL_VALUE"
+    else:
+        entry["stringValue"] = value
+    if more:
+        entry["willContinue"] = True
+    return entry
+
+
+def gemini_partial_args(position: int, fragments: int) -> tuple[str, list[dict[str, Any]]]:
+    """``(name, entries)`` of call ``position``: its arguments as ``fragments`` ``partialArgs`` leaves.
+
+    One entry per scalar; the pieces beyond those are the ``pad`` string's (the last leaf).
+    """
+    name, arguments, _ = call_arguments(position, fragments)
+    leaves = _leaves(json.loads(arguments))
+    if fragments < len(leaves):
+        raise ValueError(f"{name}: {len(leaves)} leaves need at least as many fragments, not {fragments}")
+    *firsts, (pad_path, pad) = leaves
+    entries = [_partial_arg(path, value, False) for path, value in firsts]
+    pieces = _pieces(pad, fragments - len(firsts))
+    entries.extend(_partial_arg(pad_path, piece, n < len(pieces) - 1) for n, piece in enumerate(pieces))
+    return name, entries
+
+
+def _gemini_chunk(part: dict[str, Any], **candidate: Any) -> dict[str, Any]:
+    return {"candidates": [{"content": {"role": "model", "parts": [part]}, **candidate}], **GEMINI_BASE}
+
+
+def gemini_chunks(calls: int, fragments: int) -> list[dict[str, Any]]:
+    """One Vertex AI stream with ``calls`` function calls, each streamed as ``fragments`` ``partialArgs``."""
+    out = []
+    for position in range(calls):
+        name, entries = gemini_partial_args(position, fragments)
+        out.append(_gemini_chunk({"functionCall": {"name": name, "willContinue": True}}))
+        out.extend(_gemini_chunk({"functionCall": {"partialArgs": [entry], "willContinue": True}}) for entry in entries)
+        out.append(_gemini_chunk({"functionCall": {}}))
+    usage = {"promptTokenCount": 120, "candidatesTokenCount": 60 * calls, "totalTokenCount": 120 + 60 * calls}
+    out.append({**_gemini_chunk({"text": ""}, finishReason="STOP"), "usageMetadata": usage})
+    return out
+
+
+# --- whole bodies (not streamed) --------------------------------------------------------------
+
+
+def _tools(calls: int) -> list[tuple[int, tuple[str, str]]]:
+    """``(position, (name, arguments))`` of each call of a body."""
+    return [(n, TOOLS[n % len(TOOLS)]) for n in range(calls)]
+
+
+def chat_body(calls: int) -> dict[str, Any]:
+    """A ``chat.completion`` with ``calls`` tool calls, arguments whole."""
+    tool_calls = [
+        {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": arguments}}
+        for n, (name, arguments) in _tools(calls)
+    ]
+    message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
+    usage = {"prompt_tokens": 120, "completion_tokens": 60 * calls, "total_tokens": 120 + 60 * calls}
+    choice = {"index": 0, "message": message, "finish_reason": "tool_calls", "logprobs": None}
+    return {**BASE, "id": "chatcmpl-@n@", "object": "chat.completion", "choices": [choice], "usage": usage}
+
+
+def responses_body(calls: int) -> dict[str, Any]:
+    """A completed Responses ``response`` with ``calls`` function calls."""
+    items = [_function_call(n, *TOOLS[n % len(TOOLS)], "completed") for n in range(calls)]
+    usage = {
+        "input_tokens": 120,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 60 * calls,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 120 + 60 * calls,
+    }
+    return {**_response("completed", items, usage), "id": "resp_@n@"}
+
+
+def anthropic_body(calls: int) -> dict[str, Any]:
+    """An Anthropic ``message`` with ``calls`` ``tool_use`` blocks."""
+    blocks = [
+        {"type": "tool_use", "id": f"toolu_{n}", "name": name, "input": json.loads(arguments)}
+        for n, (name, arguments) in _tools(calls)
+    ]
+    return {
+        "id": "msg_@n@",
+        "type": "message",
+        "role": "assistant",
+        "model": MODEL,
+        "content": blocks,
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 120, "output_tokens": 60 * calls},
+    }
+
+
+def gemini_body(calls: int) -> dict[str, Any]:
+    """A Developer API ``GenerateContentResponse`` with ``calls`` whole function calls, with ids."""
+    parts = [
+        {"functionCall": {"id": f"call_{n}", "name": name, "args": json.loads(arguments)}}
+        for n, (name, arguments) in _tools(calls)
+    ]
+    usage = {"promptTokenCount": 120, "candidatesTokenCount": 60 * calls, "totalTokenCount": 120 + 60 * calls}
+    candidate = {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
+    return {"candidates": [candidate], "usageMetadata": usage, **GEMINI_BASE, "responseId": "bench-@n@"}
+
+
+BODIES = {"chat": chat_body, "responses": responses_body, "anthropic": anthropic_body, "gemini": gemini_body}
+
+
 # --- the SSE bodies and the clients -----------------------------------------------------------
 
 
@@ -232,7 +390,9 @@ def sse_body(events: Sequence[dict[str, Any]], named: bool = False, done: bool =
 
 
 def case_body(case: Case) -> tuple[bytes, int]:
-    """The SSE body of ``case`` and its number of SSE events."""
+    """The body of ``case`` (SSE, or JSON when not streamed) and its number of events (1 for a body)."""
+    if not case.streamed:
+        return json.dumps(BODIES[case.protocol](case.calls), separators=(",", ":")).encode(), 1
     if case.protocol == "chat":
         chunks = response_chunks(case.calls, case.fragments)
         return sse_body(chunks), len(chunks) + 1
@@ -242,73 +402,140 @@ def case_body(case: Case) -> tuple[bytes, int]:
     if case.protocol == "anthropic":
         events = anthropic_events(case.calls, case.fragments)
         return sse_body(events, named=True, done=False), len(events)
+    if case.protocol == "gemini":
+        chunks = gemini_chunks(case.calls, case.fragments)
+        return sse_body(chunks, done=False), len(chunks)
     raise ValueError(f"unknown protocol {case.protocol!r}")
 
 
-def _transport(body: bytes) -> httpx2.MockTransport:
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
-    return httpx2.MockTransport(handler)
+RESPONSE_NUMBER = b"@n@"
+"""In a body's response id, replaced by a number of its own per request (see ``_transport``)."""
 
 
-def openai_client(body: bytes) -> openai.OpenAI:
+def _transport(body: bytes, streamed: bool = True) -> httpx2.MockTransport:
+    """Answers every request with ``body``; a body's response id is new on each (``RESPONSE_NUMBER``).
+
+    A peer keyed by response id (OpenLLMetry's Responses wrapper merges a body into the record of
+    an earlier response with the same id, and then emits no span) sees each body as the API
+    sends it: a response of its own.
+    """
+    if streamed:
+
+        def stream_handler(request: httpx2.Request) -> httpx2.Response:
+            return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+        return httpx2.MockTransport(stream_handler)
+    numbers = itertools.count()
+
+    def body_handler(request: httpx2.Request) -> httpx2.Response:
+        content = body.replace(RESPONSE_NUMBER, str(next(numbers)).encode())
+        return httpx2.Response(200, headers={"content-type": "application/json"}, content=content)
+
+    return httpx2.MockTransport(body_handler)
+
+
+def openai_client(body: bytes, streamed: bool = True) -> openai.OpenAI:
     """The real client over an in-memory transport that answers every request with ``body``."""
-    http_client = openai.DefaultHttpxClient(transport=_transport(body))
+    http_client = openai.DefaultHttpxClient(transport=_transport(body, streamed))
     return openai.OpenAI(api_key="x", base_url="http://bench.local/v1", http_client=http_client, max_retries=0)
 
 
-def anthropic_client(body: bytes) -> anthropic.Anthropic:
+def anthropic_client(body: bytes, streamed: bool = True) -> anthropic.Anthropic:
     """The real client over an in-memory transport that answers every request with ``body``."""
-    http_client = anthropic.DefaultHttpxClient(transport=_transport(body))
+    http_client = anthropic.DefaultHttpxClient(transport=_transport(body, streamed))
     return anthropic.Anthropic(api_key="x", base_url="http://bench.local", http_client=http_client, max_retries=0)
+
+
+def genai_client(body: bytes, streamed: bool = True) -> genai.Client:
+    """The real client over an in-memory transport: Vertex AI (express mode) streamed, the Developer API not."""
+    options = genai_types.HttpOptions(
+        httpx_client=httpx2.Client(transport=_transport(body, streamed)), base_url="http://bench.local/"
+    )
+    return genai.Client(vertexai=streamed, api_key="x", http_options=options)
 
 
 MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
 CHAT_TOOLS = [{"type": "function", "function": {"name": name, "parameters": SCHEMA}} for name, _ in TOOLS]
 RESPONSES_TOOLS = [{"type": "function", "name": name, "parameters": SCHEMA, "strict": False} for name, _ in TOOLS]
 ANTHROPIC_TOOLS = [{"name": name, "input_schema": SCHEMA} for name, _ in TOOLS]
+GEMINI_CONTENTS = [{"role": "user", "parts": [{"text": QUESTION}]}]
+
+
+def gemini_config(streamed: bool) -> genai_types.GenerateContentConfig:
+    """The request's system instruction and tools (declarations, not callables: no automatic
+    function calling); streamed, the Vertex setting that streams the calls' arguments."""
+    declarations = [genai_types.FunctionDeclaration(name=name, parameters_json_schema=SCHEMA) for name, _ in TOOLS]
+    calling = genai_types.FunctionCallingConfig(stream_function_call_arguments=True if streamed else None)
+    return genai_types.GenerateContentConfig(
+        system_instruction=SYSTEM,
+        tools=[genai_types.Tool(function_declarations=declarations)],
+        tool_config=genai_types.ToolConfig(function_calling_config=calling),
+    )
 
 
 def consumer(case: Case) -> Callable[[], int]:
-    """A function that makes one streamed request of ``case`` through the real client and reads it all."""
+    """A function that makes one request of ``case`` through the real client and reads it all.
+
+    Streamed: it iterates the stream and returns the number of events. Not streamed: it makes the
+    non-streaming call and returns the number of tool calls the client parsed.
+    """
     body, _ = case_body(case)
+    streamed = case.streamed
+    stream: dict[str, Any] = {"stream": True} if streamed else {}  # a body's request says nothing of streams
     if case.protocol == "chat":
-        chat = openai_client(body).chat.completions
+        chat = openai_client(body, streamed).chat.completions
 
         def consume_chat() -> int:
-            stream = chat.create(model=MODEL, messages=MESSAGES, tools=CHAT_TOOLS, stream=True)  # type: ignore[arg-type]
-            return sum(1 for _ in stream)
+            response = chat.create(model=MODEL, messages=MESSAGES, tools=CHAT_TOOLS, **stream)  # type: ignore[arg-type]
+            if streamed:
+                return sum(1 for _ in response)
+            return len(response.choices[0].message.tool_calls or ())
 
         return consume_chat
     if case.protocol == "responses":
-        responses = openai_client(body).responses
+        responses = openai_client(body, streamed).responses
         conversation = [{"role": "user", "content": QUESTION}]
 
         def consume_responses() -> int:
-            stream = responses.create(
+            response = responses.create(
                 model=MODEL,
                 instructions=SYSTEM,
                 input=conversation,  # type: ignore[arg-type]
                 tools=RESPONSES_TOOLS,  # type: ignore[arg-type]
-                stream=True,
+                **stream,
             )
-            return sum(1 for _ in stream)
+            if streamed:
+                return sum(1 for _ in response)
+            return len(response.output)
 
         return consume_responses
-    messages = anthropic_client(body).messages
+    if case.protocol == "gemini":
+        models = genai_client(body, streamed).models
+        config = gemini_config(streamed)
+
+        def consume_gemini() -> int:
+            if streamed:
+                chunks = models.generate_content_stream(model=MODEL, contents=GEMINI_CONTENTS, config=config)  # type: ignore[arg-type]
+                return sum(1 for _ in chunks)
+            response = models.generate_content(model=MODEL, contents=GEMINI_CONTENTS, config=config)  # type: ignore[arg-type]
+            return len(response.function_calls or ())
+
+        return consume_gemini
+    messages = anthropic_client(body, streamed).messages
     user = [{"role": "user", "content": QUESTION}]
 
     def consume_anthropic() -> int:
-        stream = messages.create(
+        response = messages.create(
             model=MODEL,
             max_tokens=1024,
             system=SYSTEM,
             messages=user,  # type: ignore[arg-type]
             tools=ANTHROPIC_TOOLS,  # type: ignore[arg-type]
-            stream=True,
+            **stream,
         )
-        return sum(1 for _ in stream)
+        if streamed:
+            return sum(1 for _ in response)
+        return len(response.content)
 
     return consume_anthropic
 

@@ -14,9 +14,10 @@ in the same conditions and only one of them runs at any moment:
   it after another process ran), then N responses back to back, and answers ``{"seconds": s}``
   (per response); an empty line or end of input ends the worker.
 
-A peer worker runs with the Python of the peers' venv (scripts/install-bench-peers): this
+A peer worker runs with the Python of a peers' venv (scripts/install-bench-peers: the peers' venv,
+and beside it OpenTelemetry google-genai's, whose util-genai the other peers cannot share): this
 module imports only the clients, the OpenTelemetry SDK and the peer it is asked for; etf_otel
-only for the etf-otel and floor configurations, in the project's venv.
+only for the etf-otel, floor and tracker configurations, in the project's venv.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind
-from overhead_streams import PROTOCOLS, Case, consumer  # type: ignore[import-not-found]
+from overhead_streams import ALL_PROTOCOLS, Case, consumer  # type: ignore[import-not-found]
 
 # --- the configurations -----------------------------------------------------------------------
 
@@ -48,7 +49,7 @@ class Config:
 
     key: str
     label: str
-    venv: str  # "project" (the benchmark's own interpreter) or "peers" (scripts/install-bench-peers)
+    venv: str  # "project" (the benchmark's interpreter), "peers" or "otel_genai" (scripts/install-bench-peers)
     protocols: tuple[str, ...]
     distributions: tuple[str, ...] = ()
     peer: bool = True
@@ -56,16 +57,16 @@ class Config:
     @property
     def bare(self) -> str:
         """The bare configuration of the same venv: this one's ratios are read against it."""
-        return "bare" if self.venv == "project" else "bare_peers"
+        return {"project": "bare", "peers": "bare_peers", "otel_genai": "bare_otel_genai"}[self.venv]
 
 
 CONFIGS = {
     config.key: config
     for config in (
-        Config("bare", "bare client", "project", PROTOCOLS, peer=False),
-        Config("floor", "floor: etf-otel's spans, only", "project", PROTOCOLS, ("etf-otel",), peer=False),
-        Config("tracker", "floor + identity tracking per index", "project", PROTOCOLS, ("etf-otel",), peer=False),
-        Config("etf_otel", "etf-otel", "project", PROTOCOLS, ("etf-otel",), peer=False),
+        Config("bare", "bare client", "project", ALL_PROTOCOLS, peer=False),
+        Config("floor", "floor: etf-otel's spans, only", "project", ALL_PROTOCOLS, ("etf-otel",), peer=False),
+        Config("tracker", "floor + identity tracking per index", "project", ALL_PROTOCOLS, ("etf-otel",), peer=False),
+        Config("etf_otel", "etf-otel", "project", ALL_PROTOCOLS, ("etf-otel",), peer=False),
         Config(
             "otel_genai_openai",
             "OpenTelemetry genai-openai (its successor)",
@@ -73,7 +74,7 @@ CONFIGS = {
             ("chat", "responses"),
             ("opentelemetry-instrumentation-genai-openai", "opentelemetry-util-genai"),
         ),
-        Config("bare_peers", "bare client, peers' venv", "peers", PROTOCOLS, peer=False),
+        Config("bare_peers", "bare client, peers' venv", "peers", ALL_PROTOCOLS, peer=False),
         Config(
             "otel_openai_v2",
             "OpenTelemetry openai-v2 (deprecated)",
@@ -85,15 +86,33 @@ CONFIGS = {
             "openinference",
             "OpenInference (Arize)",
             "peers",
-            PROTOCOLS,
-            ("openinference-instrumentation-openai", "openinference-instrumentation-anthropic"),
+            ALL_PROTOCOLS,
+            (
+                "openinference-instrumentation-openai",
+                "openinference-instrumentation-anthropic",
+                "openinference-instrumentation-google-genai",
+            ),
         ),
         Config(
             "openllmetry",
             "OpenLLMetry (Traceloop)",
             "peers",
-            PROTOCOLS,
-            ("opentelemetry-instrumentation-openai", "opentelemetry-instrumentation-anthropic"),
+            ALL_PROTOCOLS,
+            (
+                "opentelemetry-instrumentation-openai",
+                "opentelemetry-instrumentation-anthropic",
+                "opentelemetry-instrumentation-google-generativeai",
+            ),
+        ),
+        Config(
+            "bare_otel_genai", "bare client, OpenTelemetry google-genai's venv", "otel_genai", ("gemini",), peer=False
+        ),
+        Config(
+            "otel_google_genai",
+            "OpenTelemetry google-genai",
+            "otel_genai",
+            ("gemini",),
+            ("opentelemetry-instrumentation-google-genai", "opentelemetry-util-genai"),
         ),
     )
 }
@@ -143,11 +162,16 @@ class Providers:
 # --- instrumenting ----------------------------------------------------------------------------
 
 
-def instrument_etf_otel(providers: Providers, cases: Sequence[Case]) -> None:
+def _etf_otel_instrumentor(protocol: str) -> Any:
     from etf_otel.integrations.anthropic._instrumentor import AnthropicInstrumentor
+    from etf_otel.integrations.google_genai._instrumentor import GoogleGenAIInstrumentor
     from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor
 
-    for instrumentor in (OpenAIInstrumentor(), AnthropicInstrumentor()):
+    return {"anthropic": AnthropicInstrumentor, "gemini": GoogleGenAIInstrumentor}.get(protocol, OpenAIInstrumentor)()
+
+
+def instrument_etf_otel(providers: Providers, cases: Sequence[Case]) -> None:
+    for instrumentor in map(_etf_otel_instrumentor, ("chat", "anthropic", "gemini")):
         instrumentor.instrument(tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider)
 
 
@@ -165,28 +189,43 @@ def instrument_otel_genai_openai(providers: Providers, cases: Sequence[Case]) ->
 
 def instrument_openinference(providers: Providers, cases: Sequence[Case]) -> None:
     from openinference.instrumentation.anthropic import AnthropicInstrumentor
+    from openinference.instrumentation.google_genai import GoogleGenAIInstrumentor
     from openinference.instrumentation.openai import OpenAIInstrumentor
 
-    OpenAIInstrumentor().instrument(tracer_provider=providers.tracer_provider)  # no metrics
-    AnthropicInstrumentor().instrument(tracer_provider=providers.tracer_provider)
+    for instrumentor in (OpenAIInstrumentor(), AnthropicInstrumentor(), GoogleGenAIInstrumentor()):
+        instrumentor.instrument(tracer_provider=providers.tracer_provider)  # no metrics
 
 
 def instrument_openllmetry(providers: Providers, cases: Sequence[Case]) -> None:
     from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor
+    from opentelemetry.instrumentation.google_generativeai import GoogleGenerativeAiInstrumentor
     from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
-    for instrumentor in (OpenAIInstrumentor(), AnthropicInstrumentor()):
+    for instrumentor in (OpenAIInstrumentor(), AnthropicInstrumentor(), GoogleGenerativeAiInstrumentor()):
         instrumentor.instrument(tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider)
 
 
-class Floor:
-    """The floor: wrappers of the three ``create`` methods that emit, when the stream ends, the
-    very spans etf-otel emits for that response (names, attributes, parent), and do nothing else.
+def instrument_otel_google_genai(providers: Providers, cases: Sequence[Case]) -> None:
+    from opentelemetry.instrumentation.google_genai import GoogleGenAiSdkInstrumentor
 
-    The spans are captured once, at start, from etf-otel itself (through an in-memory exporter;
-    etf-otel is then uninstrumented): what docs/telemetry.md asks for, with the attributes
-    etf-otel sets, per protocol. No identity rules, no metrics, no linkage. No instrumentation
-    that records those spans with the SDK can cost less; etf-otel's ratio is read against it.
+    # Its metadata asks for google-genai < 3; without skip_dep_check it would decline to instrument 3.x.
+    GoogleGenAiSdkInstrumentor().instrument(
+        tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider, skip_dep_check=True
+    )
+
+
+class Floor:
+    """The floor: wrappers of the clients' request methods that emit, when the response has been
+    read, the very spans etf-otel emits for that response (names, attributes, parent), and do
+    nothing else.
+
+    Wrapped: the three ``create`` methods (``stream=True`` or not) and google-genai's
+    ``Models.generate_content_stream`` and ``Models.generate_content``. A stream's spans are
+    emitted when it ends, a body's when the call returns. The spans are captured once, at start,
+    from etf-otel itself (through an in-memory exporter; etf-otel is then uninstrumented): what
+    docs/telemetry.md asks for, with the attributes etf-otel sets, per protocol and shape. No
+    identity rules, no metrics, no linkage. No instrumentation that records those spans with the
+    SDK can cost less; etf-otel's ratio is read against it.
     """
 
     def __init__(self, providers: Providers, cases: Sequence[Case]) -> None:
@@ -204,14 +243,11 @@ class Floor:
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-        from etf_otel.integrations.anthropic._instrumentor import AnthropicInstrumentor
-        from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor
-
         exporter = InMemorySpanExporter()
         tracer_provider = TracerProvider()
         tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
         meter_provider = MeterProvider()
-        instrumentor = AnthropicInstrumentor() if case.protocol == "anthropic" else OpenAIInstrumentor()
+        instrumentor = _etf_otel_instrumentor(case.protocol)
         instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
         try:
             consumer(case)()
@@ -236,6 +272,12 @@ class Floor:
         response.end(end_time=now)
 
     def _create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        """openai's and anthropic's ``create``: a stream when the request says ``stream=True``."""
+        if kwargs.get("stream") is True:
+            return self._stream(wrapped, instance, args, kwargs)
+        return self._body(wrapped, instance, args, kwargs)
+
+    def _stream(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         started = time.time_ns()
 
         def observed(stream: Any) -> Any:
@@ -244,30 +286,41 @@ class Floor:
 
         return observed(wrapped(*args, **kwargs))
 
+    def _body(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        started = time.time_ns()
+        body = wrapped(*args, **kwargs)
+        self._emit(started)
+        return body
+
     def _wrap(self) -> None:
         import wrapt
 
-        for module, name in (
-            ("openai.resources.chat.completions", "Completions.create"),
-            ("openai.resources.responses.responses", "Responses.create"),
-            ("anthropic.resources.messages.messages", "Messages.create"),
+        for module, name, wrapper in (
+            ("openai.resources.chat.completions", "Completions.create", self._create),
+            ("openai.resources.responses.responses", "Responses.create", self._create),
+            ("anthropic.resources.messages.messages", "Messages.create", self._create),
+            ("google.genai.models", "Models.generate_content_stream", self._stream),
+            ("google.genai.models", "Models.generate_content", self._body),
         ):
-            wrapt.wrap_function_wrapper(module, name, self._create)
+            wrapt.wrap_function_wrapper(module, name, wrapper)
 
 
 class Tracker(Floor):
     """The floor plus identity tracking per index: issue 20's "minimal wrapper", measured.
 
     Per event it reads what identity tracking needs and nothing else: the slot key (Chat
-    ``(choice, index)``, Responses ``output_index``, Anthropic block ``index``), the first id of
-    each slot (a later different one only counted) and the argument pieces appended to a list;
-    when the stream ends, the floor's spans. No diagnostics, no validation, no linkage, no
-    metrics, no finish or end rules. Any implementation of the identity rules does at least
-    this per event, so its ratio says how much of the floor targets per-event tracking alone
-    leaves (a reference line, not a target).
+    ``(choice, index)``, Responses ``output_index``, Anthropic block ``index``, Gemini the call's
+    position in its candidate, which the wire does not carry: a part that opens a call takes the
+    next position, and the parts of a streamed call join it until one says no ``will_continue``),
+    the first id of each slot (a later different one only counted) and the argument pieces
+    appended to a list; when the stream ends, the floor's spans. On a body, each call's id and
+    arguments read once, then the spans. No diagnostics, no validation, no linkage, no metrics,
+    no finish or end rules. Any implementation of the identity rules does at least this, so its
+    ratio says how much of the floor targets per-event tracking alone leaves (a reference line,
+    not a target).
     """
 
-    def _create(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    def _stream(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         started = time.time_ns()
         track = _TRACKERS[type(instance).__name__]
 
@@ -279,6 +332,13 @@ class Tracker(Floor):
             self._emit(started)
 
         return observed(wrapped(*args, **kwargs))
+
+    def _body(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        started = time.time_ns()
+        body = wrapped(*args, **kwargs)
+        _BODY_READERS[type(instance).__name__](body)
+        self._emit(started)
+        return body
 
 
 def _track_chat(chunk: Any, slots: dict[Any, list[Any]]) -> None:
@@ -315,10 +375,76 @@ def _track_anthropic(event: Any, slots: dict[Any, list[Any]]) -> None:
         slots[event.index] = [event.content_block.id, [], 0]
 
 
+def _track_gemini(chunk: Any, slots: dict[Any, list[Any]]) -> None:
+    """``slots[candidate]``: the streamed call open in the candidate, then its calls in order (key: position)."""
+    for candidate in chunk.candidates or ():
+        content = candidate.content
+        if content is None:
+            continue
+        calls = slots.get(candidate.index or 0)
+        for part in content.parts or ():
+            call = part.function_call
+            if call is None:
+                continue
+            if calls is None:
+                calls = slots[candidate.index or 0] = [None]
+            slot = calls[0]
+            if slot is None:  # a head opens the candidate's next position
+                slot = [call.id, [call.partial_args or call.args], 0]
+                calls.append(slot)
+                if call.will_continue:
+                    calls[0] = slot
+                continue
+            if call.id and call.id != slot[0]:
+                if slot[0] is None:
+                    slot[0] = call.id
+                else:
+                    slot[2] += 1
+            if call.partial_args:
+                slot[1].append(call.partial_args)
+            if not call.will_continue:
+                calls[0] = None
+
+
 _TRACKERS: dict[str, Callable[[Any, dict[Any, list[Any]]], None]] = {
     "Completions": _track_chat,
     "Responses": _track_responses,
     "Messages": _track_anthropic,
+    "Models": _track_gemini,
+}
+
+
+def _read_chat(completion: Any) -> None:
+    for choice in completion.choices:
+        for call in choice.message.tool_calls or ():
+            _ = call.id, call.function.arguments
+
+
+def _read_responses(response: Any) -> None:
+    for item in response.output:
+        if item.type == "function_call":
+            _ = item.call_id, item.arguments
+
+
+def _read_anthropic(message: Any) -> None:
+    for block in message.content:
+        if block.type == "tool_use":
+            _ = block.id, block.input
+
+
+def _read_gemini(response: Any) -> None:
+    for candidate in response.candidates or ():
+        for part in candidate.content.parts or ():
+            call = part.function_call
+            if call is not None:
+                _ = call.id, call.args
+
+
+_BODY_READERS: dict[str, Callable[[Any], None]] = {
+    "Completions": _read_chat,
+    "Responses": _read_responses,
+    "Messages": _read_anthropic,
+    "Models": _read_gemini,
 }
 
 
@@ -332,6 +458,8 @@ INSTRUMENT: dict[str, Callable[[Providers, Sequence[Case]], object]] = {
     "otel_genai_openai": instrument_otel_genai_openai,
     "openinference": instrument_openinference,
     "openllmetry": instrument_openllmetry,
+    "bare_otel_genai": lambda providers, cases: None,
+    "otel_google_genai": instrument_otel_google_genai,
 }
 
 
@@ -340,7 +468,7 @@ INSTRUMENT: dict[str, Callable[[Providers, Sequence[Case]], object]] = {
 
 def versions(config: Config) -> dict[str, str]:
     out = {}
-    for name in ("openai", "anthropic", "opentelemetry-sdk", *config.distributions):
+    for name in ("openai", "anthropic", "google-genai", "opentelemetry-sdk", *config.distributions):
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:

@@ -3,7 +3,10 @@
 The peers' venv (scripts/install-bench-peers) is hidden from the first test, as CI has none: the
 peers it holds must then be reported "not installed" while the benchmark still runs. The second
 test smoke-tests the peers themselves, only when ``ETF_BENCH_PEERS_VENV`` names an installed venv
-(it starts eight worker processes: too slow to run by default on a shared machine).
+(it starts eleven worker processes: too slow to run by default on a shared machine). The last
+tests check what the benchmarks measure: every case's response is one etf-otel dispatches, a
+Gemini case streams each call's arguments in as many leaves as its shape says, and the tracker
+keys Gemini's calls by their position.
 """
 
 from __future__ import annotations
@@ -19,8 +22,12 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PROTOCOLS = ("chat", "responses", "anthropic")
-CLIENT_FIGURES = {f"{protocol}_stream_{shape}" for protocol in PROTOCOLS for shape in ("4x50", "2x5")}
+PROTOCOLS = ("chat", "responses", "anthropic", "gemini")
+STAGED_PROTOCOLS = PROTOCOLS[:3]  # overhead_stages.py times the openai and anthropic clients
+SHAPES = ("4x50", "2x5", "2x0")  # 2x0: a whole body, not streamed
+CLIENT_FIGURES = {f"{protocol}_stream_{shape}" for protocol in PROTOCOLS for shape in SHAPES[:2]} | {
+    f"{protocol}_body_2x0" for protocol in PROTOCOLS
+}
 VERSUS_PEERS = {f"{key}_vs_peers" for key in CLIENT_FIGURES}
 FIGURES = (
     CLIENT_FIGURES
@@ -34,7 +41,14 @@ FIGURES = (
         "memory_not_released_pct",
     }
 )
-PEERS_VENV_CONFIGS = {"bare_peers", "otel_openai_v2", "openinference", "openllmetry"}
+PEERS_VENV_CONFIGS = {
+    "bare_peers",
+    "otel_openai_v2",
+    "openinference",
+    "openllmetry",
+    "bare_otel_genai",
+    "otel_google_genai",
+}
 
 
 def run_overhead(*arguments: str, peers_venv: str) -> dict[str, Any]:
@@ -59,7 +73,7 @@ def is_number(value: object) -> bool:
 def check_cases(clients: dict[str, Any], measured: set[str]) -> None:
     """Every case lists every configuration; those in ``measured`` have a ratio where they instrument the API."""
     cases = clients["cases"]
-    assert set(cases) == {f"{protocol}_{shape}" for protocol in PROTOCOLS for shape in ("4x50", "2x5")}
+    assert set(cases) == {f"{protocol}_{shape}" for protocol in PROTOCOLS for shape in SHAPES}
     for key, case in cases.items():
         assert set(case["configurations"]) == set(clients["configurations"]), key
         for name, result in case["configurations"].items():
@@ -92,7 +106,8 @@ def test_overhead_quick_json_reports_every_figure(tmp_path: Path) -> None:
         margin = 0.01 if key.endswith("4x50") else 0.025  # issue 20: this far above the floor, at most
         assert figure["target"] == pytest.approx(figure["extra"]["floor"] + margin), key
         assert is_number(figure["extra"]["tracker_ratio"]), key  # issue 20's minimal wrapper, a reference line
-        tracker = document["clients"]["cases"][key.replace("_stream", "")]["configurations"]["tracker"]
+        case_key = key.replace("_stream", "").replace("_body", "")
+        tracker = document["clients"]["cases"][case_key]["configurations"]["tracker"]
         assert tracker["spans_per_response"] == figure["extra"]["spans_per_response"], key
         versus = document["figures"][f"{key}_vs_peers"]
         assert versus["value"] == figure["value"], key
@@ -124,7 +139,7 @@ def test_overhead_quick_json_reports_every_figure(tmp_path: Path) -> None:
 def test_overhead_quick_measures_the_peers() -> None:
     venv = str(Path(os.environ["ETF_BENCH_PEERS_VENV"]).resolve())
     document = run_overhead("--only", "clients", peers_venv=venv)
-    assert set(document["figures"]) == CLIENT_FIGURES
+    assert set(document["figures"]) == CLIENT_FIGURES | VERSUS_PEERS
     configurations = document["clients"]["configurations"]
     for name, configuration in configurations.items():
         assert configuration["status"] == "ok", (name, configuration)
@@ -148,7 +163,7 @@ def quick_json(script: str, timeout: int) -> dict[str, Any]:
 def test_stages_quick_json_accounts_for_every_stage() -> None:
     """``overhead_stages.py`` times every stage of every case; the stages and the rest add up to what etf-otel adds."""
     document = quick_json("overhead_stages.py", timeout=240)
-    assert set(document["cases"]) == {f"{protocol}_{shape}" for protocol in PROTOCOLS for shape in ("4x50", "2x5")}
+    assert set(document["cases"]) == {f"{protocol}_{shape}" for protocol in STAGED_PROTOCOLS for shape in SHAPES[:2]}
     for key, case in document["cases"].items():
         stages = case["stages_us"]
         # Each stage ran (a method renamed away from the timing table would read 0 here).
@@ -169,3 +184,66 @@ def test_instruction_counts_quick_json() -> None:
     assert set(counts) == {"bare", "etf_otel"}
     assert counts["bare"] > 1_000_000  # a client reading a response, not an empty loop
     assert 1.0 < case["ratios"]["etf_otel"] < 3.0  # the start of the process is subtracted, the rules are counted
+
+
+@pytest.fixture(scope="module")
+def benchmark_modules() -> Any:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import overhead_instructions
+        import overhead_streams
+        import overhead_worker
+
+        yield overhead_streams, overhead_worker, overhead_instructions
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_every_measured_response_is_one_etf_otel_dispatches(benchmark_modules: Any) -> None:
+    """The floor's spans, captured from etf-otel, say every case's response is whole and dispatchable.
+
+    A case etf-otel rejected would measure the cost of a rejection, not of the identity rules.
+    """
+    streams, worker, instructions = benchmark_modules
+    assert {key.split(":")[0] for key in instructions.CASES} == set(PROTOCOLS)
+    for key in instructions.CASES:
+        protocol, calls, fragments = key.split(":")
+        spans = worker.Floor._capture(streams.Case(protocol, int(calls), int(fragments)))
+        root = [attributes for _, attributes, is_root in spans if is_root]
+        assert len(root) == 1 and len(spans) == 1 + int(calls), key
+        assert root[0]["etf.stream.dispatchable"] is True, (key, root[0])
+        assert root[0]["etf.stream.slots"] == int(calls), key
+        assert root[0]["etf.response.streamed"] is (fragments != "0"), key
+
+
+def test_gemini_stream_streams_each_call_in_fragments_leaves(benchmark_modules: Any) -> None:
+    """A Gemini N x M case: per call a head, M ``partialArgs`` leaves that rebuild its arguments, a terminator."""
+    streams, _, _ = benchmark_modules
+    chunks = streams.gemini_chunks(2, 5)
+    assert len(chunks) == 2 * (5 + 2) + 1
+    for position in range(2):
+        name, arguments, _ = streams.call_arguments(position, 5)
+        parts = [chunk["candidates"][0]["content"]["parts"][0]["functionCall"] for chunk in chunks[position * 7 :][:7]]
+        assert parts[0] == {"name": name, "willContinue": True} and parts[-1] == {}
+        leaves = [entry for part in parts[1:-1] for entry in part["partialArgs"]]
+        assert len(leaves) == 5
+        rebuilt: dict[str, Any] = {}
+        for leaf in leaves:
+            path = leaf["jsonPath"]
+            value = next(leaf[k] for k in ("stringValue", "numberValue", "boolValue") if k in leaf)
+            rebuilt[path] = rebuilt.get(path, "") + value if isinstance(value, str) else value
+        assert rebuilt["$.pad"] == json.loads(arguments)["pad"]
+    assert chunks[-1]["candidates"][0]["finishReason"] == "STOP"
+
+
+def test_tracker_keys_gemini_calls_by_position_and_collects_their_pieces(benchmark_modules: Any) -> None:
+    """The tracker's Gemini slots: one per call, in order, each with its head and every leaf."""
+    streams, worker, _ = benchmark_modules
+    from google.genai import types
+
+    slots: dict[Any, list[Any]] = {}
+    for chunk in streams.gemini_chunks(4, 50):
+        worker._track_gemini(types.GenerateContentResponse.model_validate(chunk), slots)
+    open_call, *calls = slots[0]
+    assert open_call is None and len(calls) == 4
+    assert all(len(pieces) == 1 + 50 for _, pieces, _ in calls)
