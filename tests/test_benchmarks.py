@@ -184,6 +184,10 @@ def test_instruction_counts_quick_json() -> None:
     assert set(counts) == {"bare", "etf_otel"}
     assert counts["bare"] > 1_000_000  # a client reading a response, not an empty loop
     assert 1.0 < case["ratios"]["etf_otel"] < 3.0  # the start of the process is subtracted, the rules are counted
+    body = document["cases"]["anthropic_2x0"]  # counted in the same process, from the next dump
+    assert set(body["instructions_per_response"]) == {"bare", "etf_otel"}
+    assert 1_000_000 < body["instructions_per_response"]["bare"] < counts["bare"]  # no SSE parsing: fewer
+    assert 1.0 < body["ratios"]["etf_otel"] < 3.0
 
 
 @pytest.fixture(scope="module")
