@@ -92,14 +92,21 @@ def _imported(statement: ast.stmt) -> str | None:
     return None
 
 
+def source_file(module: ModuleType) -> Path:
+    """The module's ``.py`` file, also in the compiled build, whose ``__file__`` is the extension module beside it."""
+    path = Path(module.__file__ or "")
+    return path.with_name(path.name.split(".")[0] + ".py")
+
+
 def public_names(module: ModuleType) -> set[str]:
     """The names ``module`` exposes: its own definitions and re-exports, no private submodule, no borrowed tool.
 
     A package ``__init__`` holds nothing but its API, so whatever it imports from ``etf_otel`` is
     a re-export; a plain module's imports are its tools unless its ``__all__`` lists them.
     """
-    source = Path(module.__file__ or "").read_text(encoding="utf-8")
-    package = Path(module.__file__ or "").name == "__init__.py"
+    path = source_file(module)
+    source = path.read_text(encoding="utf-8")
+    package = path.name == "__init__.py"
     listed = set(getattr(module, "__all__", ()))
     names = set()
     for name, statement in _bound_names(ast.parse(source).body):

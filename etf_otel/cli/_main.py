@@ -16,10 +16,12 @@ from etf_otel._version import __version__
 from etf_otel.cli._audit import add_audit_arguments, run_audit
 from etf_otel.cli._exit_codes import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 from etf_otel.cli._replay import add_replay_arguments, run_replay
+from etf_otel.core import COMPILED
 
 __all__ = ["main"]
 
 COMMANDS: Final = ("replay", "audit", "demo")
+_BUILD: Final = " (compiled core)" if COMPILED else ""
 
 EPILOG: Final = """\
 exit codes (every command):
@@ -82,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"etf-otel {__version__}")
+    parser.add_argument("--version", action="version", version=f"etf-otel {__version__}{_BUILD}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
     replay = commands.add_parser("replay", help="assemble one recorded response (JSON lines or SSE)")

@@ -5,6 +5,9 @@ every layer above reads (:class:`AssemblyResult` and the closed enums its fields
 package ``etf_otel`` re-exports the names an application needs most; this is the full set.
 """
 
+from typing import Final
+
+from etf_otel.core import _slots
 from etf_otel.core._divergence import DivergenceKind
 from etf_otel.core._identity import ABSENT, CompatibilityRule, IdentityRules
 from etf_otel.core._linkage import Conversation, Finding
@@ -23,6 +26,7 @@ from etf_otel.core._vocabulary import (
 
 __all__ = [
     "ABSENT",
+    "COMPILED",
     "AssemblyResult",
     "CompatibilityRule",
     "Conversation",
@@ -42,3 +46,7 @@ __all__ = [
     "Transition",
     "Verdict",
 ]
+
+COMPILED: Final = _slots.__file__.endswith((".so", ".pyd"))
+"""Whether this build's core and protocols are compiled by mypyc, the optional accelerator
+(docs/performance.md): the same rules and results, fewer instructions per event."""

@@ -160,12 +160,21 @@ class Keyworded:
 
 
 def _counting_chat(fed: list[object]) -> WireProtocol:
-    """Chat Completions whose rules record every chunk they are fed."""
+    """Chat Completions whose rules record every chunk they are fed.
 
-    class Counted(ReferenceAssembler):
+    A wrapper, not a subclass: in the compiled build an interpreted class cannot inherit from
+    the compiled ``ReferenceAssembler``."""
+
+    class Counted:
+        def __init__(self, **options: Any) -> None:
+            self._rules = CHAT_COMPLETIONS.assembler(**options)
+
         def feed(self, chunk: object) -> None:
             fed.append(chunk)
-            super().feed(chunk)
+            self._rules.feed(chunk)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._rules, name)
 
     return dataclasses.replace(CHAT_COMPLETIONS, assembler=Counted)
 

@@ -156,6 +156,18 @@ def test_the_wheel_ships_the_type_marker_and_the_license(wheel: Path) -> None:
     assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(metadata).decode()
 
 
+def test_the_default_wheel_is_pure_python(wheel: Path) -> None:
+    """The mypyc hook is off unless asked for (docs/performance.md): a plain build compiles nothing."""
+    assert wheel.name.endswith("-py3-none-any.whl")
+    assert [name for name in zipfile.ZipFile(wheel).namelist() if name.endswith((".so", ".pyd", ".c"))] == []
+
+
+def test_the_compiled_build_uses_the_mypy_the_checks_use() -> None:
+    hook = re.search(r'"mypy==([^"]+)"', (ROOT / "pyproject.toml").read_text())
+    assert hook, "pyproject.toml's mypyc hook pins no mypy"
+    assert hook.group(1) == pinned("mypy")
+
+
 def test_the_library_alone_brings_no_sdk_exporter_or_cli_package(wheel: Path, venv: Path) -> None:
     python = str(venv / "python")
     run([python, "-m", "pip", "install", "--quiet", "-c", str(ROOT / "constraints.txt"), str(wheel)], venv)
