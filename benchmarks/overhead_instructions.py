@@ -234,7 +234,7 @@ def main(argv: list[str]) -> int:
         "--compiled",
         metavar="DIR",
         help="etf_otel_compiled: the source tree whose core/ and protocols/ hold the compiled build's extension "
-        "modules (scripts/build-compiled-tree makes one)",
+        "modules (scripts/build-compiled-tree DIR makes one)",
     )
     parser.add_argument(
         "--cases", default=",".join(CASES), help=f"comma-separated (default: all of {', '.join(CASES)})"
