@@ -31,6 +31,7 @@ import io
 import json
 import logging
 import os
+import random
 import secrets
 import tempfile
 import tracemalloc
@@ -47,6 +48,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from etf_otel import attributes as A
 from etf_otel.cli import main as cli_main
@@ -247,12 +249,31 @@ def never_visible(chunks: Sequence[Any], result: AssemblyResult, *, capture: boo
 # --- the rig -------------------------------------------------------------------------------------
 
 
+class _OwnRandomIds(IdGenerator):
+    """Span and trace ids drawn from a generator of the rig's own.
+
+    The SDK's default draws from the global ``random``. A stream an earlier example abandoned is
+    reported by its finalizer, whenever the collector runs: while Hypothesis draws the next example,
+    that span's ids moved the global state, and Hypothesis failed the test ("Do not use the random
+    module inside strategies"), now and then.
+    """
+
+    def __init__(self) -> None:
+        self._random = random.Random(0)
+
+    def generate_span_id(self) -> int:
+        return self._random.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return self._random.getrandbits(128) or 1
+
+
 class Rig:
     """Fresh providers per example: metrics are cumulative, so nothing carries over."""
 
     def __init__(self, **config: Any) -> None:
         self.exporter = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider(shutdown_on_exit=False)
+        self.tracer_provider = TracerProvider(shutdown_on_exit=False, id_generator=_OwnRandomIds())
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.reader = InMemoryMetricReader()
         self.meter_provider = MeterProvider(metric_readers=[self.reader], shutdown_on_exit=False)
