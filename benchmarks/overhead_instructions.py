@@ -92,7 +92,7 @@ def child(configuration: str, runs: list[tuple[str, int]]) -> None:
         Case(protocol, int(calls), int(fragments)) for protocol, calls, fragments in (key.split(":") for key, _ in runs)
     ]
     providers = Providers.create()
-    instrumented = INSTRUMENT[configuration](providers, cases)
+    instrumented = INSTRUMENT["etf_otel" if configuration == "etf_otel_compiled" else configuration](providers, cases)
     select = getattr(instrumented, "select", lambda key: None)
     for case, (_, responses) in zip(cases, runs, strict=True):
         select(case.key)
