@@ -15,7 +15,6 @@ are read through :func:`~etf_otel.protocols._base.field`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -37,15 +36,17 @@ def _sequence(value: object) -> list[object] | None:
     return list(value) if isinstance(value, (list, tuple)) else None
 
 
-def _given(**values: object) -> dict[str, object]:
-    """``values`` without the ones the body did not carry (absent, or ``None`` as SDK objects say it)."""
-    return {key: value for key, value in values.items() if value is not ABSENT and value is not None}
+def _given(value: object) -> bool:
+    """Whether the body carried ``value`` (not absent, and not ``None`` as SDK objects say absent)."""
+    return value is not ABSENT and value is not None
 
 
 def chat_body_events(body: object) -> list[object] | None:
     """A ``chat.completion`` as one chunk holding every call whole, then ``[DONE]``.
 
-    ``None`` when a choice holds no ``message`` (not a complete body).
+    ``None`` when a choice holds no ``message`` (not a complete body). Only what the adapter
+    reads is carried over: each choice's index, calls and finish reason, each call's id, name
+    and arguments (its ``type`` names no identity and is left out).
     """
     choices = _sequence(field(body, "choices"))
     if choices is None:
@@ -56,29 +57,37 @@ def chat_body_events(body: object) -> list[object] | None:
         if message is ABSENT or message is None:
             return None
         index = field(choice, "index")
-        delta: dict[str, object] = {}
         calls = _sequence(field(message, "tool_calls"))
-        if calls:
-            delta["tool_calls"] = [_chat_call(slot, call) for slot, call in enumerate(calls)]
-        lowered.append(
-            _given(
-                index=index if type(index) is int else position,
-                delta=delta,
-                finish_reason=field(choice, "finish_reason"),
-            )
-        )
-    return [_given(id=field(body, "id"), object="chat.completion.chunk", choices=lowered), _DONE]
+        delta: dict[str, object] = {"tool_calls": list(map(_chat_call, range(len(calls)), calls))} if calls else {}
+        entry: dict[str, object] = {"index": index if type(index) is int else position, "delta": delta}
+        finish_reason = field(choice, "finish_reason")
+        if _given(finish_reason):
+            entry["finish_reason"] = finish_reason
+        lowered.append(entry)
+    chunk: dict[str, object] = {"object": "chat.completion.chunk", "choices": lowered}
+    response_id = field(body, "id")
+    if _given(response_id):
+        chunk["id"] = response_id
+    return [chunk, _DONE]
 
 
 def _chat_call(slot: int, call: object) -> dict[str, object]:
+    # _given inlined: this runs once per call of every body
+    lowered: dict[str, object] = {"index": slot}
+    call_id = field(call, "id")
+    if call_id is not ABSENT and call_id is not None:
+        lowered["id"] = call_id
     function = field(call, "function")
-    named = {} if function is ABSENT or function is None else function
-    return _given(
-        index=slot,
-        id=field(call, "id"),
-        type=field(call, "type"),
-        function=_given(name=field(named, "name"), arguments=field(named, "arguments")),
-    )
+    named: dict[str, object] = {}
+    if function is not ABSENT and function is not None:
+        name = field(function, "name")
+        if name is not ABSENT and name is not None:
+            named["name"] = name
+        arguments = field(function, "arguments")
+        if arguments is not ABSENT and arguments is not None:
+            named["arguments"] = arguments
+    lowered["function"] = named
+    return lowered
 
 
 def responses_body_events(body: object) -> list[object] | None:
@@ -91,13 +100,18 @@ def responses_body_events(body: object) -> list[object] | None:
     output = _sequence(field(body, "output"))
     if end is None or output is None:
         return None
-    events: list[object] = [{"type": "response.created", "response": _given(id=field(body, "id"))}]
+    response_id = field(body, "id")
+    started: dict[str, object] = {"id": response_id} if _given(response_id) else {}
+    events: list[object] = [{"type": "response.created", "response": started}]
     for position, item in enumerate(output):
         events.append({"type": "response.output_item.added", "output_index": position, "item": item})
         events.append({"type": "response.output_item.done", "output_index": position, "item": item})
     # The items were each stated whole already: the terminal event restates no output, which with
     # duplicate call ids would be matched to the wrong item (a false snapshot_mismatch).
-    ending = _given(id=field(body, "id"), incomplete_details=field(body, "incomplete_details"))
+    ending = dict(started)
+    details = field(body, "incomplete_details")
+    if _given(details):
+        ending["incomplete_details"] = details
     events.append({"type": end, "response": ending})
     return events
 
@@ -107,11 +121,19 @@ def anthropic_body_events(body: object) -> list[object] | None:
     content = _sequence(field(body, "content"))
     if content is None:
         return None
-    events: list[object] = [{"type": "message_start", "message": _given(id=field(body, "id"), content=[])}]
+    message_id = field(body, "id")
+    started: dict[str, object] = {"id": message_id, "content": []} if _given(message_id) else {"content": []}
+    events: list[object] = [{"type": "message_start", "message": started}]
     for position, block in enumerate(content):
         events.append({"type": "content_block_start", "index": position, "content_block": block})
         events.append({"type": "content_block_stop", "index": position})
-    delta = _given(stop_reason=field(body, "stop_reason"), stop_sequence=field(body, "stop_sequence"))
+    delta: dict[str, object] = {}
+    stop_reason = field(body, "stop_reason")
+    if _given(stop_reason):
+        delta["stop_reason"] = stop_reason
+    stop_sequence = field(body, "stop_sequence")
+    if _given(stop_sequence):
+        delta["stop_sequence"] = stop_sequence
     events.append({"type": "message_delta", "delta": delta})
     events.append({"type": "message_stop"})
     return events
@@ -132,8 +154,22 @@ def judge_body(
 def assemble_whole(assembler: StreamAssembler, events: Sequence[object]) -> AssemblyResult:
     """The result of a body's ``events`` (:attr:`WireProtocol.body_events`) through a fresh ``assembler``,
     without what only a stream has: fragments, identity decisions, transitions."""
+    feed = assembler.feed
     for event in events:
-        assembler.feed(event)
+        feed(event)
     result = assembler.finish()
-    calls = tuple(call._replace(fragments=0, transitions=()) for call in result.calls)
-    return dataclasses.replace(result, calls=calls, fragments=0, _diagnostics=(), _overflow=(), _decision_counts=())
+    # Built directly rather than by dataclasses.replace, which reads every field's metadata on each
+    # call; tests/protocols/test_bodies.py pins the fields, so a new one cannot be dropped unseen.
+    return AssemblyResult(
+        state=result.state,
+        finish_reasons=result.finish_reasons,
+        calls=tuple([call._replace(fragments=0, transitions=()) for call in result.calls]),
+        rejections=result.rejections,
+        fragments=0,
+        dispatchable=result.dispatchable,
+        _diagnostics=(),
+        _overflow=(),
+        _decision_counts=(),
+        _identity_errors=result._identity_errors,
+        refused_ids=result.refused_ids,
+    )

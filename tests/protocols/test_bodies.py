@@ -7,7 +7,8 @@ constructor; both must give the very same result.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, cast
 
 import pytest
 from anthropic._models import construct_type as anthropic_construct
@@ -17,9 +18,10 @@ from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
 from etf_otel import ErrorCategory, IdentityRules, StreamState, Verdict
+from etf_otel.core._refused import RefusedIds
 from etf_otel.core._results import AssemblyResult
 from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES, WireProtocol
-from etf_otel.protocols._bodies import judge_body
+from etf_otel.protocols._bodies import assemble_whole, judge_body
 
 RULES = IdentityRules()
 MISSING_ID = ErrorCategory.MISSING_ID
@@ -272,3 +274,97 @@ def test_a_protocol_that_describes_no_body_judges_none() -> None:
     assert judge_body(bare, chat("tool_calls", chat_call("a", "f", "{}")), RULES) is None
     assert not bare.judges_bodies
     assert CHAT_COMPLETIONS.judges_bodies and RESPONSES.judges_bodies and ANTHROPIC_MESSAGES.judges_bodies
+
+
+@pytest.mark.parametrize(("protocol", "body"), [(case.values[0], case.values[1]) for case in CASES])
+def test_a_body_result_is_the_stream_result_without_what_only_a_stream_has(
+    protocol: WireProtocol, body: dict[str, Any]
+) -> None:
+    """``assemble_whole`` builds its result field by field: each field is kept or cleared on purpose.
+
+    A field added to ``AssemblyResult`` fails the first assertion until ``assemble_whole`` says
+    what a body's result holds in it.
+    """
+    assert [item.name for item in dataclasses.fields(AssemblyResult)] == [
+        "state",
+        "finish_reasons",
+        "calls",
+        "rejections",
+        "fragments",
+        "dispatchable",
+        "_diagnostics",
+        "_overflow",
+        "_decision_counts",
+        "_identity_errors",
+        "refused_ids",
+    ]
+    events = protocol.body_events(body)
+    assert events is not None
+    streamed = protocol.assembler(rules=RULES)
+    for event in events:
+        streamed.feed(event)
+    expected = streamed.finish()
+    expected = dataclasses.replace(
+        expected,
+        calls=tuple(call._replace(fragments=0, transitions=()) for call in expected.calls),
+        fragments=0,
+        _diagnostics=(),
+        _overflow=(),
+        _decision_counts=(),
+    )
+    assert assemble_whole(protocol.assembler(rules=RULES), events) == expected
+
+
+class _Finished:
+    """An assembler that was fed nothing and finishes as ``result``."""
+
+    def __init__(self, result: AssemblyResult) -> None:
+        self.result = result
+
+    def feed(self, event: object) -> None:
+        raise AssertionError("no events were given")
+
+    def finish(self) -> AssemblyResult:
+        return self.result
+
+
+def test_a_body_result_keeps_every_field_but_the_streamed_ones() -> None:
+    """Every field set to a value of its own: the ones a body has are kept, the others cleared."""
+    unique: Any = [("marker", number) for number in range(8)]
+    full = AssemblyResult(
+        state=StreamState.FAILED,
+        finish_reasons=unique[0],
+        calls=(),
+        rejections=unique[1],
+        fragments=7,
+        dispatchable=False,
+        _diagnostics=unique[2],
+        _overflow=unique[3],
+        _decision_counts=unique[4],
+        _identity_errors=unique[5],
+        refused_ids=RefusedIds.of(["refused"]),
+    )
+    whole = assemble_whole(cast("Any", _Finished(full)), [])
+    assert whole == dataclasses.replace(full, fragments=0, _diagnostics=(), _overflow=(), _decision_counts=())
+
+
+def test_what_a_body_lacks_its_events_lack() -> None:
+    """A field the body did not carry (absent or null) is not stated as anything in its events."""
+    chat_body = {"choices": [{"index": 0, "message": {"tool_calls": [{"id": "a"}, {"function": {"name": None}}]}}]}
+    assert CHAT_COMPLETIONS.body_events(chat_body) == [
+        {
+            "object": "chat.completion.chunk",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "id": "a", "function": {}}, {"index": 1, "function": {}}]},
+                }
+            ],
+        },
+        "[DONE]",
+    ]
+    assert ANTHROPIC_MESSAGES.body_events({"content": [], "stop_reason": None, "stop_sequence": "END"}) == [
+        {"type": "message_start", "message": {"content": []}},
+        {"type": "message_delta", "delta": {"stop_sequence": "END"}},
+        {"type": "message_stop"},
+    ]
