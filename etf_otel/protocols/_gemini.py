@@ -34,7 +34,7 @@ imported. Nothing JSON-shaped makes the adapter raise.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Final
 
@@ -42,10 +42,10 @@ from etf_otel.core._identity import ABSENT, CompatibilityRule, IdentityRules
 from etf_otel.core._lifecycle import LifecycleSlots
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS
-from etf_otel.core._validation import same_arguments
 from etf_otel.core._vocabulary import ErrorCategory, ResponseEnd, Transition
+from etf_otel.protocols import _gemini_arguments as sdk  # sdk.CALLS[kind]: the SDK classes read inline
 from etf_otel.protocols._base import field
-from etf_otel.protocols._gemini_arguments import NOT_AN_OBJECT, Leaves, canonical_json, read
+from etf_otel.protocols._gemini_arguments import NOT_AN_OBJECT, Leaves, call_parts, canonical_json, read, unset
 
 __all__ = ["COMPLETE_REASON", "GeminiAssembler", "assemble", "call_parts", "finish_reason", "unset"]
 
@@ -77,11 +77,6 @@ class _Candidate:
         self.incomplete = False
 
 
-def unset(value: object) -> object:
-    """A protobuf string field as the identity table sees it: ``null`` and ``""`` are :data:`ABSENT`."""
-    return ABSENT if value is None or value == "" else value
-
-
 def _text(value: object) -> str | None:
     """A string enum value (an SDK enum member as its value); ``None`` for anything else or unset."""
     if isinstance(value, Enum):
@@ -92,26 +87,6 @@ def _text(value: object) -> str | None:
 def finish_reason(candidate: object) -> str | None:
     """The candidate's ``finishReason`` (``None``: unset, the enum default, or not a string)."""
     return _text(read(candidate, "finishReason", "finish_reason"))
-
-
-def _is_error(event: object) -> bool:
-    """An in-band error object: ``{"error": {...}}``, recognised as the SDK does, by its first key.
-
-    A chunk that merely holds an ``error`` field among others is a chunk (the SDK yields it)."""
-    if type(event) is dict:
-        return bool(event) and next(iter(event)) == "error" and event["error"] is not None
-    error = field(event, "error")
-    return error is not ABSENT and error is not None
-
-
-def call_parts(candidate: object) -> Iterator[object]:
-    """The ``functionCall`` of each part of ``candidate.content`` that has one, in order."""
-    parts = field(field(candidate, "content"), "parts")
-    if isinstance(parts, list):
-        for part in parts:
-            call = read(part, "functionCall", "function_call")
-            if call is not ABSENT and call is not None:
-                yield call
 
 
 class GeminiAssembler:
@@ -168,14 +143,46 @@ class GeminiAssembler:
         return self._slots.finished
 
     def feed(self, event: object) -> None:
-        """Apply one ``GenerateContentResponse`` chunk (or an in-band ``{"error": ...}`` object)."""
-        if self._spliced or self._slots.finished or isinstance(event, _NOT_OBJECTS) or event is None:
+        """Apply one ``GenerateContentResponse`` chunk (or an in-band ``{"error": ...}`` object).
+
+        Dicts and the SDK's objects are read inline (this runs once per streamed chunk); any
+        other object is read with :func:`field`.
+        """
+        if self._spliced or self._slots.finished:
             self.ignored_events += 1
             return
-        if _is_error(event):
-            self._failed = True
-            return
-        response_id = read(event, "responseId", "response_id")
+        if type(event) is dict:
+            if event and next(iter(event)) == "error" and event["error"] is not None:  # see _is_error
+                self._failed = True
+                return
+            response_id = event.get("responseId", ABSENT)
+            if response_id is ABSENT:
+                response_id = event.get("response_id")
+            feedback = event.get("promptFeedback", ABSENT)
+            if feedback is ABSENT:
+                feedback = event.get("prompt_feedback")
+            candidates = event.get("candidates")
+        else:
+            fields = None
+            if sdk.RESPONSES[type(event)]:
+                try:
+                    values = event.__dict__
+                    fields = values["response_id"], values["prompt_feedback"], values["candidates"]
+                except (AttributeError, KeyError):  # a field missing from __dict__ (pydantic's model_construct)
+                    pass
+            if fields is None:
+                if isinstance(event, _NOT_OBJECTS) or event is None:
+                    self.ignored_events += 1
+                    return
+                if sdk.is_error(event):
+                    self._failed = True
+                    return
+                fields = (
+                    read(event, "responseId", "response_id"),
+                    read(event, "promptFeedback", "prompt_feedback"),
+                    field(event, "candidates"),
+                )
+            response_id, feedback, candidates = fields
         if type(response_id) is str and response_id:
             if self._response_id is None:
                 self._response_id = response_id
@@ -183,16 +190,34 @@ class GeminiAssembler:
                 self._slots.splice()  # a second response in this stream: this one never ended
                 self._spliced = True
                 return
-        feedback = read(event, "promptFeedback", "prompt_feedback")
-        if _text(read(feedback, "blockReason", "block_reason")) is not None:
+        if feedback is not None and _text(read(feedback, "blockReason", "block_reason")) is not None:
             self._blocked = True
-        candidates = field(event, "candidates")
         if isinstance(candidates, list):
             for candidate in candidates:
                 self._candidate(candidate)
 
     def _candidate(self, candidate: object) -> None:
-        index = field(candidate, "index")
+        if type(candidate) is dict:
+            index = candidate.get("index")
+            content = candidate.get("content")
+            reason = candidate.get("finishReason", ABSENT)
+            if reason is ABSENT:
+                reason = candidate.get("finish_reason")
+        else:
+            fields = None
+            if sdk.CANDIDATES[type(candidate)]:
+                try:
+                    values = candidate.__dict__
+                    fields = values["index"], values["content"], values["finish_reason"]
+                except (AttributeError, KeyError):
+                    pass
+            if fields is None:
+                fields = (
+                    field(candidate, "index"),
+                    field(candidate, "content"),
+                    read(candidate, "finishReason", "finish_reason"),
+                )
+            index, content, reason = fields
         if index is ABSENT or index is None:
             index = 0
         elif type(index) is not int or index < 0:
@@ -202,9 +227,25 @@ class GeminiAssembler:
         state = self._candidates.get(index)
         if state is None:
             state = self._candidates[index] = _Candidate()
-        for call in call_parts(candidate):
-            self._call(index, state, call)
-        reason = finish_reason(candidate)
+        if type(content) is dict:
+            parts = content.get("parts")
+        else:
+            parts = sdk.sdk_field(content, "parts") if sdk.CONTENTS[type(content)] else ABSENT
+            if parts is ABSENT:
+                parts = field(content, "parts")
+        if isinstance(parts, list):
+            for part in parts:
+                if type(part) is dict:
+                    call = part.get("functionCall", ABSENT)
+                    if call is ABSENT:
+                        call = part.get("function_call")
+                else:
+                    call = sdk.sdk_field(part, "function_call") if sdk.PARTS[type(part)] else ABSENT
+                    if call is ABSENT:
+                        call = read(part, "functionCall", "function_call")
+                if call is not None and call is not ABSENT:
+                    self._call(index, state, call)
+        reason = _text(reason)
         if reason is not None:
             state.ended = True
             if reason != COMPLETE_REASON or not state.incomplete:  # the worst reason is the one reported
@@ -214,42 +255,86 @@ class GeminiAssembler:
     def _call(self, choice: int, state: _Candidate, call: object) -> None:
         """One ``functionCall`` part of candidate ``choice``."""
         slots = self._slots
-        if isinstance(call, _NOT_OBJECTS):
-            slots.unattributable(choice)
-            return
-        raw_id = field(call, "id")
-        call_id = unset(raw_id)
-        name = field(call, "name")
-        args = field(call, "args")
-        partial = read(call, "partialArgs", "partial_args")
-        will_continue = read(call, "willContinue", "will_continue") is True
+        if type(call) is dict:
+            raw_id = call.get("id", ABSENT)
+            name = call.get("name", ABSENT)
+            args = call.get("args", ABSENT)
+            partial = call.get("partialArgs", ABSENT)
+            if partial is ABSENT:
+                partial = call.get("partial_args")
+            will_continue = call.get("willContinue", ABSENT)
+            if will_continue is ABSENT:
+                will_continue = call.get("will_continue")
+        else:
+            fields = None
+            if sdk.CALLS[type(call)]:
+                try:
+                    values = call.__dict__
+                    raw_id = values["id"]
+                    if raw_id is None and "id" not in call.__pydantic_fields_set__:  # type: ignore[attr-defined]
+                        raw_id = ABSENT  # a null id and a missing one differ (the diagnostics keep their kind)
+                    fields = raw_id, values["name"], values["args"], values["partial_args"], values["will_continue"]
+                except (AttributeError, KeyError):
+                    pass
+            if fields is None:
+                if isinstance(call, _NOT_OBJECTS):
+                    slots.unattributable(choice)
+                    return
+                fields = (
+                    field(call, "id"),
+                    field(call, "name"),
+                    field(call, "args"),
+                    read(call, "partialArgs", "partial_args"),
+                    read(call, "willContinue", "will_continue"),
+                )
+            raw_id, name, args, partial, will_continue = fields
+        will_continue = will_continue is True
         key = state.streaming
         if key is not None:  # every call part belongs to the open streamed call
             slots.fragment(choice, key, raw_id, name)
             self._arguments(choice, key, args, partial)
         else:
-            has_args = args is not ABSENT and args is not None
-            if not (call_id is not ABSENT or has_args or (name is not ABSENT and name is not None and name != "")):
-                slots.unattributable(choice, raw_id)  # a continuation with no streamed call open
+            opened = self._open_call(choice, state, raw_id, name, args, partial, will_continue)
+            if opened is None:
                 return
-            whole = None
-            if self._drop_repeats and not will_continue and (partial is ABSENT or partial is None):
-                whole = _whole(call_id, name, args if has_args else {})
-                earlier = _repeated(state, whole) if whole is not None else None
-                if earlier is not None:
-                    slots.admitted(earlier, Transition.DROP_REPEAT, scope=choice)
-                    return
-            key = state.next
-            state.next += 1
-            slots.open(key, raw_id, name, scope=choice)
-            self._arguments(choice, key, args, partial)
-            if whole is not None:
-                state.whole.append((*whole, key))
+            key = opened
         if will_continue:
             state.streaming = key
         else:
             state.streaming = None
             slots.close_slot(key, scope=choice)
+
+    def _open_call(
+        self,
+        choice: int,
+        state: _Candidate,
+        raw_id: object,
+        name: object,
+        args: object,
+        partial: object,
+        will_continue: bool,
+    ) -> int | None:
+        """A call part with no streamed call open: a head opens the candidate's next slot (its key is returned)."""
+        slots = self._slots
+        call_id = unset(raw_id)
+        has_args = args is not ABSENT and args is not None
+        if not (call_id is not ABSENT or has_args or (name is not ABSENT and name is not None and name != "")):
+            slots.unattributable(choice, raw_id)  # a continuation with no streamed call open
+            return None
+        whole = None
+        if self._drop_repeats and not will_continue and (partial is ABSENT or partial is None):
+            whole = sdk.whole_call(call_id, name, args if has_args else {})
+            earlier = sdk.repeated_call(state.whole, whole) if whole is not None else None
+            if earlier is not None:
+                slots.admitted(earlier, Transition.DROP_REPEAT, scope=choice)
+                return None
+        key = state.next
+        state.next += 1
+        slots.open(key, raw_id, name, scope=choice)
+        self._arguments(choice, key, args, partial)
+        if whole is not None:
+            state.whole.append((*whole, key))
+        return key
 
     def _arguments(self, choice: int, key: int, args: object, partial: object) -> None:
         """A part's ``args`` (a claim; ``{}`` a placeholder) and ``partialArgs`` (leaves) for slot ``key``."""
@@ -299,23 +384,6 @@ class GeminiAssembler:
             incomplete = any(state.incomplete for state in self._candidates.values())
             slots.end(ResponseEnd.INCOMPLETE if incomplete else ResponseEnd.COMPLETE)
         return slots.finish()
-
-
-def _whole(call_id: object, name: object, args: object) -> tuple[str, str, str] | None:
-    """What two whole calls must share for ``drop_repeated_call``: a non-empty id, the name, the arguments."""
-    if type(call_id) is not str or type(name) is not str or not isinstance(args, dict):
-        return None
-    text = canonical_json(args)
-    return (call_id, name, text) if isinstance(text, str) else None
-
-
-def _repeated(state: _Candidate, whole: tuple[str, str, str]) -> int | None:
-    """The ordinal of an earlier whole call of the candidate with this id, name and (JSON-equal) arguments."""
-    call_id, name, text = whole
-    for earlier_id, earlier_name, earlier_text, key in state.whole:
-        if earlier_id == call_id and earlier_name == name and same_arguments(earlier_text, text):
-            return key
-    return None
 
 
 def assemble(events: Iterable[object], rules: IdentityRules | None = None) -> AssemblyResult:

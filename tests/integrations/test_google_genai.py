@@ -229,6 +229,27 @@ def test_in_band_error_raises_unchanged_and_fails_the_response(
 
 # --- transparency ---------------------------------------------------------------------------------------
 
+
+def test_a_request_is_read_when_iterated_and_its_chunks_pass_one_generator_of_etf_otel(
+    etf: Etf, captured: Captured, server: LocalChatServer
+) -> None:
+    etf.on()
+    server.enqueue(Script(events=g.stream(g.chunk(WEATHER), g.chunk(TIME))))
+    client = developer(server)  # kept: the SDK closes its HTTP client with it
+    models = client.models
+    chunks = models._generate_content_stream_with_continuation(model=MODEL, contents="hi", config=NO_AFC)
+    assert server.requests == [] and responses(captured) == []  # nothing sent before the SDK iterates
+    iterator = iter(chunks)
+    assert iterator.gi_code.co_name == "_self_generate"  # the observed stream's own generator, nothing between
+    assert len(list(chunks)) == 3 and list(chunks) == [] and iter(chunks) is iterator
+    assert [c[A.GEN_AI_TOOL_NAME] for c in calls(captured)] == ["get_weather", "get_time"]
+    server.enqueue(Script(events=[g.error(400, "INVALID_ARGUMENT", "bad")], status=400))
+    refused = models._generate_content_stream_with_continuation(model=MODEL, contents="hi", config=NO_AFC)
+    with pytest.raises(Exception, match="INVALID_ARGUMENT"):
+        iter(refused)
+    assert list(refused) == [] and len(responses(captured)) == 1  # raised once, as a generator does; no response
+
+
 SCRIPTS = [
     Script(events=TWO_STREAMED),
     Script(events=g.stream(g.chunk(WEATHER, g.text("x")), g.chunk(TIME, finish_reason="STOP"))),

@@ -3,12 +3,17 @@
 Each test builds the chunks before the one under test (the calls so far, a streamed call
 still open, a finish reason already seen) and checks what the response became after it.
 Every stream is also assembled from its ``model_dump()`` shape (snake_case keys, as the
-``google-genai`` SDK's models dump them) and must give the very same result.
+``google-genai`` SDK's models dump them) and must give the very same result; and, when the SDK
+takes every chunk of it, as the SDK's own objects, read inline and read with ``field()``: both
+readings give the same result.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import Enum
 from types import SimpleNamespace
 from typing import Any
@@ -17,8 +22,9 @@ import pytest
 
 from etf_otel import ABSENT, ErrorCategory, IdentityRules, IdKind, StreamState, Transition
 from etf_otel.core._results import AssemblyResult
-from etf_otel.protocols import GEMINI, detect, get
+from etf_otel.protocols import GEMINI, _gemini_arguments, detect, get
 from etf_otel.protocols._gemini import GeminiAssembler, assemble
+from etf_otel.protocols._gemini_arguments import SdkClasses
 from etf_otel.testing.gemini import MISSING, blocked, call, chunk, error, leaf, stream, text
 
 E = ErrorCategory
@@ -38,11 +44,59 @@ def snake(value: Any, *, user: bool = False) -> Any:
     }
 
 
+_INLINED = (
+    _gemini_arguments.RESPONSES,
+    _gemini_arguments.CANDIDATES,
+    _gemini_arguments.CONTENTS,
+    _gemini_arguments.PARTS,
+    _gemini_arguments.CALLS,
+    _gemini_arguments.ENTRIES,
+)
+
+
+@contextmanager
+def read_with_field() -> Iterator[None]:
+    """No class is read inline: every SDK object is read with ``field()``, field by field."""
+    saved = [dict(classes) for classes in _INLINED]
+    learn = SdkClasses.__missing__
+    try:
+        SdkClasses.__missing__ = lambda self, kind: False  # type: ignore[method-assign]
+        for classes in _INLINED:
+            classes.clear()
+        yield
+    finally:
+        SdkClasses.__missing__ = learn  # type: ignore[method-assign]
+        for classes, before in zip(_INLINED, saved, strict=True):
+            classes.clear()
+            classes.update(before)
+
+
+def sdk_objects(events: list[Any]) -> list[Any] | None:
+    """``events`` as the ``google-genai`` SDK's ``GenerateContentResponse`` objects; ``None`` when it refuses one."""
+    from google.genai import types
+    from pydantic import ValidationError
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an enum value the SDK does not know yet: it keeps it
+            return [types.GenerateContentResponse.model_validate(event) for event in events]
+    except ValidationError:
+        return None
+
+
 def run(events: list[Any], *allow: str) -> AssemblyResult:
-    """Assemble ``events`` as camelCase wire JSON and as snake_case dumps: both give the same result."""
+    """Assemble ``events`` as camelCase wire JSON and as snake_case dumps: both give the same result.
+
+    When the SDK takes them, its objects read inline give what they give read with ``field()``.
+    """
     rules = IdentityRules.for_rules(allow)
     result = assemble(events, rules)
     assert assemble(snake(events), rules) == result
+    objects = sdk_objects(events)
+    if objects is not None:
+        inline = assemble(objects, rules)
+        with read_with_field():
+            assert assemble(objects, rules) == inline
     return result
 
 
@@ -198,7 +252,11 @@ def test_candidate_index_absent_or_null_is_zero(index: Any) -> None:
 @pytest.mark.parametrize("index", ["0", -1, 1.5, True, [0]])
 def test_a_candidate_index_that_is_no_non_negative_integer_is_missing_index(index: Any) -> None:
     result = run(
-        [chunk(call("f", {}), index=0), chunk(call("g", {}), call("h", {}), index=index), chunk(finish_reason="STOP")]
+        [
+            chunk(call("f", {}), index=0),
+            chunk(call("g", {}), text("between"), call("h", {}), index=index),
+            chunk(finish_reason="STOP"),
+        ]
     )
     assert summary(result) == [(0, 0, None, "f", "{}", ("missing_index",))]  # valid, but blocked
     assert categories(result) == {"missing_index"} and not result.dispatchable
@@ -587,6 +645,101 @@ def test_typed_objects_read_by_attribute_assemble_like_the_json(reason: str) -> 
     result = assembler.finish()
     assert result == run(events) and result.calls[0].arguments == '{"a":{"b":"xy"}}'
     assert result.finish_reasons == (reason,)
+
+
+def test_sdk_objects_missing_a_field_in_their_dict_are_read_with_field() -> None:
+    """An SDK object lacking a field in ``__dict__`` (pydantic's ``model_construct`` can leave one out)
+    is read field by field; here only unset fields are gone, so the result is the JSON's."""
+    events = stream(
+        chunk(call("f", will_continue=True), text("t")),
+        chunk(call(partial_args=[leaf("$.a", string="x", will_continue=True)], will_continue=True)),
+        chunk(call(partial_args=[leaf("$.a", string="y")])),
+    )
+    events.insert(0, {"candidates": [{"content": {"role": "model"}}], "responseId": "resp-gemini-1"})
+    objects = sdk_objects(events)
+    assert objects is not None
+    for obj in objects:
+        del obj.__dict__["prompt_feedback"]
+        candidate = obj.candidates[0]
+        del candidate.__dict__["citation_metadata"]
+        if candidate.finish_reason is None:
+            del candidate.__dict__["finish_reason"]
+        parts = candidate.content.parts
+        if parts is None:
+            del candidate.content.__dict__["parts"]
+        for part in parts or ():
+            if part.function_call is None:
+                del part.__dict__["function_call"]
+            elif part.function_call.args is None:
+                del part.function_call.__dict__["args"]
+                for entry in part.function_call.partial_args or ():
+                    del entry.__dict__["bool_value"]
+    result = assemble(objects)
+    assert result == run(events) and result.calls[0].arguments == '{"a":"xy"}'
+
+
+class _Info:
+    """What the inlined paths ask of a pydantic ``FieldInfo``."""
+
+    def __init__(self, required: bool = False) -> None:
+        self.required, self.default, self.default_factory = required, None, None
+
+    def is_required(self) -> bool:
+        return self.required
+
+
+_LOOK_ALIKE_FIELDS = (
+    *("response_id", "prompt_feedback", "candidates", "index", "content", "finish_reason", "parts"),
+    *("function_call", "id", "name", "args", "partial_args", "will_continue"),
+    *("json_path", "string_value", "number_value", "bool_value", "null_value", "error"),
+)
+_UNREAD = ("role", "model_version")
+
+
+class _LookAlike:
+    """Declares pydantic's ``model_fields`` (all of every role's) but has no ``__dict__``: read with field()."""
+
+    __slots__ = (*_LOOK_ALIKE_FIELDS, *_UNREAD)
+    model_config: dict[str, Any] = {}
+    model_fields = {name: _Info(required=name == "candidates") for name in _LOOK_ALIKE_FIELDS if name != "error"}
+
+    def __init__(self, **fields: Any) -> None:
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+def look_alike(value: Any, *, user: bool = False) -> Any:
+    if isinstance(value, list):
+        return [look_alike(item, user=user) for item in value]
+    if not isinstance(value, dict) or user:
+        return value
+    return _LookAlike(**{key: look_alike(item, user=key == "args") for key, item in value.items()})
+
+
+def test_objects_that_look_like_pydantic_models_but_are_not_are_read_with_field() -> None:
+    events = stream(
+        chunk(call("f", will_continue=True)),
+        chunk(call(partial_args=[leaf("$.a", number=1)])),
+        chunk(call("g", {"n": 1}, id="c2")),
+    )
+    assert [_LookAlike in classes for classes in _INLINED] == [False] * 6
+    assert assemble(look_alike(snake(events))) == run(events)
+    assert all(classes[_LookAlike] for classes in _INLINED)  # learned as a model: each read found no __dict__
+    failed = GeminiAssembler()
+    failed.feed(_LookAlike(error={"code": 500}))
+    assert failed.finish().state is StreamState.FAILED
+
+
+def test_a_class_whose_field_declarations_are_not_pydantic_s_is_read_with_field() -> None:
+    odd = type("Odd", (), {"model_fields": {"index": object()}, "model_config": {}})
+    classes = SdkClasses(("index",))
+    assert classes[odd] is False and classes[SimpleNamespace] is False and odd in classes
+
+
+def test_a_number_leaf_of_any_integer_size_is_a_number() -> None:
+    huge = 10**400  # parsed JSON keeps it as an int: no float holds it
+    events = stream(chunk(call("f", will_continue=True)), chunk(call(partial_args=[leaf("$.n", number=huge)])))
+    assert summary(run(events)) == [(0, 0, None, "f", f'{{"n":{huge}}}', ())]
 
 
 def test_a_later_response_is_another_response_id_after_every_candidate_ended() -> None:

@@ -26,10 +26,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -85,14 +85,19 @@ class FollowedResponse:
     waiting: list[_Execution] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    counter: Callable[[int], object] | None = None
+    """The adapter's ``opened``, looked up once: :meth:`opened` runs once per chunk."""
+
     def follow(self, observer: ResponseObserver) -> None:
         self.observer = observer
+        opened = getattr(observer.assembler, "opened", None)
+        self.counter = opened if callable(opened) else None
         observer.when_reported(self._reported)
 
     def opened(self) -> int:
         """The calls the first candidate opened so far (``0`` before any was observed)."""
-        opened = getattr(self.observer.assembler if self.observer else None, "opened", None)
-        count = opened(_CANDIDATE) if callable(opened) else 0
+        counter = self.counter
+        count = counter(_CANDIDATE) if counter is not None else 0
         return count if isinstance(count, int) else 0
 
     def _reported(self, result: AssemblyResult, call_spans: Mapping[tuple[int, int], SpanContext]) -> None:
@@ -166,9 +171,10 @@ def _value_hash(value: Any) -> int | None:
     return canonical_value_hash(_integral(value))
 
 
-@dataclass(frozen=True)
-class _Tap:
-    """The chunk a followed stream handed on last in this context, and the calls opened before it."""
+class _Tap(NamedTuple):
+    """The chunk a followed stream handed on last in this context, and the calls opened before it.
+
+    A named tuple: one is made per chunk, and a frozen dataclass costs several calls to build."""
 
     chunk: object
     response: FollowedResponse

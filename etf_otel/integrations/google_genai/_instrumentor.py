@@ -34,7 +34,7 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
-from collections.abc import AsyncIterator, Collection, Iterator
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import wrapt
@@ -176,7 +176,14 @@ class GoogleGenAIInstrumentor(ClientInstrumentor):
             return observed
         return None
 
-    def _observed(self, prepared: Prepared, stream: Any) -> Iterator[Any]:
+    def _observed(self, prepared: Prepared, stream: Any) -> Iterable[Any]:
+        return _Observed(self, prepared, stream)
+
+    def _first(self, prepared: Prepared, stream: Any) -> Iterator[Any]:
+        """What the SDK iterates: the first chunk read (a refused request raises here), then the rest observed.
+
+        The observed stream's own generator is returned, so each chunk passes one generator of etf-otel's.
+        """
         iterator = iter(stream)
         try:
             first = [next(iterator)]
@@ -188,7 +195,7 @@ class GoogleGenAIInstrumentor(ClientInstrumentor):
             iterator, first = _raising(error), []
         rest = itertools.chain(first, iterator)
         observed = self._observe(prepared, rest, is_async=False)
-        yield from rest if observed is None else observed
+        return rest if observed is None else iter(observed)
 
     async def _observed_async(self, prepared: Prepared, stream: Any) -> AsyncIterator[Any]:
         iterator = stream.__aiter__()
@@ -242,6 +249,23 @@ class GoogleGenAIInstrumentor(ClientInstrumentor):
         body = await wrapped(*args, **kwargs)
         self._record(prepared, body)
         return body
+
+
+class _Observed:
+    """The stream a wrapped ``_generate_content_stream_with_continuation`` returns: nothing is read until
+    the SDK iterates it (as with the SDK's own generator); then its iterator is the observed stream's."""
+
+    __slots__ = ("_instrumentor", "_iterator", "_prepared", "_stream")
+
+    def __init__(self, instrumentor: GoogleGenAIInstrumentor, prepared: Prepared, stream: Any) -> None:
+        self._instrumentor, self._prepared, self._stream = instrumentor, prepared, stream
+        self._iterator: Iterator[Any] | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._iterator is None:  # iterated again: the same chunks go on, as with a generator
+            self._iterator = iter(())  # a refused request raises once, then it is over
+            self._iterator = self._instrumentor._first(self._prepared, self._stream)
+        return self._iterator
 
 
 def _refused(error: Exception) -> bool:
