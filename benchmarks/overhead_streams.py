@@ -201,14 +201,7 @@ def responses_events(calls: int, fragments: int) -> list[dict[str, Any]]:
         done = _function_call(position, name, arguments, "completed")
         done_items.append(done)
         events.append({"type": "response.output_item.done", "output_index": position, "item": done})
-    usage = {
-        "input_tokens": 120,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": 60 * calls,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": 120 + 60 * calls,
-    }
-    events.append({"type": "response.completed", "response": _response("completed", done_items, usage)})
+    events.append({"type": "response.completed", "response": _response("completed", done_items, _usage(calls))})
     return [{**event, "sequence_number": number} for number, event in enumerate(events)]
 
 
@@ -329,17 +322,21 @@ def chat_body(calls: int) -> dict[str, Any]:
     return {**BASE, "id": "chatcmpl-@n@", "object": "chat.completion", "choices": [choice], "usage": usage}
 
 
-def responses_body(calls: int) -> dict[str, Any]:
-    """A completed Responses ``response`` with ``calls`` function calls."""
-    items = [_function_call(n, *TOOLS[n % len(TOOLS)], "completed") for n in range(calls)]
-    usage = {
+def _usage(calls: int) -> dict[str, Any]:
+    """A Responses ``usage`` for ``calls`` function calls."""
+    return {
         "input_tokens": 120,
         "input_tokens_details": {"cached_tokens": 0},
         "output_tokens": 60 * calls,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": 120 + 60 * calls,
     }
-    return {**_response("completed", items, usage), "id": "resp_@n@"}
+
+
+def responses_body(calls: int) -> dict[str, Any]:
+    """A completed Responses ``response`` with ``calls`` function calls."""
+    items = [_function_call(n, *TOOLS[n % len(TOOLS)], "completed") for n in range(calls)]
+    return {**_response("completed", items, _usage(calls)), "id": "resp_@n@"}
 
 
 def anthropic_body(calls: int) -> dict[str, Any]:
