@@ -47,7 +47,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from openai import AsyncOpenAI
 from opentelemetry.exporter.otlp.json.file import FileSpanExporter
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, BinaryContent, RunContext, Tool
 from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
@@ -152,7 +152,10 @@ class World:
     def sent(self) -> list[tuple[bool, int]]:
         """What each request carried: whether it continued a stored response (``previous_response_id``),
         and how many tool results (a stateless history repeats the earlier ones)."""
-        return [(bool(request.body.get("previous_response_id")), results(request.body)) for request in self.requests()]
+        return [
+            (bool(request.body.get("previous_response_id")), len(result_ids(request.body)))
+            for request in self.requests()
+        ]
 
     def close(self) -> None:
         self.switch.current = None
@@ -189,15 +192,17 @@ class World:
         found = [(f["kind"], f["category"]) for trace in report["traces_detail"] for f in trace["findings"]]
         return code, sorted(found)
 
-    def linkage(self) -> list[tuple[Any, ...]]:
-        """Per response span, in order: (response id, answered ids, ambiguous)."""
+    def settled(self) -> list[list[str]]:
+        """What each request settled, as its response's span says (``etf.linkage.answered_ids``)."""
+        spans = sorted(self.capture.spans(A.SPAN_ASSEMBLE_RESPONSE), key=lambda span: span.start_time or 0)
+        return [sorted(map(str, (span.attributes or {}).get(A.ETF_LINKAGE_ANSWERED_IDS, ()))) for span in spans]
+
+    def answered(self) -> list[list[str]]:
+        """What each request answered: the results it carries for the round before it (a stateless
+        history carries the earlier rounds' too)."""
         return [
-            (
-                (span.attributes or {}).get("gen_ai.response.id"),
-                tuple((span.attributes or {}).get(A.ETF_LINKAGE_ANSWERED_IDS, ())),
-                (span.attributes or {}).get(A.ETF_LINKAGE_AMBIGUOUS),
-            )
-            for span in sorted(self.capture.spans(A.SPAN_ASSEMBLE_RESPONSE), key=lambda span: span.start_time or 0)
+            sorted(call_id for call_id in result_ids(request.body) if round_of(call_id) == i)
+            for i, request in enumerate(self.requests())
         ]
 
     def judged(self) -> tuple[dict[str, int], int, int, list[tuple[str, str]]]:
@@ -210,23 +215,25 @@ class World:
         ran = [sorted((name, argument) for k, name, argument in self.ran if k == i + 1) for i in range(len(rounds))]
         assert ran == ran_in(rounds) and len(self.ran) == sum(map(len, rounds)), self.ran
         assert len(self.requests()) == len(rounds) + 1
+        settled, answered = self.settled(), self.answered()
         violations, counted, code, findings = self.judged()
         summary = f"live {violations} (counted {counted}); audit exit {code}: {dict(Counter(findings))}"
         assert (violations, counted, code, findings) == ({}, 0, 0, []), summary
+        assert settled == answered  # every follow-up judged, against the round it answers
 
 
-def results(body: dict[str, Any]) -> int:
-    """How many tool results a request body carries, whatever the protocol."""
-    outputs = [item for item in body.get("input") or () if item.get("type") == "function_call_output"]
-    tools = [message for message in body.get("messages") or () if message.get("role") == "tool"]
+def result_ids(body: dict[str, Any]) -> list[str]:
+    """The call id of every tool result a request body carries, whatever the protocol."""
+    outputs = [item["call_id"] for item in body.get("input") or () if item.get("type") == "function_call_output"]
+    tools = [message["tool_call_id"] for message in body.get("messages") or () if message.get("role") == "tool"]
     blocks = [
-        block
+        block["tool_use_id"]
         for message in body.get("messages") or ()
         if isinstance(message.get("content"), list)
         for block in message["content"]
         if block.get("type") == "tool_result"
     ]
-    return len(outputs) + len(tools) + len(blocks)
+    return [*outputs, *tools, *blocks]
 
 
 STATELESS = [(False, 0), (False, 2), (False, 4), (False, 5)]
@@ -303,7 +310,9 @@ def pydantic_agent(world: World, kind: str, **options: Any) -> Any:
 
     model: Any
     if kind == "anthropic":
-        model = AnthropicModel("m", provider=AnthropicProvider(base_url=world.server.root_url, api_key="x"))
+        model = AnthropicModel(
+            options.pop("model_name", "m"), provider=AnthropicProvider(base_url=world.server.root_url, api_key="x")
+        )
     else:
         provider = OpenAIProvider(base_url=world.server.base_url, api_key="x")
         model = (OpenAIChatModel if kind == "chat" else OpenAIResponsesModel)("m", provider=provider)
@@ -375,6 +384,89 @@ def test_pydantic_ai_with_its_own_instrumentation_three_rounds_judge_nothing_wro
     world.model()
     assert pydantic_run(pydantic_agent(world, kind), "run", model_settings=settings) == ANSWER
     world.assert_clean()
+
+
+# --- pydantic-ai: turns after the answer ----------------------------------------------------------------------------
+
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+    "0000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+)
+FILE_ROUNDS: tuple[Round, ...] = ((("get_chart", {"city": "Paris"}), ("get_time", {"tz": "CET"})), *ROUNDS[1:])
+
+
+@pytest.mark.parametrize(
+    "stack", [ETF_OTEL, pytest.param(WITH_GENAI, marks=pytest.mark.xfail(reason=STATELESS_AUDIT, strict=True))]
+)
+def test_pydantic_ai_a_file_sent_after_the_results_judges_nothing_wrong(world: World) -> None:
+    """``OpenAIChatModel`` sends a file a tool returned as a user message after the ``tool`` messages (with
+    a system note): turns after the answered one, in every later request of the loop."""
+
+    def get_chart(ctx: RunContext[None], city: str) -> BinaryContent:
+        world.note(ctx.tool_call_id, "get_chart", city)
+        return BinaryContent(data=PNG, media_type="image/png")
+
+    def get_time(ctx: RunContext[None], tz: str) -> str:
+        world.note(ctx.tool_call_id, "get_time", tz)
+        return clock(tz)
+
+    def get_weather(ctx: RunContext[None], city: str) -> str:
+        world.note(ctx.tool_call_id, "get_weather", city)
+        return weather(city)
+
+    world.model(FILE_ROUNDS)
+    agent = pydantic_agent(world, "chat", tools=[get_chart, get_time, get_weather])
+    assert pydantic_run(agent, "run") == ANSWER
+    roles = [message["role"] for message in world.requests()[1].body["messages"]]
+    assert roles == ["user", "assistant", "tool", "tool", "system", "user"]  # the file after the answers
+    world.assert_clean(FILE_ROUNDS)
+
+
+SEARCH_ROUNDS: tuple[Round, ...] = ((("get_time", {"tz": "CET"}),), *ROUNDS[1:])
+
+
+SYNTHETIC_ROUND = (
+    "issue 36: the answered turn is not the last assistant turn (pydantic-ai's own search_tools round follows "
+    "it): the follow-up settles nothing (no etf.linkage.answered_ids), round 1 is left unjudged"
+)
+
+
+@only(ETF_OTEL)
+@pytest.mark.parametrize(
+    ("model_name", "after"),
+    [
+        pytest.param("claude-sonnet-4-6", "assistant", marks=pytest.mark.xfail(reason=SYNTHETIC_ROUND, strict=True)),
+        pytest.param("claude-sonnet-5-5", "system"),  # adds tools by reference: a system turn, no call
+    ],
+)
+def test_pydantic_ai_a_tool_revealed_mid_run_judges_nothing_wrong(world: World, model_name: str, after: str) -> None:
+    """A tool revealed mid-run to an Anthropic model: pydantic-ai writes the news after the answered turn, as a
+    ``search_tools`` round of its own (a call the model never sent, answered at once) for a model that
+    withholds deferred schemas, as a system turn for one that adds tools by reference."""
+
+    def get_time(ctx: RunContext[None], tz: str) -> str:
+        world.note(ctx.tool_call_id, "get_time", tz)
+        return clock(tz)
+
+    def get_weather(ctx: RunContext[None], city: str) -> str:
+        world.note(ctx.tool_call_id, "get_weather", city)
+        return weather(city)
+
+    def get_moon(city: str) -> str:
+        return "full"
+
+    async def from_round_two(ctx: RunContext[None], definition: Any) -> Any:
+        return definition if ctx.run_step > 1 else None
+
+    world.model(SEARCH_ROUNDS)
+    tools = [get_time, Tool(get_weather, prepare=from_round_two), Tool(get_moon, defer_loading=True)]
+    agent = pydantic_agent(world, "anthropic", tools=tools, model_name=model_name)
+    assert pydantic_run(agent, "run") == ANSWER
+    (_, _, _, news, *_) = world.requests()[1].body["messages"]
+    assert news["role"] == after
+    if after == "assistant":  # the fabricated call, and its result in the next user message
+        assert [(block["name"], round_of(block["id"])) for block in news["content"]] == [("search_tools", None)]
+    world.assert_clean(SEARCH_ROUNDS)
 
 
 # --- openai-agents ------------------------------------------------------------------------------------------------
