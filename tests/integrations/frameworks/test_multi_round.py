@@ -32,6 +32,7 @@ import pytest
 from agents import Agent as SdkAgent
 from agents import (
     OpenAIChatCompletionsModel,
+    RunConfig,
     RunContextWrapper,
     Runner,
     function_tool,
@@ -39,6 +40,7 @@ from agents import (
 from agents import (
     OpenAIResponsesModel as SdkResponsesModel,
 )
+from agents.run_config import CallModelData, ModelInputData
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import InjectedToolCallId, tool
 from langchain_openai import ChatOpenAI
@@ -203,6 +205,20 @@ class World:
         return [
             sorted(call_id for call_id in result_ids(request.body) if round_of(call_id) == i)
             for i, request in enumerate(self.requests())
+        ]
+
+    def per_response(self) -> list[dict[str, int]]:
+        """The violation events of each response's span, by category, in the order of the requests."""
+        spans = sorted(self.capture.spans(A.SPAN_ASSEMBLE_RESPONSE), key=lambda span: span.start_time or 0)
+        return [
+            dict(
+                Counter(
+                    str((event.attributes or {}).get(A.ETF_ERROR_CATEGORY))
+                    for event in span.events
+                    if event.name == A.EVENT_INTEGRITY_VIOLATION
+                )
+            )
+            for span in spans
         ]
 
     def judged(self) -> tuple[dict[str, int], int, int, list[tuple[str, str]]]:
@@ -656,3 +672,84 @@ def test_litellm_completion_three_rounds_judge_nothing_wrong(world: World, strea
     assert litellm_loop(world, stream) == ANSWER
     assert world.sent() == STATELESS
     world.assert_clean()
+
+
+# --- real mistakes in a multi-round loop are still reported ---------------------------------------------------------
+
+
+def wrong_id(results: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """The first call answered with an id the model never sent."""
+    return [{**results[0], key: "call_9"}, *results[1:]]
+
+
+def dropped(results: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """The last result lost (a retry, a trimmed history)."""
+    return results[:-1]
+
+
+MISTAKES = {"wrong-id": (wrong_id, "orphaned_result"), "dropped-result": (dropped, "unanswered_call")}
+
+
+def assert_reported(world: World, category: str) -> None:
+    """The request that carried the mistake (the third) has it on its span, and only that one; the audit
+    finds it (exit 1): a stateless history repeating the mistaken turn later does not report it again."""
+    expected = {"orphaned_result": 1, "unanswered_call": 1} if category == "orphaned_result" else {category: 1}
+    per_response = world.per_response()
+    violations, counted, code, findings = world.judged()
+    summary = f"live {per_response} (counted {counted}); audit exit {code}: {dict(Counter(findings))}"
+    assert per_response == [{}, {}, expected, {}], summary
+    assert (violations, counted, code) == (expected, sum(expected.values()), 1), summary
+    assert sorted(found for _, found in findings) == sorted(expected), summary
+
+
+@only(ETF_OTEL)
+@pytest.mark.usefixtures("litellm_loop_closed")
+@pytest.mark.parametrize("stream", [False, True], ids=["body", "streamed"])
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_litellm_a_mistake_of_the_tool_host_in_round_two_is_reported(world: World, stream: bool, mistake: str) -> None:
+    change, category = MISTAKES[mistake]
+    world.model()
+    host = lambda k, results: change(results, "tool_call_id") if k == 2 else results  # noqa: E731
+    assert litellm_loop(world, stream, host) == ANSWER
+    assert_reported(world, category)
+
+
+def in_round_two(change: Callable[[list[dict[str, Any]], str], list[dict[str, Any]]]) -> RunConfig:
+    """openai-agents with a ``call_model_input_filter`` that applies ``change`` to round 2's
+    ``function_call_output`` items of every request (what a buggy trimming filter does)."""
+
+    def apply(data: CallModelData[Any]) -> ModelInputData:
+        items = list(data.model_data.input)
+        at = [
+            i
+            for i, item in enumerate(items)
+            if isinstance(item, dict) and item.get("type") == "function_call_output" and round_of(item["call_id"]) == 2
+        ]
+        if at:
+            changed = change([dict(items[i]) for i in at], "call_id")
+            items = [
+                *(item for i, item in enumerate(items[: at[-1] + 1]) if i not in at),
+                *changed,
+                *items[at[-1] + 1 :],
+            ]
+        return ModelInputData(input=items, instructions=data.model_data.instructions)  # type: ignore[arg-type]
+
+    return RunConfig(call_model_input_filter=apply)
+
+
+@pytest.mark.parametrize(
+    ("stack", "kind"),
+    [
+        case(ETF_OTEL, "responses", id="responses-stateless"),
+        case(ETF_OTEL, "chat", id="chat"),
+        case(WITH_GENAI, "responses", id="responses-stateless", xfail=STATELESS_AUDIT),
+        case(WITH_GENAI, "chat", id="chat", xfail=STATELESS_AUDIT),
+    ],
+    indirect=["stack"],
+)
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_openai_agents_an_input_filter_mistake_in_round_two_is_reported(world: World, kind: str, mistake: str) -> None:
+    change, category = MISTAKES[mistake]
+    world.model()
+    assert sdk_run(sdk_agent(world, kind), "run", run_config=in_round_two(change)) == ANSWER
+    assert_reported(world, category)
