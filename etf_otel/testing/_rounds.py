@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
@@ -141,10 +142,33 @@ def _body(protocol: str, n: int, calls: list[tuple[str, str, str]], text: str) -
     }
 
 
-def tool_rounds_responder(rounds: Sequence[Round], answer: str = ANSWER) -> Responder:
+def _call_turns(protocol: str, body: Mapping[str, Any]) -> int:
+    """How many assistant turns with calls the request's history carries (a run of ``function_call`` items
+    is one turn)."""
+    if protocol == RESPONSES.name:
+        items = body.get("input")
+        kinds = [item.get("type") if isinstance(item, Mapping) else None for item in items or ()]
+        return sum(1 for i, kind in enumerate(kinds) if kind == "function_call" and (i == 0 or kinds[i - 1] != kind))
+    turns = 0
+    for message in body.get("messages") or ():
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else ()
+            turns += bool(message.get("tool_calls") or any(_typed(block, "tool_use") for block in blocks))
+    return turns
+
+
+def tool_rounds_responder(rounds: Sequence[Round], answer: str = ANSWER, *, reused_ids: bool = False) -> Responder:
     """A model that proposes ``rounds[k]`` to a request whose newest answered round is ``k`` (none: 0),
     and ``answer`` once every round is answered: streamed when the request asks for a stream, else
-    as one complete body. Each call of the first argument split over two pieces of a stream."""
+    as one complete body. Each call of the first argument split over two pieces of a stream.
+
+    ``reused_ids``: every response numbers its calls ``call_0``, ``call_1``, ... again (Bedrock's
+    OpenAI-compatible endpoint does), so the round is read from the history instead: the assistant
+    turns with calls it carries, after the round of the response it continues (``previous_response_id``).
+    """
+    continued: dict[str, int] = {}
+    lock = threading.Lock()
 
     def respond(request: RecordedRequest) -> Script | None:
         protocol = _protocol_of(request.path)[0]
@@ -153,9 +177,16 @@ def tool_rounds_responder(rounds: Sequence[Round], answer: str = ANSWER) -> Resp
             body, Mapping
         ):
             return None
-        answered = max((k for k in map(round_of, _result_ids(protocol, body)) if k is not None), default=0)
         n = next(_RESPONSES)
+        if reused_ids:
+            with lock:
+                answered = continued.get(str(body.get("previous_response_id")), 0) + _call_turns(protocol, body)
+                continued[f"resp_{n}"] = answered + 1
+        else:
+            answered = max((k for k in map(round_of, _result_ids(protocol, body)) if k is not None), default=0)
         calls = _calls(protocol, n, answered + 1, rounds[answered]) if answered < len(rounds) else []
+        if reused_ids:
+            calls = [(f"call_{i}", name, arguments) for i, (_, name, arguments) in enumerate(calls)]
         if body.get("stream") is not True:
             return Script(body=_body(protocol, n, calls, answer))
         return Script(events=_streamed(protocol, n, calls, answer), named=protocol != CHAT_COMPLETIONS.name)

@@ -121,3 +121,28 @@ def test_a_gemini_request_is_left_to_the_server() -> None:
     """Gemini's identity is positional: no id to read a round from, so the responder does not answer it."""
     request = RecordedRequest("POST", "/v1beta/models/m:streamGenerateContent", {}, {"contents": []})
     assert tool_rounds_responder(ROUNDS)(request) is None
+
+
+@pytest.mark.parametrize("chained", [False, True], ids=["stateless", "previous-response-id"])
+def test_reused_ids_number_every_responses_calls_again(chained: bool) -> None:
+    """``reused_ids``: ``call_0``, ``call_1`` in every response; the round read from the history (and the
+    response a ``previous_response_id`` continues)."""
+    with LocalChatServer(responder=tool_rounds_responder(ROUNDS, reused_ids=True)) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        items: list[Any] = [{"role": "user", "content": "weather?"}]
+        history: list[Any] = list(items)
+        options: dict[str, Any] = {}
+        seen = []
+        for _ in EXPECTED:
+            response = client.responses.create(model="m", input=items if chained else history, **options)
+            calls = [item for item in response.output if item.type == "function_call"]
+            seen.append([(call.call_id, call.name, json.loads(call.arguments)) for call in calls])
+            outputs = [{"type": "function_call_output", "call_id": call.call_id, "output": "ok"} for call in calls]
+            history += [call.model_dump(exclude_none=True) for call in calls] + outputs
+            items, options = outputs, ({"previous_response_id": response.id} if chained else {})
+    assert seen == [
+        [("call_0", "get_weather", {"city": "Paris"}), ("call_1", "get_time", {"tz": "CET"})],
+        [("call_0", "get_weather", {"city": "Lyon"})],
+        [],
+    ]
+    assert response.output_text == ANSWER
