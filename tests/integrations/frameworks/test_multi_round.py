@@ -142,11 +142,14 @@ class World:
                 tracer_provider=self.capture.tracer_provider, meter_provider=self.capture.meter_provider
             )
 
-    def model(self, rounds: Sequence[Round] = ROUNDS) -> None:
-        self.switch.current = tool_rounds_responder(rounds)
+    def model(self, rounds: Sequence[Round] = ROUNDS, reused_ids: bool = False) -> None:
+        self.rounds, self.reused_ids = rounds, reused_ids
+        self.switch.current = tool_rounds_responder(rounds, reused_ids=reused_ids)
 
     def note(self, call_id: str | None, name: str, argument: str) -> None:
-        self.ran.append((round_of(call_id), name, argument))
+        """A tool ran with the id the framework gave it (its round: the id says it, or, where every response
+        numbers its calls again, the requests so far)."""
+        self.ran.append((len(self.requests()) if self.reused_ids else round_of(call_id), name, argument))
 
     def requests(self) -> list[RecordedRequest]:
         return self.server.requests[self.first_request :]
@@ -202,6 +205,8 @@ class World:
     def answered(self) -> list[list[str]]:
         """What each request answered: the results it carries for the round before it (a stateless
         history carries the earlier rounds' too)."""
+        if self.reused_ids:
+            return [[], *([f"call_{i}" for i in range(len(calls))] for calls in self.rounds)]
         return [
             sorted(call_id for call_id in result_ids(request.body) if round_of(call_id) == i)
             for i, request in enumerate(self.requests())
@@ -672,6 +677,81 @@ def test_litellm_completion_three_rounds_judge_nothing_wrong(world: World, strea
     assert litellm_loop(world, stream) == ANSWER
     assert world.sent() == STATELESS
     world.assert_clean()
+
+
+# --- ids a provider reuses in every response; identical loops at once -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stack", "framework", "kind"),
+    [
+        case(ETF_OTEL, "pydantic-ai", "responses", id="pydantic-ai-responses-stateless"),
+        case(ETF_OTEL, "pydantic-ai", "responses-chained", id="pydantic-ai-responses-previous-response-id"),
+        case(ETF_OTEL, "pydantic-ai", "chat", id="pydantic-ai-chat"),
+        case(ETF_OTEL, "langgraph", "chat", id="langgraph"),
+        case(ETF_OTEL, "litellm", "chat", id="litellm"),
+        case(WITH_GENAI, "pydantic-ai", "responses", id="pydantic-ai-responses-stateless"),  # the ids coincide
+        case(
+            WITH_GENAI,
+            "pydantic-ai",
+            "responses-chained",
+            id="pydantic-ai-responses-previous-response-id",
+            xfail=CHAINED_AUDIT,
+        ),
+        case(WITH_GENAI, "pydantic-ai", "chat", id="pydantic-ai-chat"),
+        case(WITH_GENAI, "langgraph", "chat", id="langgraph"),
+    ],
+    indirect=["stack"],
+)
+@pytest.mark.usefixtures("litellm_loop_closed")
+def test_ids_every_response_reuses_judge_nothing_wrong(world: World, framework: str, kind: str) -> None:
+    """Every response numbers its calls ``call_0``, ``call_1`` again (Bedrock's OpenAI-compatible endpoint):
+    a stateless history holds ``call_0`` once per round. (openai-agents refuses such a model: its
+    ``ModelBehaviorError`` "Model reused a completed tool call ID".)"""
+    world.model(reused_ids=True)
+    if framework == "pydantic-ai":
+        settings = RESPONSES_CHAINED if kind == "responses-chained" else {}
+        agent = pydantic_agent(world, kind.removesuffix("-chained"))
+        assert pydantic_run(agent, "run", model_settings=settings) == ANSWER
+    elif framework == "langgraph":
+        messages = graph(world, False).invoke({"messages": [("user", "Weather and time, three places?")]})["messages"]
+        assert messages[-1].content == ANSWER
+    else:
+        assert litellm_loop(world, False) == ANSWER
+    world.assert_clean()
+
+
+@pytest.mark.parametrize(
+    ("stack", "kind", "reused_ids"),
+    [
+        case(ETF_OTEL, "responses", False, id="responses-stateless"),
+        case(ETF_OTEL, "chat", False, id="chat"),
+        case(ETF_OTEL, "anthropic", False, id="anthropic"),
+        case(ETF_OTEL, "responses", True, id="responses-stateless-reused-ids"),
+        case(ETF_OTEL, "chat", True, id="chat-reused-ids"),
+    ],
+    indirect=["stack"],
+)
+def test_identical_loops_at_once_judge_nothing_wrong(world: World, kind: str, reused_ids: bool) -> None:
+    """Four identical pydantic-ai loops in one process, at once: each follow-up judged against its own
+    conversation. With ids every response reuses, nothing tells the conversations apart: those follow-ups
+    are not judged (``etf.linkage.ambiguous``), never a violation."""
+    world.model(reused_ids=reused_ids)
+    agent = pydantic_agent(world, kind)
+
+    async def loops() -> list[str]:
+        async def one() -> str:
+            return str((await agent.run("Weather and time, three places?")).output)
+
+        return await asyncio.gather(*(one() for _ in range(4)))
+
+    assert asyncio.run(loops()) == [ANSWER] * 4
+    assert len(world.requests()) == 16 and len(world.ran) == 20
+    settled = sorted(call_id for ids in world.settled() for call_id in ids)
+    if not reused_ids:  # every call settled once, by the request that answered its round
+        assert settled == sorted({call_id for request in world.requests() for call_id in result_ids(request.body)})
+    violations, counted, code, findings = world.judged()
+    assert (violations, counted, code, findings) == ({}, 0, 0, [])
 
 
 # --- real mistakes in a multi-round loop are still reported ---------------------------------------------------------
