@@ -1,16 +1,25 @@
 """Real multi-round agent loops, zero code: no false violation live or in the audit (issue 36, AGENT-STACKS 11.6, 11.7).
 
-Each framework runs its own loop against the scripted server for three tool rounds (two parallel
-calls in the first two) before the text answer, with every etf-otel instrumentor installed from its
-``opentelemetry_instrumentor`` entry point, as ``opentelemetry-instrument`` installs them. What is
-asserted is public: the ``etf.integrity.violation`` events on the spans, the
-``etf.integrity.violations`` counter, and ``etf-otel audit`` of the OTLP JSON export (exit 0, no
-finding). The later requests of these loops carry what a follow-up's judgement must scope right:
-stateless histories repeating every earlier call and result (pydantic-ai and openai-agents on the
-Responses API by default, every Chat Completions and Anthropic history), a ``previous_response_id``
-chain carrying only the newest results, a handoff, a file a tool returned sent after the results.
-Loops marked ``xfail(strict=True)`` report false violations today: the fix of issue 36 removes
-the marks. The last tests keep real mistakes in a multi-round loop reported.
+Each framework runs its own loop against the scripted server (``tool_rounds_responder``) for three
+tool rounds (two parallel calls in the first two) before the text answer, with every etf-otel
+instrumentor installed from its ``opentelemetry_instrumentor`` entry point, as
+``opentelemetry-instrument`` installs them, no line of glue. What is asserted is public: the
+``etf.integrity.violation`` events on the spans, the ``etf.integrity.violations`` counter,
+``etf-otel audit`` of the OTLP JSON export (exit 0, no finding), and that each follow-up settled
+the round it answers (``etf.linkage.answered_ids``): a loop never judged is no proof.
+
+The later requests of these loops carry what a follow-up's judgement must scope right: stateless
+histories repeating every earlier call and result (pydantic-ai and openai-agents on the Responses
+API by default, every Chat Completions and Anthropic history), a ``previous_response_id`` chain
+carrying only the newest results, a handoff, turns after the answered one (a file, a synthetic
+``search_tools`` round), ids every response reuses, identical loops at once. Each loop runs under
+etf-otel alone and, where the framework calls the ``openai`` client's ``create``, beside the
+OpenTelemetry GenAI instrumentation recording every request's messages, which the audit reads.
+Cases marked ``xfail(strict=True)`` report false violations today, the reason says which: the fix
+of issue 36 removes the marks. The last tests keep real mistakes in a multi-round loop reported,
+once, on the request that carried them.
+
+    PYTHONPATH=. .venv/bin/python -m pytest tests/integrations/frameworks/test_multi_round.py
 """
 
 from __future__ import annotations
@@ -30,16 +39,8 @@ from typing import Annotated, Any
 import agents
 import pytest
 from agents import Agent as SdkAgent
-from agents import (
-    OpenAIChatCompletionsModel,
-    RunConfig,
-    RunContextWrapper,
-    Runner,
-    function_tool,
-)
-from agents import (
-    OpenAIResponsesModel as SdkResponsesModel,
-)
+from agents import OpenAIChatCompletionsModel, RunConfig, RunContextWrapper, Runner, function_tool
+from agents import OpenAIResponsesModel as SdkResponsesModel
 from agents.run_config import CallModelData, ModelInputData
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import InjectedToolCallId, tool
@@ -109,6 +110,8 @@ class Switch:
 
 @dataclass
 class Served:
+    """The module's server and the switch its tests plug their model into."""
+
     server: LocalChatServer
     switch: Switch
 
@@ -132,6 +135,8 @@ class World:
         self.capture.tracer_provider.add_span_processor(SimpleSpanProcessor(FileSpanExporter(str(path))))
         self.first_request = len(self.server.requests)
         self.ran: list[tuple[int | None, str, str]] = []
+        self.rounds: Sequence[Round] = ROUNDS
+        self.reused_ids = False
         self.instrumentors = [
             point.load()()
             for point in entry_points(group="opentelemetry_instrumentor")
