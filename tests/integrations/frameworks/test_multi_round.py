@@ -134,7 +134,7 @@ class World:
         self.capture = Capture()
         self.capture.tracer_provider.add_span_processor(SimpleSpanProcessor(FileSpanExporter(str(path))))
         self.first_request = len(self.server.requests)
-        self.ran: list[tuple[int | None, str, str]] = []
+        self.ran: list[tuple[int | None, str, str, str | None]] = []
         self.rounds: Sequence[Round] = ROUNDS
         self.reused_ids = False
         self.instrumentors = [
@@ -154,7 +154,7 @@ class World:
     def note(self, call_id: str | None, name: str, argument: str) -> None:
         """A tool ran with the id the framework gave it (its round: the id says it, or, where every response
         numbers its calls again, the requests so far)."""
-        self.ran.append((len(self.requests()) if self.reused_ids else round_of(call_id), name, argument))
+        self.ran.append((len(self.requests()) if self.reused_ids else round_of(call_id), name, argument, call_id))
 
     def requests(self) -> list[RecordedRequest]:
         return self.server.requests[self.first_request :]
@@ -191,15 +191,18 @@ class World:
         """The ``etf.integrity.violations`` counter, all categories."""
         return int(sum(value for _, value in self.capture.points(A.METRIC_INTEGRITY_VIOLATIONS)))
 
-    def audit(self) -> tuple[int, list[tuple[str, str]]]:
-        """``etf-otel audit --json`` of the exported file: its exit code and its findings (kind, category)."""
+    def audit(self) -> tuple[int, list[tuple[str, str, str | None]]]:
+        """``etf-otel audit --json`` of the exported file: its exit code and its findings (kind, category,
+        call id)."""
         self.capture.tracer_provider.force_flush()
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = main(["audit", "--json", "--no-progress", str(self.path)])
         assert code in (0, 1), err.getvalue()
         report = json.loads(out.getvalue())
-        found = [(f["kind"], f["category"]) for trace in report["traces_detail"] for f in trace["findings"]]
+        found = [
+            (f["kind"], f["category"], f.get("call_id")) for trace in report["traces_detail"] for f in trace["findings"]
+        ]
         return code, sorted(found)
 
     def settled(self) -> list[list[str]]:
@@ -231,19 +234,20 @@ class World:
             for span in spans
         ]
 
-    def judged(self) -> tuple[dict[str, int], int, int, list[tuple[str, str]]]:
+    def judged(self) -> tuple[dict[str, int], int, int, list[tuple[str, str, str | None]]]:
         """Live violation events by category, the counter, the audit's exit code and findings."""
         violations, counted = self.violations(), self.counted()
         return (violations, counted, *self.audit())
 
     def assert_clean(self, rounds: Sequence[Round] = ROUNDS) -> None:
         """Every round ran, once, then the answer; nothing judged wrong live or by the audit."""
-        ran = [sorted((name, argument) for k, name, argument in self.ran if k == i + 1) for i in range(len(rounds))]
+        ran = [sorted((name, argument) for k, name, argument, _ in self.ran if k == i + 1) for i in range(len(rounds))]
         assert ran == ran_in(rounds) and len(self.ran) == sum(map(len, rounds)), self.ran
         assert len(self.requests()) == len(rounds) + 1
         settled, answered = self.settled(), self.answered()
         violations, counted, code, findings = self.judged()
-        summary = f"live {violations} (counted {counted}); audit exit {code}: {dict(Counter(findings))}"
+        kinds = Counter((kind, category) for kind, category, _ in findings)
+        summary = f"live {violations} (counted {counted}); audit exit {code}: {dict(kinds)}"
         assert (violations, counted, code, findings) == ({}, 0, 0, []), summary
         assert settled == answered  # every follow-up judged, against the round it answers
 
@@ -579,7 +583,7 @@ def test_openai_agents_handoff_chain_judges_nothing_wrong(world: World, kind: st
     triage = sdk_agent(world, kind, name="triage", tools=[], handoffs=[desk])
     assert sdk_run(triage, method) == ANSWER
     assert world.sent() == [(False, 0), (False, 1), (False, 3), (False, 5), (False, 6)]
-    world.ran.insert(0, (1, "transfer_to_weather_desk", ""))  # the SDK runs the handoff itself
+    world.ran.insert(0, (1, "transfer_to_weather_desk", "", None))  # the SDK runs the handoff itself
     world.assert_clean(HANDOFF)
 
 
@@ -772,19 +776,25 @@ def dropped(results: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     return results[:-1]
 
 
-MISTAKES = {"wrong-id": (wrong_id, "orphaned_result"), "dropped-result": (dropped, "unanswered_call")}
+MISTAKES = {"wrong-id": wrong_id, "dropped-result": dropped}
 
 
-def assert_reported(world: World, category: str) -> None:
+def assert_reported(world: World, mistake: str) -> None:
     """The request that carried the mistake (the third) has it on its span, and only that one; the audit
-    finds it (exit 1): a stateless history repeating the mistaken turn later does not report it again."""
-    expected = {"orphaned_result": 1, "unanswered_call": 1} if category == "orphaned_result" else {category: 1}
+    finds it (exit 1) and nothing else: every finding names an id of the mistake or none (a stateless
+    history repeating the mistaken turn later does not make the earlier rounds' results orphaned)."""
+    round_two = sorted(str(call_id) for k, _, _, call_id in world.ran if k == 2)
+    if mistake == "wrong-id":
+        expected, involved = {"orphaned_result": 1, "unanswered_call": 1}, {"call_9", round_two[0], None}
+    else:
+        expected, involved = {"unanswered_call": 1}, {round_two[-1], None}
     per_response = world.per_response()
     violations, counted, code, findings = world.judged()
-    summary = f"live {per_response} (counted {counted}); audit exit {code}: {dict(Counter(findings))}"
+    summary = f"live {per_response} (counted {counted}); audit exit {code}: {findings}"
     assert per_response == [{}, {}, expected, {}], summary
     assert (violations, counted, code) == (expected, sum(expected.values()), 1), summary
-    assert sorted(found for _, found in findings) == sorted(expected), summary
+    assert {category for _, category, _ in findings} == set(expected), summary
+    assert {call_id for _, _, call_id in findings} <= involved, summary
 
 
 @only(ETF_OTEL)
@@ -792,11 +802,11 @@ def assert_reported(world: World, category: str) -> None:
 @pytest.mark.parametrize("stream", [False, True], ids=["body", "streamed"])
 @pytest.mark.parametrize("mistake", list(MISTAKES))
 def test_litellm_a_mistake_of_the_tool_host_in_round_two_is_reported(world: World, stream: bool, mistake: str) -> None:
-    change, category = MISTAKES[mistake]
+    change = MISTAKES[mistake]
     world.model()
     host = lambda k, results: change(results, "tool_call_id") if k == 2 else results  # noqa: E731
     assert litellm_loop(world, stream, host) == ANSWER
-    assert_reported(world, category)
+    assert_reported(world, mistake)
 
 
 def in_round_two(change: Callable[[list[dict[str, Any]], str], list[dict[str, Any]]]) -> RunConfig:
@@ -834,7 +844,7 @@ def in_round_two(change: Callable[[list[dict[str, Any]], str], list[dict[str, An
 )
 @pytest.mark.parametrize("mistake", list(MISTAKES))
 def test_openai_agents_an_input_filter_mistake_in_round_two_is_reported(world: World, kind: str, mistake: str) -> None:
-    change, category = MISTAKES[mistake]
+    change = MISTAKES[mistake]
     world.model()
     assert sdk_run(sdk_agent(world, kind), "run", run_config=in_round_two(change)) == ANSWER
-    assert_reported(world, category)
+    assert_reported(world, mistake)
