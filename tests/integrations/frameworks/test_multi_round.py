@@ -60,7 +60,9 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from etf_otel import attributes as A
 from etf_otel.cli import main
 from etf_otel.instrumentation._safety import set_strict
-from etf_otel.testing import Capture, LocalChatServer, RecordedRequest, Script
+from etf_otel.testing import MISSING, Capture, LocalChatServer, RecordedRequest, Script
+from etf_otel.testing import anthropic as AN
+from etf_otel.testing import chat as C
 from etf_otel.testing._rounds import Round, round_of, tool_rounds_responder
 from etf_otel.testing._scripted import ANSWER
 
@@ -289,8 +291,16 @@ def only(*stacks: str) -> pytest.MarkDecorator:
 
 
 @pytest.fixture
-def world(served: Served, tmp_path: Path, stack: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+def guard(request: pytest.FixtureRequest) -> bool:
+    """Guard mode, as zero code turns it on (``OTEL_INSTRUMENTATION_ETF_GUARD=true``); off unless a test asks."""
+    return bool(getattr(request, "param", False))
+
+
+@pytest.fixture
+def world(served: Served, tmp_path: Path, stack: str, guard: bool, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     previous = set_strict(True)
+    if guard:
+        monkeypatch.setenv("OTEL_INSTRUMENTATION_ETF_GUARD", "true")
     made = World(served, tmp_path / "traces.jsonl")
     peer = None
     if stack == WITH_GENAI:
@@ -848,3 +858,45 @@ def test_openai_agents_an_input_filter_mistake_in_round_two_is_reported(world: W
     world.model()
     assert sdk_run(sdk_agent(world, kind), "run", run_config=in_round_two(change)) == ANSWER
     assert_reported(world, mistake)
+
+
+LINKAGE = frozenset({"orphaned_result", "unanswered_call", "duplicate_result"})
+REFUSAL_ANSWERED = (
+    "issue 36: a call the guard refused, answered with the framework's error result (refusal_answered: drift), "
+    "is reported orphaned_result live, and unanswered_call by the audit"
+)
+
+
+@only(ETF_OTEL)
+@pytest.mark.parametrize("guard", [True], indirect=True, ids=["guard"])
+@pytest.mark.parametrize("kind", ["chat", "anthropic"])
+@pytest.mark.xfail(reason=REFUSAL_ANSWERED, strict=True)
+def test_pydantic_ai_guarded_a_refusal_answered_in_round_two_is_no_linkage_violation(world: World, kind: str) -> None:
+    """Round 2's stream is cut in its second call: the rejection is a real finding (``recorded_rejection``);
+    the guard refuses the first call, pydantic-ai answers both with an error result (AGENT-STACKS 11.7:
+    the documented way to answer a refused call), and the loop goes on to round 3 and the answer."""
+    rounds = tool_rounds_responder(ROUNDS)
+    first, second = (f"{'toolu' if kind == 'anthropic' else 'call'}_9000r2c{i}" for i in (1, 2))
+    cut = (
+        Script(events=[C.chunk(C.fragment(0, first, "get_weather", '{"city":"Lyon"}', type="function")),
+                       C.chunk(C.fragment(1, second, "get_weather", '{"city":', type="function"))])
+        if kind == "chat"
+        else Script(
+            events=AN.stream(
+                AN.tool_call(0, first, "get_weather", '{"city":"Lyon"}'),
+                [AN.tool_start(1, second, "get_weather"), AN.json_delta(1, '{"city":')],
+                stop_reason=MISSING,
+                stop=False,
+            ),
+            named=True,
+        )
+    )  # fmt: skip
+    world.switch.current = lambda request: cut if len(world.requests()) == 2 else rounds(request)
+    assert pydantic_run(pydantic_agent(world, kind), "run_stream") == ANSWER
+    assert {first, second} <= set(result_ids(world.requests()[2].body))  # both answered, with an error
+    assert [k for k, *_ in world.ran] == [1, 1, 3]  # round 2 never ran
+    violations, counted, code, findings = world.judged()
+    summary = f"live {world.per_response()}; audit exit {code}: {findings}"
+    assert not LINKAGE & set(violations), summary
+    assert code == 1 and ("recorded_rejection", "truncated_stream", None) in findings, summary
+    assert not LINKAGE & {category for _, category, _ in findings}, summary
