@@ -251,7 +251,7 @@ class World:
         kinds = Counter((kind, category) for kind, category, _ in findings)
         summary = f"live {violations} (counted {counted}); audit exit {code}: {dict(kinds)}"
         assert (violations, counted, code, findings) == ({}, 0, 0, []), summary
-        assert settled == answered  # every follow-up judged, against the round it answers
+        assert settled == answered, "every follow-up judged, against the round it answers"
 
 
 def result_ids(body: dict[str, Any]) -> list[str]:
@@ -298,20 +298,23 @@ def guard(request: pytest.FixtureRequest) -> bool:
 
 @pytest.fixture
 def world(served: Served, tmp_path: Path, stack: str, guard: bool, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    previous = set_strict(True)
-    if guard:
-        monkeypatch.setenv("OTEL_INSTRUMENTATION_ETF_GUARD", "true")
-    made = World(served, tmp_path / "traces.jsonl")
+    """The instrumented process: etf-otel's instrumentors (guard mode if asked), and the GenAI openai
+    instrumentation recording messages beside them under ``WITH_GENAI`` (it is in the test extra)."""
     peer = None
     if stack == WITH_GENAI:
         monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
         monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY")
         peer = pytest.importorskip("opentelemetry.instrumentation.genai.openai").OpenAIInstrumentor()
-        peer.instrument(tracer_provider=made.capture.tracer_provider, meter_provider=made.capture.meter_provider)
+    if guard:
+        monkeypatch.setenv("OTEL_INSTRUMENTATION_ETF_GUARD", "true")
+    previous = set_strict(True)
+    made = World(served, tmp_path / "traces.jsonl")
     try:
+        if peer is not None:
+            peer.instrument(tracer_provider=made.capture.tracer_provider, meter_provider=made.capture.meter_provider)
         yield made
     finally:
-        if peer is not None:
+        if peer is not None and peer.is_instrumented_by_opentelemetry:
             peer.uninstrument()
         made.close()
         made.capture.shutdown()
