@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from etf_otel.core._history import HistoryCall, HistoryResult, Turn, answered_turn, shapes
 from etf_otel.core._identity import ABSENT
 from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult
@@ -54,22 +55,112 @@ def _recognizes(event: object) -> bool:
     return "candidates" in event or "promptFeedback" in event or "prompt_feedback" in event
 
 
-def results(contents: Sequence[object]) -> list[tuple[object, bool]]:
-    """The ``functionResponse`` parts of the next request, in order, each with whether it is in scope.
+def results(contents: Sequence[object], result: AssemblyResult | None = None) -> list[tuple[object, bool]]:
+    """The ``functionResponse`` parts of the next request that ``result`` is judged by, in order, each with
+    whether it is in scope.
 
-    In scope is the first content after the last ``role: model`` content (the first content
-    when there is no model turn): a result in any later content answers nothing.
+    In scope is the first content after the model content that carries ``result``'s calls (found by
+    ids, else by names and arguments: :func:`~etf_otel.core._history.answered_turn`), else after the
+    last ``role: model`` content (the first content when there is no model turn). Contents before it
+    belong to earlier responses and are not read; a result in a later content is out of scope (it
+    answers nothing), except one that answers a call of a later model content (a framework's own
+    round, answered in the same request) or a refused call of ``result`` answered with an error: those
+    are not ``result``'s to judge.
     """
-    model = last_position(contents, _MODEL)
+    model = _answered(contents, result) if result is not None else None
+    if model is None:
+        model = last_position(contents, _MODEL)
     scope = 0 if model is None else model + 1
+    rejected = {call.name for call in result.calls if not (result.dispatchable and call.proposed)} if result else set()
+    later_calls: set[object] = set()
     found: list[tuple[object, bool]] = []
     for position in range(scope, len(contents)):
-        parts = field(contents[position], "parts")
+        content = contents[position]
+        parts = field(content, "parts")
+        if field(content, "role") == _MODEL:
+            later_calls.update(_calls_of(content))
+            continue
         for part in parts if isinstance(parts, list) else ():
             response = read(part, "functionResponse", "function_response")
-            if response is not ABSENT and response is not None:
-                found.append((response, position == scope))
+            if response is ABSENT or response is None:
+                continue
+            name = field(response, "name")
+            if name in later_calls or (name in rejected and _is_error(response)):
+                continue
+            found.append((response, position == scope))
     return found
+
+
+def _calls_of(content: object) -> list[object]:
+    parts = field(content, "parts")
+    calls = (
+        [read(part, "functionCall", "function_call") for part in parts if part is not None]
+        if isinstance(parts, list)
+        else []
+    )
+    return [field(call, "name") for call in calls if call is not ABSENT and call is not None]
+
+
+def _is_error(response: object) -> bool:
+    """A ``functionResponse`` whose ``response`` is an error (``{"error": ...}``)."""
+    body = field(response, "response")
+    return isinstance(body, dict) and "error" in body
+
+
+def _history(request: object) -> list[Turn] | None:
+    """The ``contents`` of a request as turns: a ``role: model`` content with its ``functionCall`` parts, any
+    other content with its ``functionResponse`` parts (a ``response`` holding ``error`` marks an error)."""
+    contents = _contents(request)
+    if contents is None:
+        return None
+    turns: list[Turn] = []
+    for content in contents:
+        parts = field(content, "parts")
+        parts = parts if isinstance(parts, list) else []
+        if field(content, "role") == _MODEL:
+            calls = [read(part, "functionCall", "function_call") for part in parts if part is not None]
+            turns.append(
+                Turn(
+                    True,
+                    tuple(
+                        HistoryCall(_string(unset(field(call, "id"))), _string(field(call, "name")), _args(call))
+                        for call in calls
+                        if call is not ABSENT and call is not None
+                    ),
+                )
+            )
+        else:
+            responses = [read(part, "functionResponse", "function_response") for part in parts if part is not None]
+            turns.append(
+                Turn(
+                    False,
+                    results=tuple(
+                        HistoryResult(
+                            _string(unset(field(response, "id"))),
+                            _string(field(response, "name")),
+                            _is_error(response),
+                        )
+                        for response in responses
+                        if response is not ABSENT and response is not None
+                    ),
+                )
+            )
+    return turns
+
+
+def _args(call: object) -> object:
+    value = field(call, "args")
+    return None if value is ABSENT else value
+
+
+def _string(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _answered(contents: Sequence[object], result: AssemblyResult) -> int | None:
+    """The position of the model content that carries ``result``'s calls (one content per turn here)."""
+    turns = _history(list(contents))
+    return None if turns is None or not result.calls else answered_turn(turns, shapes(result))
 
 
 def _result_ids(followup: object) -> list[object] | None:
@@ -91,7 +182,7 @@ def _contents(followup: object) -> list[object] | None:
 def _link(result: AssemblyResult, followup: object) -> list[Finding] | None:
     """The findings of the next request's results against ``result``: by id, or by name and order."""
     contents = _contents(followup)
-    return None if contents is None else link_results(result, results(contents))
+    return None if contents is None else link_results(result, results(contents, result))
 
 
 def _ids(contents: Sequence[object]) -> list[str | None]:
@@ -171,6 +262,7 @@ GEMINI: Final = WireProtocol(
     title="Gemini",
     finish_reasons=FINISH_REASONS,
     followup_shape="the contents list, or the request object holding it",
+    history=_history,
     follow_up=_follow_up,
     later_responses=_later_responses,
     slot_label=_slot_label,
