@@ -86,6 +86,8 @@ class Turn(NamedTuple):
     assistant: bool
     calls: tuple[HistoryCall, ...] = ()
     results: tuple[HistoryResult, ...] = ()
+    at: int = 0
+    """The position of its first message or item in the request (a prefix of the request ends there)."""
 
 
 class Shape(NamedTuple):
@@ -154,17 +156,20 @@ def shapes(result: AssemblyResult) -> list[Shape]:
 
 
 def _same_call(call: HistoryCall, shape: Shape) -> bool:
-    return (
-        call.name == shape.name and shape.digest is not None and call_digest(call.name, call.arguments) == shape.digest
-    )
+    """The same name, and the same arguments unless the response's were not JSON (then the name decides)."""
+    return call.name == shape.name and (shape.digest is None or call_digest(call.name, call.arguments) == shape.digest)
 
 
-def answered_turn(turns: Sequence[Turn], shapes: Sequence[Shape]) -> int | None:
+def answered_turn(
+    turns: Sequence[Turn], shapes: Sequence[Shape], known: Callable[[str], bool] = _nothing
+) -> int | None:
     """The position of the turn that carries ``shapes`` (a response's calls), ``None`` when none does.
 
     By ids first: the last assistant turn carrying every call exactly (ids, names and arguments), else
     the last one carrying any of the ids; then, for a framework that replaced the ids, the last
-    assistant turn whose calls are the response's, position by position, by name and arguments."""
+    assistant turn whose calls are the response's, position by position, by name and arguments; then
+    the last one carrying an id ``known`` takes for the response's (an id its rules refused, its ids
+    run together)."""
     ids = {shape.call_id for shape in shapes if shape.call_id is not None}
     carrying: int | None = None
     for position in range(len(turns) - 1, -1, -1):
@@ -181,6 +186,10 @@ def answered_turn(turns: Sequence[Turn], shapes: Sequence[Shape]) -> int | None:
     for position in range(len(turns) - 1, -1, -1):
         turn = turns[position]
         if turn.assistant and turn.calls and _matches(turn.calls, shapes, by_id=False):
+            return position
+    for position in range(len(turns) - 1, -1, -1):
+        turn = turns[position]
+        if turn.assistant and any(call.call_id is not None and known(call.call_id) for call in turn.calls):
             return position
     return None
 
@@ -204,14 +213,15 @@ def judge_history(
     """The scope and drift of a request's ``turns`` against a response's ``shapes``; ``None`` when no turn
     carries the response's calls (the caller judges by other evidence, or not at all).
 
-    ``known(call_id)``: whether an id the history carries is one some response proposed or the rules
-    refused (a concatenation of them, an incoming id refused, another response's call): a call with
-    such an id is never fabricated. ``rejected(call_id)``: whether the rules rejected a call with that id
+    ``known(call_id)``: whether an id the history carries is the response's own in another form (an
+    incoming id its rules refused, its ids run together): a call with such an id is never fabricated,
+    and a turn with one is the answered turn when no other carries the response's calls.
+    ``rejected(call_id)``: whether the rules rejected a call with that id
     or refused it as an incoming id (answered with an error, it is ``refusal_answered``; a call of
     ``shapes`` that was not proposed is rejected too). ``refused(call_id)``: whether a guard refused to
     run that call (its answer is ``refusal_answered`` even when the result is not marked an error).
     """
-    answered = answered_turn(turns, shapes)
+    answered = answered_turn(turns, shapes, known)
     if answered is None:
         return None
     turn = turns[answered]
@@ -229,8 +239,10 @@ def judge_history(
             matched is not None
             and matched.proposed
             and matched.call_id is not None
+            and matched.call_id in call.call_id  # made unique around the provider's id (a prefix, a suffix)
             and matched.call_id not in {other.call_id for other in turn.calls}
             and not call.item_id
+            and not known(call.call_id)  # the response's ids run together, an id its rules refused
         ):
             replaced[call.call_id] = matched.call_id
             drift.append(Drift(DriftKind.ID_REPLACED, matched.call_id, call.name))

@@ -24,6 +24,7 @@ asyncio tasks may share one instrumentor.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import threading
 from collections import OrderedDict
@@ -32,6 +33,7 @@ from dataclasses import replace
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 from etf_otel import attributes as A
+from etf_otel.core._history import Turn, judge_history
 from etf_otel.core._linkage import Conversation, Finding, concatenated
 from etf_otel.core._refused import NO_REFUSED, RefusedIds
 from etf_otel.core._vocabulary import ErrorCategory
@@ -56,6 +58,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_CONVERSATIONS: Final = 1024
+
+MAX_PREFIX_TURNS: Final = 8
+"""A request's prefix is tried as evidence before at most this many of its last assistant turns with calls."""
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -140,6 +145,8 @@ def string_or_none(value: object) -> str | None:
 
 
 class LinkedConversation(Conversation):
+    keeps_shapes = True
+
     """A conversation that tells its index the call ids of its latest response, and why a result is orphaned.
 
     ``open_ids``: the proposals of its latest response while they await settlement (empty once
@@ -328,6 +335,65 @@ class ConversationIndex:
                 return found, False, position
         return None, ambiguous, -1
 
+    def link_history(
+        self, turns: Sequence[Turn], item_digests: Sequence[bytes], previous: object = None, guarded: bool = False
+    ) -> Linked:
+        """The conversation whose latest response a request's history answers, and the results that settle it.
+
+        Evidence, first match wins: the call ids of each assistant turn, the latest first (a turn whose
+        ids no response proposed, a framework's own round, is passed over); ``previous`` (a Responses
+        ``previous_response_id``); else the items before each of the last :data:`MAX_PREFIX_TURNS`
+        assistant turns with calls as an earlier request's whole input, only when that turn carries the
+        conversation's calls. The results are the answered turn's (:func:`~etf_otel.core._history.judge_history`);
+        what it records as drift waits on the conversation for the request's span.
+        """
+        with_calls = [
+            position
+            for position in range(len(turns) - 1, -1, -1)
+            if turns[position].assistant and turns[position].calls
+        ]
+        by_prefix = with_calls[:MAX_PREFIX_TURNS]
+        has_previous = isinstance(previous, str) and bool(previous)
+        turn_ids = [ids for ids in _turn_ids(turns, with_calls) if ids]
+        decided_by_ids = len(turn_ids)
+        candidates: Iterable[Candidate] = (
+            self.by_ids(ids) if at == 0 else _unless_older(self.by_ids(ids)) for at, ids in enumerate(turn_ids)
+        )
+        if has_previous:
+            candidates = itertools.chain(candidates, (self.by_response(previous),))  # type: ignore[arg-type]
+        else:
+            candidates = itertools.chain(
+                candidates, (self.by_request(fingerprint(item_digests[: turns[at].at])) for at in by_prefix)
+            )
+        found, ambiguous, decided = self.first_match(candidates)
+        if found is None:
+            return Linked(None, None, ambiguous)
+        judgement = judge_history(
+            turns,
+            found.shapes,
+            known=lambda call_id: self._known(found, call_id),
+            rejected=lambda call_id: self._rejected_here(found, call_id),
+            refused=(lambda call_id: self._rejected_here(found, call_id)) if guarded else _never_id,
+        )
+        by_prefix_turn = decided - decided_by_ids if not has_previous and decided >= decided_by_ids else None
+        if judgement is None or (by_prefix_turn is not None and judgement.answered != by_prefix[by_prefix_turn]):
+            if has_previous and decided == decided_by_ids:  # previous_response_id, no replayed calls: every result
+                return Linked(found, [result.call_id for turn in turns for result in turn.results])
+            found.claimed = False  # a prefix is evidence only when the turn after it carries the calls
+            return Linked(None, None, ambiguous)
+        found.drift = tuple(judgement.drift)
+        return Linked(found, judgement.result_ids)
+
+    def _rejected_here(self, conversation: LinkedConversation, call_id: str) -> bool:
+        """Whether the rules rejected a call with ``call_id`` or refused it as an incoming id."""
+        return call_id in conversation.refused or (self._rejected is not None and self._rejected(call_id))
+
+    def _known(self, conversation: LinkedConversation, call_id: str) -> bool:
+        """Whether ``call_id`` is the latest response's in another form: refused by its rules, its ids run together."""
+        if call_id in conversation.response_ids or self._rejected_here(conversation, call_id):
+            return True
+        return concatenated(call_id, conversation.response_ids, conversation.refused)
+
     def orphan_reason(self, call_id: object, calls: frozenset[str], refused: RefusedIds) -> str:
         """Why ``call_id`` answers none of the proposals (one of ``ORPHAN_REASONS``), first match wins.
 
@@ -349,23 +415,43 @@ def _never(conversation: LinkedConversation) -> bool:
     return False
 
 
+def _never_id(call_id: str) -> bool:
+    return False
+
+
+def _unless_older(candidate: Candidate) -> Candidate:
+    """Evidence from a turn before the last one with calls: the response it names is an earlier one of a
+    stateless history unless it is the latest, so it decides only then (else the next evidence does)."""
+    found, latest = candidate
+    if found is None or found is AMBIGUOUS or latest(found):
+        return candidate
+    return None, _never
+
+
+def _turn_ids(turns: Sequence[Turn], positions: Iterable[int]) -> Iterable[list[str]]:
+    """The call ids of each turn at ``positions``, lazily (evidence read only until a match)."""
+    for position in positions:
+        yield [call.call_id for call in turns[position].calls if call.call_id is not None]
+
+
 class PrefixConversations:
     """Chat-shaped requests (Chat Completions, Anthropic Messages) linked to the response they answer.
 
-    ``split`` reads a request's :data:`FollowUp` (``None`` when it has no assistant message: it
-    starts a conversation); ``turn_ids`` the call ids of an assistant message.
+    ``history`` reads a request's messages into turns (the protocol's
+    :attr:`~etf_otel.protocols.WireProtocol.history`); ``guarded``: a guard refuses every call the rules
+    rejected, so a result for one is the refusal answered.
     """
 
     def __init__(
         self,
         capacity: int,
-        split: Callable[[Sequence[Any]], FollowUp | None],
-        turn_ids: Callable[[Any], list[str]],
+        history: Callable[[object], list[Turn] | None],
         rejected: Callable[[str], bool] | None = None,
+        guarded: bool = False,
     ) -> None:
         self.index = ConversationIndex(capacity, rejected)
-        self._split = split
-        self._turn_ids = turn_ids
+        self._history = history
+        self._guarded = guarded
 
     def link(self, messages: object) -> Linked:
         """The conversation a request continues (a new one when none), and the results it is judged by.
@@ -376,18 +462,10 @@ class PrefixConversations:
         if not isinstance(messages, (list, tuple)):
             return Linked(None)
         message_digests = digests(messages)
+        turns = self._history(messages)
         linked = Linked(None)
-        follow_up = self._split(messages)
-        if follow_up is not None:
-            position, result_ids = follow_up
-            index = self.index
-            found, ambiguous, _ = index.first_match(
-                (
-                    index.by_ids(self._turn_ids(messages[position])),
-                    index.by_request(fingerprint(message_digests[:position])),
-                )
-            )
-            linked = Linked(found, result_ids if found is not None else None, ambiguous)
+        if turns:
+            linked = self.index.link_history(turns, message_digests, guarded=self._guarded)
         if linked.conversation is None:
             linked = Linked(self.index.new(), None, linked.ambiguous)
         self.index.requested(linked.conversation, fingerprint(message_digests))  # type: ignore[arg-type]

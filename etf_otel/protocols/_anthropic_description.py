@@ -57,12 +57,14 @@ def _string(value: object) -> str | None:
 
 def _history(request: object) -> list[Turn] | None:
     """The ``messages`` of a request as turns: an assistant message with its ``tool_use`` blocks, any other
-    message with its ``tool_result`` blocks (``is_error: true`` marks an error)."""
+    message with its ``tool_result`` blocks (``is_error: true`` marks an error). Only the message right after
+    an assistant message may answer its calls: a result in any other answers nothing (its id is ``None``)."""
     messages = field(request, "messages") if isinstance(request, dict) else request
     if not isinstance(messages, (list, tuple)):
         return None
     turns: list[Turn] = []
-    for message in messages:
+    after_assistant = False
+    for at, message in enumerate(messages):
         content = field(message, "content")
         blocks = content if isinstance(content, (list, tuple)) else ()
         if field(message, "role") == "assistant":
@@ -71,14 +73,19 @@ def _history(request: object) -> list[Turn] | None:
                 for block in blocks
                 if field(block, "type") == "tool_use"
             )
-            turns.append(Turn(True, calls))
+            turns.append(Turn(True, calls, at=at))
+            after_assistant = True
         else:
             results = tuple(
-                HistoryResult(_string(field(block, "tool_use_id")), error=field(block, "is_error") is True)
+                HistoryResult(
+                    _string(field(block, "tool_use_id")) if after_assistant else None,
+                    error=field(block, "is_error") is True,
+                )
                 for block in blocks
                 if field(block, "type") == "tool_result"
             )
-            turns.append(Turn(False, results=results))
+            turns.append(Turn(False, results=results, at=at))
+            after_assistant = False
     return turns
 
 

@@ -234,7 +234,7 @@ def _history(request: object) -> list[Turn] | None:
     if not isinstance(messages, (list, tuple)):
         return None
     turns: list[Turn] = []
-    for message in messages:
+    for at, message in enumerate(messages):
         role = field(message, "role")
         if role == "assistant":
             calls = field(message, "tool_calls")
@@ -244,12 +244,13 @@ def _history(request: object) -> list[Turn] | None:
                     tuple(_history_call(call) for call in calls if call is not None)
                     if isinstance(calls, (list, tuple))
                     else (),
+                    at=at,
                 )
             )
         elif role == "tool":
-            turns.append(Turn(False, results=(HistoryResult(_string(field(message, "tool_call_id"))),)))
+            turns.append(Turn(False, results=(HistoryResult(_string(field(message, "tool_call_id"))),), at=at))
         else:
-            turns.append(Turn(False))
+            turns.append(Turn(False, at=at))
     return turns
 
 

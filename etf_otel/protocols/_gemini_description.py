@@ -114,21 +114,20 @@ def _history(request: object) -> list[Turn] | None:
     if contents is None:
         return None
     turns: list[Turn] = []
-    for content in contents:
+    for at, content in enumerate(contents):
         parts = field(content, "parts")
         parts = parts if isinstance(parts, list) else []
         if field(content, "role") == _MODEL:
             calls = [read(part, "functionCall", "function_call") for part in parts if part is not None]
-            turns.append(
-                Turn(
-                    True,
-                    tuple(
-                        HistoryCall(_string(unset(field(call, "id"))), _string(field(call, "name")), _args(call))
-                        for call in calls
-                        if call is not ABSENT and call is not None
-                    ),
-                )
+            found = tuple(
+                HistoryCall(_string(unset(field(call, "id"))), _string(field(call, "name")), _args(call))
+                for call in calls
+                if call is not ABSENT and call is not None
             )
+            if turns and turns[-1].assistant:  # a streamed model turn: one content per chunk
+                turns[-1] = turns[-1]._replace(calls=turns[-1].calls + found)
+            else:
+                turns.append(Turn(True, found, at=at))
         else:
             responses = [read(part, "functionResponse", "function_response") for part in parts if part is not None]
             turns.append(
@@ -143,6 +142,7 @@ def _history(request: object) -> list[Turn] | None:
                         for response in responses
                         if response is not ABSENT and response is not None
                     ),
+                    at=at,
                 )
             )
     return turns
@@ -158,9 +158,12 @@ def _string(value: object) -> str | None:
 
 
 def _answered(contents: Sequence[object], result: AssemblyResult) -> int | None:
-    """The position of the model content that carries ``result``'s calls (one content per turn here)."""
+    """The position of the last model content of the turn that carries ``result``'s calls."""
     turns = _history(list(contents))
-    return None if turns is None or not result.calls else answered_turn(turns, shapes(result))
+    answered = None if turns is None or not result.calls else answered_turn(turns, shapes(result))
+    if answered is None or turns is None:
+        return None
+    return turns[answered + 1].at - 1 if answered + 1 < len(turns) else len(contents) - 1
 
 
 def _result_ids(followup: object) -> list[object] | None:

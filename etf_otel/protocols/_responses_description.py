@@ -77,7 +77,8 @@ def _history(request: object) -> list[Turn] | None:
         return None
     turns: list[Turn] = []
     calls: list[HistoryCall] | None = None
-    for item in items:
+    start = 0
+    for at, item in enumerate(items):
         if item is None or isinstance(item, NOT_OBJECTS):
             continue
         kind = field(item, "type")
@@ -85,7 +86,7 @@ def _history(request: object) -> list[Turn] | None:
             isinstance(kind, str) and (kind in _OUTPUT_TYPES or kind.endswith("_call"))
         ):
             if calls is None:
-                calls = []
+                calls, start = [], at
             if kind == "function_call":
                 call_id, arguments = _string(field(item, "call_id")), field(item, "arguments")
                 calls.append(
@@ -98,14 +99,14 @@ def _history(request: object) -> list[Turn] | None:
                 )
             continue
         if calls is not None:
-            turns.append(Turn(True, tuple(calls)))
+            turns.append(Turn(True, tuple(calls), at=start))
             calls = None
         if kind == "function_call_output":
-            turns.append(Turn(False, results=(HistoryResult(_string(field(item, "call_id"))),)))
+            turns.append(Turn(False, results=(HistoryResult(_string(field(item, "call_id"))),), at=at))
         else:
-            turns.append(Turn(False))
+            turns.append(Turn(False, at=at))
     if calls is not None:
-        turns.append(Turn(True, tuple(calls)))
+        turns.append(Turn(True, tuple(calls), at=start))
     return turns
 
 

@@ -120,20 +120,15 @@ class GeminiConversations:
             return Linked(None)
         item_digests = digests(items)
         linked = Linked(None)
-        model = last_position(items, _MODEL)
-        if model is not None:
-            start = model
-            while start > 0 and field(items[start - 1], "role") == _MODEL:
-                start -= 1
-            index = self.index
-            found, ambiguous, _ = index.first_match(
-                (index.by_ids(_call_ids(items[start : model + 1])), index.by_request(fingerprint(item_digests[:start])))
-            )
-            if isinstance(found, GeminiConversation):
-                found.followup = [plain(item) for item in items]  # the protocol reads JSON-shaped contents
-                linked = Linked(found, [], ambiguous)
+        if last_position(items, _MODEL) is not None:
+            contents = [plain(item) for item in items]  # the protocol reads JSON-shaped contents
+            turns = GEMINI.history(contents)
+            found = self.index.link_history(turns, item_digests) if turns else Linked(None)
+            if isinstance(found.conversation, GeminiConversation):
+                found.conversation.followup = contents
+                linked = Linked(found.conversation, [], found.ambiguous)
             else:
-                linked = Linked(None, None, ambiguous)
+                linked = Linked(None, None, found.ambiguous)
         if linked.conversation is None:
             linked = Linked(self.index.new(), None, linked.ambiguous)
         self.index.requested(linked.conversation, fingerprint(item_digests))  # type: ignore[arg-type]

@@ -143,7 +143,7 @@ class OpenAIInstrumentor(ClientInstrumentor):
         instrumentation, capacity = self._set_up(kwargs)
         self._last_provider: tuple[object, object, str] | None = None
         self._conversations = PrefixConversations(
-            capacity, split_follow_up, turn_call_ids, rejected_by(instrumentation)
+            capacity, CHAT_COMPLETIONS.history, rejected_by(instrumentation), guarded=bool(instrumentation.guard)
         )
         self._responses = ResponsesLinkage(instrumentation, capacity)
         self._hooks = SdkHooks("openai", self._prepare, self._observe)
