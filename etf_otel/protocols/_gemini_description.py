@@ -111,8 +111,10 @@ def _history(request: object) -> list[Turn] | None:
     """The ``contents`` of a request as turns: a ``role: model`` content with its ``functionCall`` parts, any
     other content with its ``functionResponse`` parts (a ``response`` holding ``error`` marks an error)."""
     contents = _contents(request)
-    if contents is None:
-        return None
+    return None if contents is None else _turns(contents)
+
+
+def _turns(contents: Sequence[object]) -> list[Turn]:
     turns: list[Turn] = []
     for at, content in enumerate(contents):
         parts = field(content, "parts")
@@ -159,9 +161,9 @@ def _string(value: object) -> str | None:
 
 def _answered(contents: Sequence[object], result: AssemblyResult) -> int | None:
     """The position of the last model content of the turn that carries ``result``'s calls."""
-    turns = _history(list(contents))
-    answered = None if turns is None or not result.calls else answered_turn(turns, shapes(result))
-    if answered is None or turns is None:
+    turns = _turns(contents)
+    answered = answered_turn(turns, shapes(result)) if result.calls else None
+    if answered is None:
         return None
     return turns[answered + 1].at - 1 if answered + 1 < len(turns) else len(contents) - 1
 
