@@ -6,7 +6,7 @@ next request the framework sent (``<case>.next.json``). The ids, tool names and 
 only the shape follows a public recording of real provider traffic, named in ``SHAPES`` below
 (repository, path, commit). No third-party file or text is in the repository.
 
-The judgement is the contract of ../shared/AGENT-STACKS.md 11.6 and 11.7:
+The judgement is the contract of issue 36 (the spec's sections 11.6 and 11.7, real agent stacks):
 
 * **framework habits** (stateless histories, turns after the answer, reused ids a framework makes
   unique, refused calls answered with an error, a body call without ``arguments``) are no linkage
