@@ -88,7 +88,7 @@ _WHY: dict[ErrorCategory, str] = {
     ErrorCategory.MISSING_ID: "it has no call id to match a proposal",
     ErrorCategory.ORPHANED_RESULT: "its id is no call of a response this process saw",
     ErrorCategory.DIVERGENT_ASSEMBLY: "its name or arguments are not the ones the response proposed",
-    ErrorCategory.ID_CONFLICT: "the stream changed this call's id, and the id handed over joins both",
+    ErrorCategory.ID_CONFLICT: "the stream changed this call's id mid-call",
 }
 
 
@@ -100,5 +100,5 @@ def _refusal_message(category: ErrorCategory, tool: str | None, index: int | Non
     shown = cause if cause is not None else category
     why = _WHY.get(shown, "the rules rejected this call, or the response it belongs to")
     if cause is not None and cause is not category:
-        why += f": no proposal has it ({category.value})"
+        why += f", and the id handed over joins both: no proposal has it ({category.value})"
     return f"etf-otel guard refused to execute {what}: {shown.value}, {why}"
