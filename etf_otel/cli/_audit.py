@@ -30,7 +30,7 @@ from etf_otel.audit._sources.otlp_json import InputStats, iter_spans
 from etf_otel.audit._sources.phoenix import DEFAULT_PROJECT, PhoenixStats, iter_phoenix_spans
 from etf_otel.audit._sources.sql import DEFAULT_DATABASE, ChdbEngine, ClickHouseEngine, TimeWindow
 from etf_otel.cli._audit_report import emit_audit_report, fill_input, no_etf_spans, render_audit_report, skipped_note
-from etf_otel.cli._exit_codes import EXIT_BAD_INPUT
+from etf_otel.cli._exit_codes import CLI_DOCS, EXIT_BAD_INPUT
 from etf_otel.cli._text import TERMINAL_STDIN, displayable, stdin_is_terminal
 from etf_otel.cli.html._audit import write_audit_page
 from etf_otel.cli.html._page import HtmlWriteError
@@ -61,7 +61,7 @@ def _fail(message: str) -> int:
 # --- arguments ------------------------------------------------------------------------------------
 
 
-EPILOG: Final = """\
+EPILOG: Final = f"""\
 exit codes:
   0  no finding (informational kinds such as unjudged or unobserved_llm_call only)
   1  findings: a linkage problem (orphaned_execution, recorded_rejection, ...), or
@@ -71,7 +71,7 @@ exit codes:
 
 example:
   etf-otel audit traces/ --json
-More: docs/cli.md
+More: {CLI_DOCS}
 """
 
 
