@@ -19,7 +19,17 @@ from typing import IO, Final
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 from etf_otel.audit._model import FindingKind, SpanData
 from etf_otel.audit._partition import Partitioner
@@ -216,6 +226,20 @@ def _files_report(
     return emit_audit_report(report, json_output)
 
 
+class _AmountColumn(ProgressColumn):
+    """How far a task is, in its own unit: bytes read (``DownloadColumn``), or groups of traces checked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._bytes = DownloadColumn()
+
+    def render(self, task: Task) -> Text:
+        if task.fields.get("unit") == "bytes":
+            return self._bytes.render(task)
+        total = "?" if task.total is None else str(int(task.total))
+        return Text(f"{int(task.completed)}/{total} {task.fields.get('unit', '')}", style="progress.download")
+
+
 def _audit_files(
     paths: list[str], stats: InputStats, report: AuditReport, *, progress: bool, stdin: IO[bytes] | None = None
 ) -> None:
@@ -225,15 +249,15 @@ def _audit_files(
     bar = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        DownloadColumn(),
+        _AmountColumn(),
         TextColumn("{task.fields[spans]} spans"),
         TimeRemainingColumn(),
         console=errors,
         transient=True,
         disable=not (progress and errors.is_terminal),
     )
-    reading = bar.add_task("reading", total=size or None, spans=0)
-    checking = bar.add_task("checking", total=None, visible=False, spans=0)
+    reading = bar.add_task("reading", total=size or None, spans=0, unit="bytes")
+    checking = bar.add_task("checking", total=None, visible=False, spans=0, unit="groups of traces")
 
     def read_progress(count: int) -> None:
         stats.bytes_read += count

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -565,3 +566,26 @@ def test_report_details_are_bounded() -> None:
     assert report.traces_with_findings == 7 and len(report.details) == 3 and report.details_dropped == 4
     summary = report.to_dict()["by_kind"][0]
     assert summary["count"] == 7 and len(summary["first_traces"]) == 5
+
+
+def test_the_progress_bar_counts_bytes_read_and_groups_of_traces_checked(
+    process: Callable[..., Process], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal: the checking row counts groups of traces, never bytes ("1/1 bytes" for a tiny input)."""
+    import io
+
+    from rich.console import Console
+
+    from etf_otel.cli import _audit
+
+    proc = process()
+    clean_turn(proc, proc.instrumentation())
+    proc.close()
+    terminal = io.StringIO()
+    monkeypatch.setattr(_audit, "Console", lambda stderr: Console(file=terminal, force_terminal=True, width=120))
+    assert run_audit([str(proc.path)], json_output=True, progress=True) == 0
+    capsys.readouterr()
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue())
+    size = proc.path.stat().st_size
+    assert f"{size}/{size} bytes" in shown or f"{size / 1000:.1f}/{size / 1000:.1f} kB" in shown, shown
+    assert "1/1 groups of traces" in shown and "1/1 bytes" not in shown, shown
