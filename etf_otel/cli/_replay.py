@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from etf_otel import protocols
-from etf_otel.cli._exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
+from etf_otel.cli._exit_codes import CLI_DOCS, EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 from etf_otel.cli._replay_input import Recording, load, next_request
 from etf_otel.cli._replay_report import build_report, render_drift, render_linkage, render_report
 from etf_otel.cli._text import console_for, displayable, write_json
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["add_replay_arguments", "followup_linkage", "linkage", "run_replay"]
 
-EPILOG: Final = """\
+EPILOG: Final = f"""\
 exit codes:
   0  nothing found: no call rejected, the stream ended properly, and (with
      --followup) each proposed call answered exactly once and nothing else
@@ -56,7 +56,7 @@ example:
   curl -sN ... | etf-otel replay - --json
   etf-otel replay reply.jsonl --html reply.html
 
-More: docs/cli.md
+More: {CLI_DOCS}
 """
 
 ASSEMBLER_NAMES: Final = ("openai", "anthropic", "langchain", "google-genai", "reference")
@@ -86,7 +86,7 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
         metavar="NEXT",
         help="the next request (JSON), to check that its results answer exactly the proposed calls; - reads stdin",
     )
-    replay.add_argument("--json", action="store_true", help="print one JSON document (docs/cli.md)")
+    replay.add_argument("--json", action="store_true", help="print one JSON document for machines")
     replay.add_argument(
         "--show-arguments", action="store_true", help="include the assembled arguments (raw model output)"
     )
@@ -112,7 +112,7 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
     replay.add_argument(
         "--html",
         metavar="OUT",
-        help="also write a self-contained HTML page: a swimlane per call, each fragment a mark (docs/cli.md)",
+        help="also write a self-contained HTML page: a swimlane per call, each fragment a mark",
     )
     replay.add_argument(
         "--export",

@@ -246,6 +246,7 @@ class Telemetry:
                         name,
                         hash(call.arguments),
                         arguments_value_hash(call.arguments) if self.guarding or open_calls.tracking() else None,
+                        call.index,
                     )
                     self.proposals.add(call.id, record)
                     registered[call.id] = record
