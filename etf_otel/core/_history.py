@@ -254,8 +254,19 @@ def judge_history(
         for result in turns[position].results:
             result_ids.extend(_answer(result, replaced, standing, all_ids, (known, rejected, refused), drift))
         position += 1
+    skipped = proposal_ids | set(replaced)
+    result_ids += _later_turns(turns[position:], all_ids, skipped, known, drift)
+    return Judgement(answered, result_ids, drift)
+
+
+def _later_turns(
+    turns: Sequence[Turn], all_ids: set[str], skipped: set[str], known: Callable[[str], bool], drift: list[Drift]
+) -> list[str | None]:
+    """The turns after the answers: a call no response proposed and its result are ``call_fabricated``; a
+    result that answers no call of the history goes to the rules; one for a proposal was judged already."""
     fabricated: dict[str, str | None] = {}
-    for later in turns[position:]:
+    result_ids: list[str | None] = []
+    for later in turns:
         if later.assistant:
             for call in later.calls:
                 if call.call_id is not None and call.call_id not in all_ids and not known(call.call_id):
@@ -264,9 +275,9 @@ def judge_history(
         for result in later.results:
             if result.call_id is not None and result.call_id in fabricated:
                 drift.append(Drift(DriftKind.CALL_FABRICATED, None, fabricated.pop(result.call_id)))
-            elif result.call_id not in proposal_ids and result.call_id not in replaced:
+            elif result.call_id not in skipped:
                 result_ids.append(result.call_id)  # answers no call of the history: the rules say why
-    return Judgement(answered, result_ids, drift)
+    return result_ids
 
 
 def _answer(

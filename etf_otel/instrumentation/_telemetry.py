@@ -161,10 +161,7 @@ class Telemetry:
                 if error_type is not None:
                     stream_span.set_status(Status(StatusCode.ERROR))
                 if (findings or drift) and stream_span.is_recording():
-                    for finding in findings:
-                        stream_span.add_event(A.EVENT_INTEGRITY_VIOLATION, finding_attributes(finding))
-                    for entry in drift:
-                        stream_span.add_event(A.EVENT_LINKAGE_DRIFT, drift_attributes(entry))
+                    _add_linkage_events(stream_span, findings, drift)
             # The calls are children of the response span, itself a child of the current span:
             # one trace holds the response, its calls and (through links) their executions.
             in_response = trace.set_span_in_context(stream_span, parent)
@@ -384,3 +381,11 @@ class Telemetry:
             metric_attributes[A.ERROR_TYPE] = kind
         self.execute_duration.record(duration, metric_attributes)
         return kind
+
+
+def _add_linkage_events(span: Span, findings: Sequence[Finding], drift: Sequence[Drift]) -> None:
+    """A request's linkage on its response span: one violation event per finding, one drift event per record."""
+    for finding in findings:
+        span.add_event(A.EVENT_INTEGRITY_VIOLATION, finding_attributes(finding))
+    for entry in drift:
+        span.add_event(A.EVENT_LINKAGE_DRIFT, drift_attributes(entry))

@@ -23,20 +23,19 @@ asyncio tasks may share one instrumentor.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, Final, Generic, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from etf_otel import attributes as A
 from etf_otel.core._history import Turn, judge_history
 from etf_otel.core._linkage import Conversation, Finding, concatenated
 from etf_otel.core._refused import NO_REFUSED, RefusedIds
 from etf_otel.core._vocabulary import ErrorCategory
+from etf_otel.integrations._fingerprints import LruIndex, digests, fingerprint, plain
 from etf_otel.protocols import field
 
 __all__ = [
@@ -47,7 +46,6 @@ __all__ = [
     "Linked",
     "LinkedConversation",
     "LruIndex",
-    "PrefixConversations",
     "concatenated",
     "digests",
     "fingerprint",
@@ -67,68 +65,6 @@ _V = TypeVar("_V")
 
 FollowUp = tuple[int, list[str | None]]
 """``(position of the last assistant message, the result ids the request carries after it)``."""
-
-
-class LruIndex(Generic[_K, _V]):
-    """A bounded map, least recently used first out (e.g. a request's fingerprint to its conversation)."""
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._items: OrderedDict[_K, _V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: _K) -> _V | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def put(self, key: _K, value: _V) -> None:
-        with self._lock:
-            self._put(key, value)
-
-    def claim(self, key: _K, value: _V, taken: Callable[[_V, _K], bool], ambiguous: _V) -> None:
-        """Map ``key`` to ``value``, or to ``ambiguous`` when another value still ``taken`` holds it."""
-        with self._lock:
-            held = self._items.get(key)
-            if held is not None and held is not value and (held is ambiguous or taken(held, key)):
-                value = ambiguous
-            self._put(key, value)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def _put(self, key: _K, value: _V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self._capacity:
-            self._items.popitem(last=False)
-
-
-def plain(value: Any) -> Any:
-    """A dict as it is; an SDK object as the fields it was given (``model_dump(exclude_unset=True)``)."""
-    if type(value) is dict:
-        return value
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(exclude_unset=True, warnings=False)
-    return value
-
-
-_CANONICAL_JSON: Final = json.JSONEncoder(sort_keys=True, default=str, separators=(",", ":"))
-"""One shared encoder: ``json.dumps`` with options builds a new encoder on every call."""
-
-
-def digests(items: Sequence[Any]) -> list[bytes]:
-    """One SHA-256 per message or input item (canonical JSON), so a prefix and the whole share the work."""
-    encode = _CANONICAL_JSON.encode
-    return [hashlib.sha256(encode(plain(item)).encode("utf-8", "surrogatepass")).digest() for item in items]
-
-
-def fingerprint(digests: Sequence[bytes]) -> bytes:
-    """The SHA-256 of a run of items, from their :func:`digests` (no content is kept)."""
-    return hashlib.sha256(b"".join(digests)).digest()
 
 
 def last_position(messages: Sequence[Any], role: str) -> int | None:
@@ -432,44 +368,6 @@ def _turn_ids(turns: Sequence[Turn], positions: Iterable[int]) -> Iterable[list[
     """The call ids of each turn at ``positions``, lazily (evidence read only until a match)."""
     for position in positions:
         yield [call.call_id for call in turns[position].calls if call.call_id is not None]
-
-
-class PrefixConversations:
-    """Chat-shaped requests (Chat Completions, Anthropic Messages) linked to the response they answer.
-
-    ``history`` reads a request's messages into turns (the protocol's
-    :attr:`~etf_otel.protocols.WireProtocol.history`); ``guarded``: a guard refuses every call the rules
-    rejected, so a result for one is the refusal answered.
-    """
-
-    def __init__(
-        self,
-        capacity: int,
-        history: Callable[[object], list[Turn] | None],
-        rejected: Callable[[str], bool] | None = None,
-        guarded: bool = False,
-    ) -> None:
-        self.index = ConversationIndex(capacity, rejected)
-        self._history = history
-        self._guarded = guarded
-
-    def link(self, messages: object) -> Linked:
-        """The conversation a request continues (a new one when none), and the results it is judged by.
-
-        Only a list or tuple is read: messages given as an iterator (a generator) would be
-        consumed before the SDK sends them, so that request gets no linkage.
-        """
-        if not isinstance(messages, (list, tuple)):
-            return Linked(None)
-        message_digests = digests(messages)
-        turns = self._history(messages)
-        linked = Linked(None)
-        if turns:
-            linked = self.index.link_history(turns, message_digests, guarded=self._guarded)
-        if linked.conversation is None:
-            linked = Linked(self.index.new(), None, linked.ambiguous)
-        self.index.requested(linked.conversation, fingerprint(message_digests))  # type: ignore[arg-type]
-        return linked
 
 
 def string_ids(values: Iterable[object]) -> list[str]:

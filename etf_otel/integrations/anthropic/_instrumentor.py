@@ -44,7 +44,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from etf_otel.instrumentation._switches import _disabled
-from etf_otel.integrations._conversation import FollowUp, PrefixConversations, string_ids
+from etf_otel.integrations._conversation import FollowUp, string_ids
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
@@ -53,6 +53,7 @@ from etf_otel.integrations._instrumentor_base import (
     instrumented,
     rejected_by,
 )
+from etf_otel.integrations._prefix_conversations import PrefixConversations
 from etf_otel.integrations._sdk_hooks import SdkHooks, request_body, request_route
 from etf_otel.protocols import ANTHROPIC_MESSAGES, field
 

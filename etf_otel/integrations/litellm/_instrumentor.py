@@ -42,7 +42,6 @@ import wrapt
 
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _disabled
-from etf_otel.integrations._conversation import PrefixConversations
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
@@ -52,6 +51,7 @@ from etf_otel.integrations._instrumentor_base import (
     rejected_by,
     remove_own_wrapper,
 )
+from etf_otel.integrations._prefix_conversations import PrefixConversations
 from etf_otel.integrations._sdk_hooks import recorded_above
 from etf_otel.protocols import CHAT_COMPLETIONS
 

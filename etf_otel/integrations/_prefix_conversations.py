@@ -1,0 +1,54 @@
+"""Chat-shaped requests (Chat Completions, Anthropic Messages, LiteLLM's) linked to the response they answer.
+
+The evidence and the scope are :class:`~etf_otel.integrations._conversation.ConversationIndex`'s; this
+module reads a request's messages into turns with the protocol's reader and keeps the request's
+fingerprint for the next one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from etf_otel.core._history import Turn
+from etf_otel.integrations._conversation import ConversationIndex, Linked
+from etf_otel.integrations._fingerprints import digests, fingerprint
+
+__all__ = ["PrefixConversations"]
+
+
+class PrefixConversations:
+    """Chat-shaped requests (Chat Completions, Anthropic Messages) linked to the response they answer.
+
+    ``history`` reads a request's messages into turns (the protocol's
+    :attr:`~etf_otel.protocols.WireProtocol.history`); ``guarded``: a guard refuses every call the rules
+    rejected, so a result for one is the refusal answered.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        history: Callable[[object], list[Turn] | None],
+        rejected: Callable[[str], bool] | None = None,
+        guarded: bool = False,
+    ) -> None:
+        self.index = ConversationIndex(capacity, rejected)
+        self._history = history
+        self._guarded = guarded
+
+    def link(self, messages: object) -> Linked:
+        """The conversation a request continues (a new one when none), and the results it is judged by.
+
+        Only a list or tuple is read: messages given as an iterator (a generator) would be
+        consumed before the SDK sends them, so that request gets no linkage.
+        """
+        if not isinstance(messages, (list, tuple)):
+            return Linked(None)
+        message_digests = digests(messages)
+        turns = self._history(messages)
+        linked = Linked(None)
+        if turns:
+            linked = self.index.link_history(turns, message_digests, guarded=self._guarded)
+        if linked.conversation is None:
+            linked = Linked(self.index.new(), None, linked.ambiguous)
+        self.index.requested(linked.conversation, fingerprint(message_digests))  # type: ignore[arg-type]
+        return linked
