@@ -164,6 +164,7 @@ def followup_linkage(
             shapes(result),
             known=lambda call_id: call_id in refused or concatenated(call_id, ids, refused),
             rejected=lambda call_id: call_id in refused,
+            adjacent=protocol.answers_adjacent,
         )
     if judgement is None:
         return linkage(result, result_ids), []

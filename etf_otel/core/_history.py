@@ -209,6 +209,7 @@ def judge_history(
     known: Callable[[str], bool] = _nothing,
     rejected: Callable[[str], bool] = _nothing,
     refused: Callable[[str], bool] = _nothing,
+    adjacent: bool = False,
 ) -> Judgement | None:
     """The scope and drift of a request's ``turns`` against a response's ``shapes``; ``None`` when no turn
     carries the response's calls (the caller judges by other evidence, or not at all).
@@ -220,6 +221,8 @@ def judge_history(
     or refused it as an incoming id (answered with an error, it is ``refusal_answered``; a call of
     ``shapes`` that was not proposed is rejected too). ``refused(call_id)``: whether a guard refused to
     run that call (its answer is ``refusal_answered`` even when the result is not marked an error).
+    ``adjacent``: only the turn right after the answered one holds its answers (Anthropic); a result in a
+    later turn before the next assistant turn answers nothing (its id goes to the rules as ``None``).
     """
     answered = answered_turn(turns, shapes, known)
     if answered is None:
@@ -252,7 +255,10 @@ def judge_history(
     position = answered + 1
     while position < len(turns) and not turns[position].assistant:
         for result in turns[position].results:
-            result_ids.extend(_answer(result, replaced, standing, all_ids, (known, rejected, refused), drift))
+            if adjacent and position > answered + 1:
+                result_ids.append(None)
+            else:
+                result_ids.extend(_answer(result, replaced, standing, all_ids, (known, rejected, refused), drift))
         position += 1
     skipped = proposal_ids | set(replaced)
     result_ids += _later_turns(turns[position:], all_ids, skipped, known, drift)

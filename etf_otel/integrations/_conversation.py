@@ -272,7 +272,12 @@ class ConversationIndex:
         return None, ambiguous, -1
 
     def link_history(
-        self, turns: Sequence[Turn], item_digests: Sequence[bytes], previous: object = None, guarded: bool = False
+        self,
+        turns: Sequence[Turn],
+        item_digests: Sequence[bytes],
+        previous: object = None,
+        guarded: bool = False,
+        adjacent: bool = False,
     ) -> Linked:
         """The conversation whose latest response a request's history answers, and the results that settle it.
 
@@ -310,6 +315,7 @@ class ConversationIndex:
             known=lambda call_id: self._known(found, call_id),
             rejected=lambda call_id: self._rejected_here(found, call_id),
             refused=(lambda call_id: self._rejected_here(found, call_id)) if guarded else _never_id,
+            adjacent=adjacent,
         )
         by_prefix_turn = decided - decided_by_ids if not has_previous and decided >= decided_by_ids else None
         if judgement is None or (by_prefix_turn is not None and judgement.answered != by_prefix[by_prefix_turn]):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from etf_otel.core._history import Turn
 from etf_otel.integrations._conversation import ConversationIndex, Linked
 from etf_otel.integrations._fingerprints import digests, fingerprint
+from etf_otel.protocols import WireProtocol
 
 __all__ = ["PrefixConversations"]
 
@@ -19,20 +19,20 @@ __all__ = ["PrefixConversations"]
 class PrefixConversations:
     """Chat-shaped requests (Chat Completions, Anthropic Messages) linked to the response they answer.
 
-    ``history`` reads a request's messages into turns (the protocol's
-    :attr:`~etf_otel.protocols.WireProtocol.history`); ``guarded``: a guard refuses every call the rules
-    rejected, so a result for one is the refusal answered.
+    ``protocol`` reads a request's messages into turns (:attr:`~etf_otel.protocols.WireProtocol.history`)
+    and says where their answers stand; ``guarded``: a guard refuses every call the rules rejected, so a
+    result for one is the refusal answered.
     """
 
     def __init__(
         self,
         capacity: int,
-        history: Callable[[object], list[Turn] | None],
+        protocol: WireProtocol,
         rejected: Callable[[str], bool] | None = None,
         guarded: bool = False,
     ) -> None:
         self.index = ConversationIndex(capacity, rejected)
-        self._history = history
+        self._protocol = protocol
         self._guarded = guarded
 
     def link(self, messages: object) -> Linked:
@@ -44,10 +44,11 @@ class PrefixConversations:
         if not isinstance(messages, (list, tuple)):
             return Linked(None)
         message_digests = digests(messages)
-        turns = self._history(messages)
+        turns = self._protocol.history(messages)
         linked = Linked(None)
         if turns:
-            linked = self.index.link_history(turns, message_digests, guarded=self._guarded)
+            adjacent = self._protocol.answers_adjacent
+            linked = self.index.link_history(turns, message_digests, guarded=self._guarded, adjacent=adjacent)
         if linked.conversation is None:
             linked = Linked(self.index.new(), None, linked.ambiguous)
         self.index.requested(linked.conversation, fingerprint(message_digests))  # type: ignore[arg-type]

@@ -58,12 +58,11 @@ def _string(value: object) -> str | None:
 def _history(request: object) -> list[Turn] | None:
     """The ``messages`` of a request as turns: an assistant message with its ``tool_use`` blocks, any other
     message with its ``tool_result`` blocks (``is_error: true`` marks an error). Only the message right after
-    an assistant message may answer its calls: a result in any other answers nothing (its id is ``None``)."""
+    an assistant message may answer its calls (:attr:`~etf_otel.protocols.WireProtocol.answers_adjacent`)."""
     messages = field(request, "messages") if isinstance(request, dict) else request
     if not isinstance(messages, (list, tuple)):
         return None
     turns: list[Turn] = []
-    after_assistant = False
     for at, message in enumerate(messages):
         content = field(message, "content")
         blocks = content if isinstance(content, (list, tuple)) else ()
@@ -74,18 +73,13 @@ def _history(request: object) -> list[Turn] | None:
                 if field(block, "type") == "tool_use"
             )
             turns.append(Turn(True, calls, at=at))
-            after_assistant = True
         else:
             results = tuple(
-                HistoryResult(
-                    _string(field(block, "tool_use_id")) if after_assistant else None,
-                    error=field(block, "is_error") is True,
-                )
+                HistoryResult(_string(field(block, "tool_use_id")), error=field(block, "is_error") is True)
                 for block in blocks
                 if field(block, "type") == "tool_result"
             )
             turns.append(Turn(False, results=results, at=at))
-            after_assistant = False
     return turns
 
 
@@ -182,6 +176,7 @@ ANTHROPIC_MESSAGES: Final = WireProtocol(
     followup_shape="the messages list, or the request object holding it",
     follow_up=_follow_up,
     history=_history,
+    answers_adjacent=True,
     complete_body=_complete_body,
     body_events=anthropic_body_events,
     later_responses=_later_responses,

@@ -182,6 +182,9 @@ class WireProtocol:
     """A next request's history as :class:`~etf_otel.core._history.Turn` s (the request as the protocol
     sends it, the part of it that holds its turns, or the SDK's objects); ``None`` when it is not of
     that shape. What a follow-up's judgement covers is decided on them (:mod:`etf_otel.core._history`)."""
+    answers_adjacent: bool = False
+    """Whether only the turn right after an assistant turn may answer its calls (Anthropic: the next user
+    message); otherwise every turn up to the next assistant turn may (Chat: the ``role: tool`` messages)."""
     link: Callable[[AssemblyResult, object], list[Finding] | None] | None = None
     """The linkage findings of a next request (as :attr:`result_ids` takes it) against a response,
     for a protocol that links results by more than their ids (Gemini: by name and order too);

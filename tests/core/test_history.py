@@ -241,3 +241,12 @@ def test_the_last_of_several_turns_carrying_an_id_is_taken_when_none_carries_the
         results("call_b"),
     ]
     assert answered_turn(turns, LATEST) == 3
+
+
+def test_adjacent_answers_stand_in_the_turn_right_after_the_answered_one() -> None:
+    """Anthropic: a result in a later user message before the next assistant turn answers nothing."""
+    turns = [USER, assistant(("call_b", "time", TIME)), results("call_b"), results("call_b")]
+    judgement = judge_history(turns, LATEST, adjacent=True)
+    assert judgement is not None and judgement.result_ids == ["call_b", None]
+    judgement = judge_history(turns, LATEST)
+    assert judgement is not None and judgement.result_ids == ["call_b", "call_b"]  # a duplicate for the rules

@@ -65,7 +65,7 @@ def test_responses_runs_of_output_items_are_one_assistant_turn() -> None:
     assert RESPONSES.history(3) is None
 
 
-def test_anthropic_results_answer_only_in_the_message_right_after_the_assistant() -> None:
+def test_anthropic_messages_are_turns_and_only_the_next_message_answers() -> None:
     messages: list[Any] = [
         {"role": "user", "content": "hi"},
         {
@@ -81,10 +81,11 @@ def test_anthropic_results_answer_only_in_the_message_right_after_the_assistant(
         Turn(False, at=0),
         Turn(True, (HistoryCall("t1", "f", {}),), at=1),
         Turn(False, results=(HistoryResult("t1", error=True),), at=2),
-        Turn(False, results=(HistoryResult(None),), at=3),
+        Turn(False, results=(HistoryResult("t1"),), at=3),
         Turn(True, at=4),
         Turn(True, (HistoryCall("t2", "g", None),), at=5),
     ]
+    assert ANTHROPIC_MESSAGES.answers_adjacent and not CHAT_COMPLETIONS.answers_adjacent
     assert ANTHROPIC_MESSAGES.history(None) is None
     message = Message.model_validate(
         {

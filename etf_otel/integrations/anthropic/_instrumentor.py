@@ -116,7 +116,7 @@ class AnthropicInstrumentor(ClientInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         instrumentation, capacity = self._set_up(kwargs)
         self._conversations = PrefixConversations(
-            capacity, ANTHROPIC_MESSAGES.history, rejected_by(instrumentation), guarded=bool(instrumentation.guard)
+            capacity, ANTHROPIC_MESSAGES, rejected_by(instrumentation), guarded=bool(instrumentation.guard)
         )
         self._hooks = SdkHooks("anthropic", self._prepare, self._observe, _checked_version)
         self._hooks.install()

@@ -153,7 +153,7 @@ class LiteLLMInstrumentor(ClientInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         instrumentation, capacity = self._set_up(kwargs)
         self._conversations = PrefixConversations(
-            capacity, CHAT_COMPLETIONS.history, rejected_by(instrumentation), guarded=bool(instrumentation.guard)
+            capacity, CHAT_COMPLETIONS, rejected_by(instrumentation), guarded=bool(instrumentation.guard)
         )
         with self._lock:
             self._generation += 1

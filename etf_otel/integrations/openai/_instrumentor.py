@@ -144,7 +144,7 @@ class OpenAIInstrumentor(ClientInstrumentor):
         instrumentation, capacity = self._set_up(kwargs)
         self._last_provider: tuple[object, object, str] | None = None
         self._conversations = PrefixConversations(
-            capacity, CHAT_COMPLETIONS.history, rejected_by(instrumentation), guarded=bool(instrumentation.guard)
+            capacity, CHAT_COMPLETIONS, rejected_by(instrumentation), guarded=bool(instrumentation.guard)
         )
         self._responses = ResponsesLinkage(instrumentation, capacity)
         self._hooks = SdkHooks("openai", self._prepare, self._observe)
