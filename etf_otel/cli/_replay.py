@@ -153,7 +153,7 @@ def followup_linkage(
     if protocol.link is not None:
         linked = protocol.link(result, document)
         if linked is not None:
-            return linked, []
+            return linked, protocol.link_drift(result, document)
     turns = protocol.history(document)
     judgement = None
     if turns is not None:

@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from etf_otel.core._history import HistoryCall, HistoryResult, Turn, answered_turn, shapes
+from etf_otel.core._history import (
+    Drift,
+    DriftKind,
+    HistoryCall,
+    HistoryResult,
+    Shape,
+    Turn,
+    answered_turn,
+    shapes,
+)
 from etf_otel.core._identity import ABSENT
 from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult
@@ -56,6 +65,19 @@ def _recognizes(event: object) -> bool:
 
 
 def results(contents: Sequence[object], result: AssemblyResult | None = None) -> list[tuple[object, bool]]:
+    """The ``functionResponse`` parts of the next request that ``result`` is judged by (:func:`scoped`)."""
+    return scoped(contents, result)[0]
+
+
+def drift(result: AssemblyResult, followup: object) -> list[Drift]:
+    """What the next request answers without it being ``result``'s to judge (:func:`scoped`), as drift."""
+    contents = _contents(followup)
+    return [] if contents is None else scoped(contents, result)[1]
+
+
+def scoped(
+    contents: Sequence[object], result: AssemblyResult | None = None, kept: Sequence[Shape] | None = None
+) -> tuple[list[tuple[object, bool]], list[Drift]]:
     """The ``functionResponse`` parts of the next request that ``result`` is judged by, in order, each with
     whether it is in scope.
 
@@ -65,15 +87,18 @@ def results(contents: Sequence[object], result: AssemblyResult | None = None) ->
     belong to earlier responses and are not read; a result in a later content is out of scope (it
     answers nothing), except one that answers a call of a later model content (a framework's own
     round, answered in the same request) or a refused call of ``result`` answered with an error: those
-    are not ``result``'s to judge.
+    are not ``result``'s to judge: they are drift (``call_fabricated``, ``refusal_answered``). ``kept``:
+    ``result``'s calls as a conversation keeps them (:func:`~etf_otel.core._history.shapes`), for a
+    ``result`` kept without its arguments.
     """
-    model = _answered(contents, result) if result is not None else None
+    model = _answered(contents, result, kept) if result is not None else None
     if model is None:
         model = last_position(contents, _MODEL)
     scope = 0 if model is None else model + 1
     rejected = {call.name for call in result.calls if not (result.dispatchable and call.proposed)} if result else set()
     later_calls: set[object] = set()
     found: list[tuple[object, bool]] = []
+    drifted: list[Drift] = []
     for position in range(scope, len(contents)):
         content = contents[position]
         parts = field(content, "parts")
@@ -85,10 +110,13 @@ def results(contents: Sequence[object], result: AssemblyResult | None = None) ->
             if response is ABSENT or response is None:
                 continue
             name = field(response, "name")
-            if name in later_calls or (name in rejected and _is_error(response)):
-                continue
-            found.append((response, position == scope))
-    return found
+            if name in later_calls:
+                drifted.append(Drift(DriftKind.CALL_FABRICATED, None, _string(name)))
+            elif name in rejected and _is_error(response):
+                drifted.append(Drift(DriftKind.REFUSAL_ANSWERED, None, _string(name)))
+            else:
+                found.append((response, position == scope))
+    return found, drifted
 
 
 def _calls_of(content: object) -> list[object]:
@@ -159,10 +187,10 @@ def _string(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _answered(contents: Sequence[object], result: AssemblyResult) -> int | None:
+def _answered(contents: Sequence[object], result: AssemblyResult, kept: Sequence[Shape] | None) -> int | None:
     """The position of the last model content of the turn that carries ``result``'s calls."""
     turns = _turns(contents)
-    answered = answered_turn(turns, shapes(result)) if result.calls else None
+    answered = answered_turn(turns, shapes(result) if kept is None else kept) if result.calls else None
     if answered is None:
         return None
     return turns[answered + 1].at - 1 if answered + 1 < len(turns) else len(contents) - 1
@@ -274,6 +302,7 @@ GEMINI: Final = WireProtocol(
     call_fields=_call_fields,
     request_path=":streamGenerateContent",
     link=_link,
+    link_drift=drift,
     body_events=body_events,
 )
 """Gemini ``streamGenerateContent``: slot key ``(candidate, call ordinal)``; identity the optional call id."""

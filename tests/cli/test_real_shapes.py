@@ -233,7 +233,6 @@ HABITS = (
         ),
         dispatchable=False,
         drift="refusal_answered",
-        drift_xfail=ISSUE_36_GEMINI_ERROR,
     ),
     # --- a complete body whose call has no arguments key ---
     Shape(

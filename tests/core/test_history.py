@@ -250,3 +250,14 @@ def test_adjacent_answers_stand_in_the_turn_right_after_the_answered_one() -> No
     assert judgement is not None and judgement.result_ids == ["call_b", None]
     judgement = judge_history(turns, LATEST)
     assert judgement is not None and judgement.result_ids == ["call_b", "call_b"]  # a duplicate for the rules
+
+
+def test_a_conversation_hands_its_request_drift_over_once() -> None:
+    from etf_otel.core._linkage import Conversation
+
+    conversation = Conversation()
+    conversation.proposed(["call_b"])
+    conversation.drift = (Drift(DriftKind.ID_REPLACED, "call_b", "time"),)
+    assert conversation.take_drift() == (Drift(DriftKind.ID_REPLACED, "call_b", "time"),)
+    assert conversation.take_drift() == ()
+    assert conversation.pending == ("call_b",)  # the proposals are the settlement's, not the drift's

@@ -158,3 +158,11 @@ def test_responses_input_ending_with_an_output_item_and_gemini_without_a_matchin
     ]
     assert [in_scope for _, in_scope in results(contents, result)] == [True]  # no model turn: the first content
     assert results([{"role": "model", "parts": [{"text": "no call"}]}], _assemble(g.stream(g.chunk(g.text("x"))))) == []
+
+
+def test_a_protocol_linked_by_ids_has_no_drift_of_its_own_linkage() -> None:
+    """Its drift comes from the history's scope (etf_otel.core._history), never from ``link_drift``."""
+    from etf_otel.testing import gemini as g
+
+    assert CHAT_COMPLETIONS.link is None
+    assert CHAT_COMPLETIONS.link_drift(_assemble(g.stream(g.chunk(g.text("x")))), {"messages": []}) == []

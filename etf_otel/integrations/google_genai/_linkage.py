@@ -39,6 +39,8 @@ from etf_otel.integrations._conversation import (
 from etf_otel.protocols import GEMINI, field
 from etf_otel.protocols._gemini import unset
 from etf_otel.protocols._gemini_arguments import read
+from etf_otel.protocols._gemini_description import scoped
+from etf_otel.protocols._gemini_linkage import link_results
 
 __all__ = ["GeminiConversation", "GeminiConversations", "contents_of", "without_content"]
 
@@ -63,9 +65,9 @@ class GeminiConversation(LinkedConversation):
         if followup is None or latest is None:
             return super().settle(tool_message_ids)
         super().settle(())  # clears the pending ids; the protocol's linkage judges instead
-        findings = GEMINI.link(latest, followup) if GEMINI.link is not None else None
-        if findings is None:
-            return [], ()
+        found, drift = scoped(followup, latest, self.shapes)
+        self.drift = tuple(drift)
+        findings = link_results(latest, found)
         unanswered = {finding.call_id for finding in findings if finding.category is ErrorCategory.UNANSWERED_CALL}
         answered = tuple(
             call.id for call in latest.proposals if call.id is not None and call.id not in unanswered
