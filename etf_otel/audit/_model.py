@@ -10,6 +10,7 @@ Pure: plain values only, no I/O and no OpenTelemetry SDK.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
@@ -42,6 +43,8 @@ STATUS_CODE_ERROR = 2
 """``SpanData.status_code`` of a span whose status is ERROR (OTLP ``STATUS_CODE_ERROR``)."""
 MATCHED = ("explicit", "unique")
 """``etf.mcp.match`` values of a CLIENT span matched to a proposal: it must carry the call id."""
+_COUNT: Final = re.compile("[1-9][0-9]*")
+"""A positive count as the ClickHouse exporter stores it (``sql/audit_findings.sql`` reads the same)."""
 
 
 class FindingKind(str, Enum):
@@ -263,6 +266,20 @@ def _read_violations(span: SpanData, problems: list[str]) -> tuple[tuple[str, st
     return tuple(violations)
 
 
+def _positional(value: object) -> bool:
+    """Whether ``etf.id.positional`` says the call's position is its identity (Gemini without ids).
+
+    The instrumentation writes the integer ``1``; any value whose exporter string form
+    (``sql_values.any_string``) is a positive integer counts, so that both engines read it alike."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value > 0
+    if isinstance(value, float):  # the exporter writes 1.0 as "1"
+        return value.is_integer() and value >= 1
+    return isinstance(value, str) and _COUNT.fullmatch(value) is not None
+
+
 def _read_call(record: SpanRecord, attributes: dict[str, object], problems: list[str]) -> None:
     record.call_id = _string(attributes.get(A.GEN_AI_TOOL_CALL_ID))
     verdict = attributes.get(A.ETF_TOOL_CALL_VERDICT)
@@ -274,8 +291,11 @@ def _read_call(record: SpanRecord, attributes: dict[str, object], problems: list
     if isinstance(raw, list):
         record.categories = tuple(value for value in raw if isinstance(value, str))
     record.error_type = _string(attributes.get(A.ERROR_TYPE))
+    # A proposal is judged by its id, or, where its protocol identifies calls by position (the Gemini
+    # adapter without ids: etf.id.positional), by its span: an execution links to it (docs/telemetry.md).
     if record.verdict == Verdict.PROPOSED.value and record.call_id is None:
-        problems.append(A.GEN_AI_TOOL_CALL_ID)
+        if not _positional(attributes.get(A.ETF_ID_POSITIONAL)):
+            problems.append(A.GEN_AI_TOOL_CALL_ID)
 
 
 def _read_response(record: SpanRecord, attributes: dict[str, object], problems: list[str]) -> None:

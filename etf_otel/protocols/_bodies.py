@@ -7,7 +7,9 @@ is ``missing_id``, two calls with one id ``duplicate_call_id``, arguments that a
 object ``invalid_arguments``, an end that says the output was cut ``incomplete_response``
 (Responses ``incomplete``, Anthropic ``max_tokens``; Chat Completions' ``length`` is left to
 JSON validation, as on streams). :func:`judge_body` then drops what only a stream has: a body
-has no fragments and no identity transitions.
+has no fragments and no fragment's identity transitions. A decision about a call as a whole is
+kept (:data:`CALL_TRANSITIONS`): Gemini's ``positional``, a call whose position is its identity,
+is the same whether the response was streamed or not.
 
 Bodies come as parsed JSON (``replay``) or as the SDK's own objects (the integrations); both
 are read through :func:`~etf_otel.protocols._base.field`.
@@ -18,11 +20,22 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from etf_otel.core._identity import ABSENT, IdentityRules
-from etf_otel.core._results import AssemblyResult
+from etf_otel.core._identity import ABSENT, IdDecision, IdentityRules
+from etf_otel.core._results import AssemblyResult, ToolCall
+from etf_otel.core._vocabulary import Transition
 from etf_otel.protocols._base import StreamAssembler, WireProtocol, field
 
-__all__ = ["anthropic_body_events", "assemble_whole", "chat_body_events", "judge_body", "responses_body_events"]
+__all__ = [
+    "CALL_TRANSITIONS",
+    "anthropic_body_events",
+    "assemble_whole",
+    "chat_body_events",
+    "judge_body",
+    "responses_body_events",
+]
+
+CALL_TRANSITIONS: Final = frozenset({Transition.POSITIONAL})
+"""Transitions that decide about a call as a whole, not about a fragment: a body keeps them."""
 
 _DONE: Final = "[DONE]"
 _RESPONSE_ENDS: Final = {
@@ -145,7 +158,7 @@ def judge_body(
     """``body`` assembled and validated as ``protocol``'s stream of it would be; ``None`` when it is
     no complete body of that protocol.
 
-    The result carries no fragments, identity decisions or transitions: nothing was streamed.
+    The result carries no fragments and no fragment's identity decisions: nothing was streamed.
     """
     events = protocol.body_events(body)
     return None if events is None else assemble_whole(protocol.assembler(rules=rules, clock=clock), events)
@@ -153,7 +166,8 @@ def judge_body(
 
 def assemble_whole(assembler: StreamAssembler, events: Sequence[object]) -> AssemblyResult:
     """The result of a body's ``events`` (:attr:`WireProtocol.body_events`) through a fresh ``assembler``,
-    without what only a stream has: fragments, identity decisions, transitions."""
+    without what only a stream has: fragments, and the identity decisions and transitions of fragments
+    (those about a call as a whole, :data:`CALL_TRANSITIONS`, are kept)."""
     feed = assembler.feed
     for event in events:
         feed(event)
@@ -163,13 +177,25 @@ def assemble_whole(assembler: StreamAssembler, events: Sequence[object]) -> Asse
     return AssemblyResult(
         state=result.state,
         finish_reasons=result.finish_reasons,
-        calls=tuple([call._replace(fragments=0, transitions=()) for call in result.calls]),
+        calls=tuple([_whole(call) for call in result.calls]),
         rejections=result.rejections,
         fragments=0,
         dispatchable=result.dispatchable,
         _diagnostics=(),
         _overflow=(),
-        _decision_counts=(),
+        _decision_counts=_call_decisions(result.decision_counts) if result.decision_counts else (),
         _identity_errors=result._identity_errors,
         refused_ids=result.refused_ids,
     )
+
+
+def _whole(call: ToolCall) -> ToolCall:
+    """``call`` as a body has it: no fragments, only the transitions about the call as a whole."""
+    if not call.transitions:
+        return call._replace(fragments=0)
+    kept = tuple([pair for pair in call.transitions if pair[0] in CALL_TRANSITIONS])
+    return call._replace(fragments=0, transitions=kept)
+
+
+def _call_decisions(counts: tuple[tuple[IdDecision, int], ...]) -> tuple[tuple[IdDecision, int], ...]:
+    return tuple([pair for pair in counts if pair[0].transition in CALL_TRANSITIONS])

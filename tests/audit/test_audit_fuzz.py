@@ -33,6 +33,7 @@ SHAPES: list[tuple[str, dict[str, Any]]] = [
     ("assemble_response", {"etf.stream.state": "completed", "etf.stream.dispatchable": False}),
     ("assemble_response", {"etf.stream.state": "truncated", "etf.stream.dispatchable": False}),
     ("assemble_tool_call f", {"etf.tool_call.verdict": "proposed"}),
+    ("assemble_tool_call f", {"etf.tool_call.verdict": "proposed", "etf.id.positional": "1"}),
     ("assemble_tool_call f", {"etf.tool_call.verdict": "rejected", "etf.tool_call.categories": ["id_conflict"]}),
     ("execute_tool f", {"gen_ai.operation.name": "execute_tool"}),
     ("f", {"openinference.span.kind": "TOOL"}),

@@ -20,7 +20,9 @@ from openai.types.responses import Response
 from etf_otel import ErrorCategory, IdentityRules, StreamState, Verdict
 from etf_otel.core._refused import RefusedIds
 from etf_otel.core._results import AssemblyResult
-from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES, WireProtocol
+from etf_otel.core._unslotted import COMPATIBILITY
+from etf_otel.core._vocabulary import Transition
+from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, GEMINI, RESPONSES, WireProtocol
 from etf_otel.protocols._bodies import assemble_whole, judge_body
 
 RULES = IdentityRules()
@@ -329,8 +331,11 @@ class _Finished:
 
 
 def test_a_body_result_keeps_every_field_but_the_streamed_ones() -> None:
-    """Every field set to a value of its own: the ones a body has are kept, the others cleared."""
+    """Every field set to a value of its own: the ones a body has are kept, the others cleared; of the
+    decision counts, only those about a call as a whole (``positional``)."""
     unique: Any = [("marker", number) for number in range(8)]
+    positional = COMPATIBILITY[Transition.POSITIONAL]
+    unique[4] = ((IdentityRules().initial_row["absent"], 2), (positional, 1))
     full = AssemblyResult(
         state=StreamState.FAILED,
         finish_reasons=unique[0],
@@ -345,7 +350,27 @@ def test_a_body_result_keeps_every_field_but_the_streamed_ones() -> None:
         refused_ids=RefusedIds.of(["refused"]),
     )
     whole = assemble_whole(cast("Any", _Finished(full)), [])
-    assert whole == dataclasses.replace(full, fragments=0, _diagnostics=(), _overflow=(), _decision_counts=())
+    kept = ((positional, 1),)
+    assert whole == dataclasses.replace(full, fragments=0, _diagnostics=(), _overflow=(), _decision_counts=kept)
+
+
+def test_a_gemini_body_keeps_positional_identity() -> None:
+    """An id-less Gemini call is identified by its position whether or not the response was streamed: the
+    transition ``positional`` is about the call, not a fragment (``etf.id.positional`` on its span)."""
+    call = {"functionCall": {"name": "f", "args": {}}}
+    body = {"candidates": [{"content": {"role": "model", "parts": [call]}, "finishReason": "STOP"}]}
+    events = GEMINI.body_events(body)
+    assert events is not None
+    result = assemble_whole(GEMINI.assembler(rules=RULES), events)
+    (call,) = result.calls
+    assert (call.id, call.verdict, call.fragments, call.transitions) == (
+        None,
+        Verdict.PROPOSED,
+        0,
+        ((Transition.POSITIONAL, 1),),
+    )
+    assert [(decision.transition, count) for decision, count in result.decision_counts] == [(Transition.POSITIONAL, 1)]
+    assert result.fragments == 0 and result.diagnostics == ()
 
 
 def test_what_a_body_lacks_its_events_lack() -> None:

@@ -767,9 +767,10 @@ def test_a_complete_body_is_the_one_chunk_it_is_and_judged_as_a_whole() -> None:
         assert body_events(no_body) is None
     judged = judge_body(GEMINI, body, IdentityRules())
     assert judged is not None and judged.dispatchable
+    positional = ((Transition.POSITIONAL, 1),)  # about the call, not a fragment: a body keeps it
     assert [(c.name, c.arguments, c.fragments, c.transitions) for c in judged.calls] == [
-        ("f", '{"a":1}', 0, ()),
-        ("g", "{}", 0, ()),
+        ("f", '{"a":1}', 0, positional),
+        ("g", "{}", 0, positional),
     ]
     cut = judge_body(GEMINI, chunk(call("f", {}), finish_reason="MAX_TOKENS"), IdentityRules())
     assert cut is not None and not cut.dispatchable and categories(cut) == {"incomplete_response"}

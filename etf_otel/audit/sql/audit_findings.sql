@@ -136,8 +136,12 @@ SELECT
                  arrayFilter((n, a) -> n = 'etf.integrity.violation' AND a['etf.error.category'] = '',
                              Events.Name, Events.Attributes)),
         multiIf(
+            -- a proposal without id is judged by its span where its protocol identifies calls by position
+            -- (Gemini without ids: etf.id.positional, a positive count; model._positional)
             role = 'call', arrayConcat(if(verdict = '', ['etf.tool_call.verdict'], []),
-                                       if(verdict = 'proposed' AND call_id = '', ['gen_ai.tool.call.id'], [])),
+                                       if(verdict = 'proposed' AND call_id = ''
+                                              AND NOT match(SpanAttributes['etf.id.positional'], '^[1-9][0-9]*$'),
+                                          ['gen_ai.tool.call.id'], [])),
             role = 'response', arrayConcat(if(state = '', ['etf.stream.state'], []),
                                            if(dispatchable = -1, ['etf.stream.dispatchable'], [])),
             role = 'remote_call' AND match IN ('explicit', 'unique') AND call_id = '', ['gen_ai.tool.call.id'],

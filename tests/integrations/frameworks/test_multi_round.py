@@ -379,9 +379,9 @@ PYDANTIC_LOOPS = [
     case(ETF_OTEL, "responses", RESPONSES_CHAINED, id="responses-previous-response-id"),
     case(ETF_OTEL, "chat", {}, id="chat"),
     case(ETF_OTEL, "anthropic", {}, id="anthropic"),
-    case(WITH_GENAI, "responses", {}, id="responses-stateless", xfail=STATELESS_AUDIT),
-    case(WITH_GENAI, "responses", RESPONSES_CHAINED, id="responses-previous-response-id", xfail=CHAINED_AUDIT),
-    case(WITH_GENAI, "chat", {}, id="chat", xfail=STATELESS_AUDIT),
+    case(WITH_GENAI, "responses", {}, id="responses-stateless"),
+    case(WITH_GENAI, "responses", RESPONSES_CHAINED, id="responses-previous-response-id"),
+    case(WITH_GENAI, "chat", {}, id="chat"),
 ]
 
 
@@ -413,9 +413,9 @@ def instrument_all(world: World) -> Iterator[None]:
     [
         case(ETF_OTEL, "responses", {}, id="responses-stateless"),
         case(ETF_OTEL, "anthropic", {}, id="anthropic"),
-        case(WITH_GENAI, "responses", {}, id="responses-stateless", xfail=STATELESS_AUDIT),
+        case(WITH_GENAI, "responses", {}, id="responses-stateless"),
         case(WITH_GENAI, "responses", RESPONSES_CHAINED, id="responses-previous-response-id"),  # one trace
-        case(WITH_GENAI, "chat", {}, id="chat", xfail=STATELESS_AUDIT),
+        case(WITH_GENAI, "chat", {}, id="chat"),
     ],
     indirect=["stack"],
 )
@@ -560,9 +560,9 @@ SDK_CHAINED = {"auto_previous_response_id": True}
         case(ETF_OTEL, "responses", {}, id="responses-stateless"),
         case(ETF_OTEL, "responses", SDK_CHAINED, id="responses-previous-response-id"),
         case(ETF_OTEL, "chat", {}, id="chat"),
-        case(WITH_GENAI, "responses", {}, id="responses-stateless", xfail=STATELESS_AUDIT),
-        case(WITH_GENAI, "responses", SDK_CHAINED, id="responses-previous-response-id", xfail=CHAINED_AUDIT),
-        case(WITH_GENAI, "chat", {}, id="chat", xfail=STATELESS_AUDIT),
+        case(WITH_GENAI, "responses", {}, id="responses-stateless"),
+        case(WITH_GENAI, "responses", SDK_CHAINED, id="responses-previous-response-id"),
+        case(WITH_GENAI, "chat", {}, id="chat"),
     ],
     indirect=["stack"],
 )
@@ -585,8 +585,8 @@ HANDOFF: tuple[Round, ...] = ((("transfer_to_weather_desk", {}),), *ROUNDS)
     [
         case(ETF_OTEL, "responses", id="responses-stateless"),
         case(ETF_OTEL, "chat", id="chat"),
-        case(WITH_GENAI, "responses", id="responses-stateless", xfail=STATELESS_AUDIT),
-        case(WITH_GENAI, "chat", id="chat", xfail=STATELESS_AUDIT),
+        case(WITH_GENAI, "responses", id="responses-stateless"),
+        case(WITH_GENAI, "chat", id="chat"),
     ],
     indirect=["stack"],
 )
@@ -640,8 +640,8 @@ def graph(world: World, streaming: bool) -> Any:
     [
         case(ETF_OTEL, False, id="body"),
         case(ETF_OTEL, True, id="streamed"),
-        case(WITH_GENAI, False, id="body", xfail=STATELESS_AUDIT),
-        case(WITH_GENAI, True, id="streamed", xfail=STATELESS_AUDIT),
+        case(WITH_GENAI, False, id="body"),
+        case(WITH_GENAI, True, id="streamed"),
     ],
     indirect=["stack"],
 )
