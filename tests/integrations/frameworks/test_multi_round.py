@@ -15,9 +15,8 @@ carrying only the newest results, a handoff, turns after the answered one (a fil
 ``search_tools`` round), ids every response reuses, identical loops at once. Each loop runs under
 etf-otel alone and, where the framework calls the ``openai`` client's ``create``, beside the
 OpenTelemetry GenAI instrumentation recording every request's messages, which the audit reads.
-Cases marked ``xfail(strict=True)`` report false violations today, the reason says which: the fix
-of issue 36 removes the marks. The last tests keep real mistakes in a multi-round loop reported,
-once, on the request that carried them.
+A case marked ``xfail(strict=True)`` still reports a false finding, its reason says which. The last
+tests keep real mistakes in a multi-round loop reported, once, on the request that carried them.
 
     PYTHONPATH=. .venv/bin/python -m pytest tests/integrations/frameworks/test_multi_round.py
 """
@@ -321,20 +320,9 @@ def world(served: Served, tmp_path: Path, stack: str, guard: bool, monkeypatch: 
         set_strict(previous)
 
 
-STATELESS_AUDIT = (
-    "issue 36: the audit judges every tool message of a stateless history (gen_ai.input.messages) against "
-    "the last assistant turn: the earlier rounds' results are orphaned_tool_message"
-)
-CHAINED_AUDIT = (
-    "issue 36: the audit judges a previous_response_id request's results (no assistant turn in its messages) "
-    "against the calls of its own trace only: each round's results are orphaned_tool_message"
-)
-
-
-def case(stack: str, *values: Any, id: str, xfail: str | None = None) -> Any:
-    """One loop under one stack; ``xfail``: why it reports false violations today (strict: the fix removes it)."""
-    marks = [pytest.mark.xfail(reason=xfail, strict=True)] if xfail else []
-    return pytest.param(stack, *values, id=f"{stack}-{id}", marks=marks)
+def case(stack: str, *values: Any, id: str) -> Any:
+    """One loop under one stack."""
+    return pytest.param(stack, *values, id=f"{stack}-{id}")
 
 
 # --- pydantic-ai --------------------------------------------------------------------------------------------------
@@ -438,9 +426,7 @@ PNG = bytes.fromhex(
 FILE_ROUNDS: tuple[Round, ...] = ((("get_chart", {"city": "Paris"}), ("get_time", {"tz": "CET"})), *ROUNDS[1:])
 
 
-@pytest.mark.parametrize(
-    "stack", [ETF_OTEL, pytest.param(WITH_GENAI, marks=pytest.mark.xfail(reason=STATELESS_AUDIT, strict=True))]
-)
+@pytest.mark.parametrize("stack", [ETF_OTEL, WITH_GENAI], indirect=True)
 def test_pydantic_ai_a_file_sent_after_the_results_judges_nothing_wrong(world: World) -> None:
     """``OpenAIChatModel`` sends a file a tool returned as a user message after the ``tool`` messages (with
     a system note): turns after the answered one, in every later request of the loop."""
@@ -468,17 +454,11 @@ def test_pydantic_ai_a_file_sent_after_the_results_judges_nothing_wrong(world: W
 SEARCH_ROUNDS: tuple[Round, ...] = ((("get_time", {"tz": "CET"}),), *ROUNDS[1:])
 
 
-SYNTHETIC_ROUND = (
-    "issue 36: the answered turn is not the last assistant turn (pydantic-ai's own search_tools round follows "
-    "it): the follow-up settles nothing (no etf.linkage.answered_ids), round 1 is left unjudged"
-)
-
-
 @only(ETF_OTEL)
 @pytest.mark.parametrize(
     ("model_name", "after"),
     [
-        pytest.param("claude-sonnet-4-6", "assistant", marks=pytest.mark.xfail(reason=SYNTHETIC_ROUND, strict=True)),
+        pytest.param("claude-sonnet-4-6", "assistant"),  # withholds deferred schemas: a search_tools round
         pytest.param("claude-sonnet-5-5", "system"),  # adds tools by reference: a system turn, no call
     ],
 )
@@ -713,13 +693,7 @@ def test_litellm_completion_three_rounds_judge_nothing_wrong(world: World, strea
         case(ETF_OTEL, "langgraph", "chat", id="langgraph"),
         case(ETF_OTEL, "litellm", "chat", id="litellm"),
         case(WITH_GENAI, "pydantic-ai", "responses", id="pydantic-ai-responses-stateless"),  # the ids coincide
-        case(
-            WITH_GENAI,
-            "pydantic-ai",
-            "responses-chained",
-            id="pydantic-ai-responses-previous-response-id",
-            xfail=CHAINED_AUDIT,
-        ),
+        case(WITH_GENAI, "pydantic-ai", "responses-chained", id="pydantic-ai-responses-previous-response-id"),
         case(WITH_GENAI, "pydantic-ai", "chat", id="pydantic-ai-chat"),
         case(WITH_GENAI, "langgraph", "chat", id="langgraph"),
     ],
@@ -850,8 +824,8 @@ def in_round_two(change: Callable[[list[dict[str, Any]], str], list[dict[str, An
     [
         case(ETF_OTEL, "responses", id="responses-stateless"),
         case(ETF_OTEL, "chat", id="chat"),
-        case(WITH_GENAI, "responses", id="responses-stateless", xfail=STATELESS_AUDIT),
-        case(WITH_GENAI, "chat", id="chat", xfail=STATELESS_AUDIT),
+        case(WITH_GENAI, "responses", id="responses-stateless"),
+        case(WITH_GENAI, "chat", id="chat"),
     ],
     indirect=["stack"],
 )
@@ -865,8 +839,8 @@ def test_openai_agents_an_input_filter_mistake_in_round_two_is_reported(world: W
 
 LINKAGE = frozenset({"orphaned_result", "unanswered_call", "duplicate_result"})
 REFUSAL_ANSWERED = (
-    "issue 36: a call the guard refused, answered with the framework's error result (refusal_answered: drift), "
-    "is reported orphaned_result live, and unanswered_call by the audit"
+    "issue 36: the audit reports execution_without_result (unanswered_call) for the cut call pydantic-ai tried "
+    "(its arguments did not parse) and answered with its own error result (refusal_answered: drift)"
 )
 
 
