@@ -101,7 +101,8 @@ class Shape(NamedTuple):
 
 
 class Drift(NamedTuple):
-    """One drift record: its kind, the proposal's preserved id when there is one, the call's name."""
+    """One drift record: its kind, the preserved id of the call it is about when there is one (the proposal's
+    for ``id_replaced``, the rejected call's for ``refusal_answered``), the call's name."""
 
     kind: DriftKind
     call_id: str | None = None
@@ -306,7 +307,9 @@ def _answer(
     matched, name = standing.pop(call_id)
     rejected = call_id in all_ids or rejected_by_rules(call_id)
     if (rejected and result.error) or refused(call_id):
-        drift.append(Drift(DriftKind.REFUSAL_ANSWERED, None, name))
+        # the preserved id of the response's own rejected call (what settles its refused execution), never
+        # an id the rules refused
+        drift.append(Drift(DriftKind.REFUSAL_ANSWERED, call_id if call_id in all_ids else None, name))
         return []
     if matched is None and not rejected and not known(call_id):
         drift.append(Drift(DriftKind.CALL_FABRICATED, None, name))

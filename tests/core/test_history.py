@@ -154,7 +154,7 @@ def test_a_refused_call_answered_with_an_error_is_refusal_answered() -> None:
     turns = [USER, assistant(("call_r", "time", TIME)), results("call_r", error=True)]
     judgement = judge_history(turns, rejected)
     assert judgement is not None
-    assert (judgement.result_ids, judgement.drift) == ([], [Drift(DriftKind.REFUSAL_ANSWERED, None, "time")])
+    assert (judgement.result_ids, judgement.drift) == ([], [Drift(DriftKind.REFUSAL_ANSWERED, "call_r", "time")])
 
 
 def test_a_refused_call_answered_without_an_error_stays_a_finding_unless_a_guard_refused_it() -> None:
@@ -163,7 +163,7 @@ def test_a_refused_call_answered_without_an_error_stays_a_finding_unless_a_guard
     judgement = judge_history(turns, rejected)
     assert judgement is not None and (judgement.result_ids, judgement.drift) == (["call_r"], [])
     guarded = judge_history(turns, rejected, refused=lambda call_id: True)
-    assert guarded is not None and guarded.drift == [Drift(DriftKind.REFUSAL_ANSWERED, None, "time")]
+    assert guarded is not None and guarded.drift == [Drift(DriftKind.REFUSAL_ANSWERED, "call_r", "time")]
 
 
 def test_an_id_the_rules_refused_answered_with_an_error_is_refusal_answered() -> None:

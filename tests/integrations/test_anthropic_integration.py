@@ -828,7 +828,10 @@ def test_guard_refuses_the_calls_of_a_rejected_message(
     drift = [dict(event.attributes or {}) for event in second.events if event.name == "etf.linkage.drift"]
     assert [entry["etf.divergence.kind"] for entry in drift] == ["refusal_answered"] * len(calls)
     assert all(entry.get("gen_ai.tool.name") == calls[0].name for entry in drift[:1])
-    assert not any("gen_ai.tool.call.id" in entry for entry in drift)  # refused ids are never exported
+    # the preserved id of each rejected call, as its own call span carries it (never an id the rules refused)
+    preserved = {span.attributes.get("gen_ai.tool.call.id") for span in etf.captured.spans("assemble_tool_call")}
+    assert drift[0].get("gen_ai.tool.call.id") == calls[0].id
+    assert {entry.get("gen_ai.tool.call.id") for entry in drift} - {None} <= preserved
     assert etf.captured.metric_sum("etf.linkage.drift", etf__divergence__kind="refusal_answered") == len(calls)
     assert reasons  # what linkage said of each result before drift was told apart
 
