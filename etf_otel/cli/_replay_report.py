@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from etf_otel.cli._text import displayable, json_text, print_table, shown
 from etf_otel.core._linkage import Finding
@@ -185,6 +186,7 @@ def render_report(report: ReplayReport, console: Console, *, show_arguments: boo
             row.append(shown(call.arguments or ""))
         table.add_row(*row)
     print_table(console, table)
+    _print_causes(report, console)
     unslotted = [r for r in report.rejections if r.index is None]
     for rejection in unslotted:
         where = f"choice {rejection.choice}" if rejection.choice is not None else "response"
@@ -200,6 +202,25 @@ def render_report(report: ReplayReport, console: Console, *, show_arguments: boo
     console.print("dispatchable: " + ("yes" if report.dispatchable else "no"))
     if report.linkage is not None:
         render_linkage(report.linkage, console, dispatchable=report.dispatchable)
+
+
+def _print_causes(report: ReplayReport, console: Console) -> None:
+    """Which calls the rejections came from, when other calls carry their category too.
+
+    A response that is not dispatchable proposes none of its calls: each carries the category
+    that blocked it, so the table alone cannot tell the call that broke the rules from the others.
+    """
+    slotted = [rejection for rejection in report.rejections if rejection.index is not None]
+    causes = {(rejection.choice, rejection.index) for rejection in slotted}
+    if not any(call.categories and (call.choice, call.index) not in causes for call in report.calls):
+        return
+    names: dict[tuple[int | None, int | None], str | None] = {(c.choice, c.index): c.name for c in report.calls}
+    for rejection in slotted:
+        name = names.get((rejection.choice, rejection.index))
+        named = f" ({shown(name)})" if name else ""
+        cause = f"caused by choice {rejection.choice}, index {rejection.index}{named}: {rejection.category}"
+        console.print(Text(cause), soft_wrap=True)  # the name is input: never markup
+    console.print("the other calls carry it: a response with a rejected call proposes none of its calls")
 
 
 def render_linkage(findings: Sequence[LinkageReport], console: Console, *, dispatchable: bool) -> None:
