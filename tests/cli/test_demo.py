@@ -228,6 +228,9 @@ def test_demo_fits_an_80_column_terminal_and_never_breaks_a_word() -> None:
     assert words(narrow.stdout) == words(wide.stdout)
     assert "all cases behaved as the rules say" in narrow.stdout
     assert "caught," in narrow.stdout and " ok " not in narrow.stdout
+    # compact, as replay's and audit's tables: a rule under the header, no box around or between the cells
+    assert not set("┃│━╇┼┏┓┗┛") & set(narrow.stdout + wide.stdout)
+    assert narrow.stdout.count("\n" + "─" * 80 + "\n") >= 4  # one header rule per protocol's table
 
 
 def test_demo_without_anthropic_skips_that_part_and_says_how_to_install_it() -> None:
