@@ -204,6 +204,10 @@ def render_report(report: ReplayReport, console: Console, *, show_arguments: boo
         render_linkage(report.linkage, console, dispatchable=report.dispatchable)
 
 
+_CAUSE_NAME_LIMIT = 32
+"""A tool name in a cause line is cut past this many characters, with a marker (`--json` has it whole)."""
+
+
 def _print_causes(report: ReplayReport, console: Console) -> None:
     """Which calls the rejections came from, when other calls carry their category too.
 
@@ -217,9 +221,9 @@ def _print_causes(report: ReplayReport, console: Console) -> None:
     names: dict[tuple[int | None, int | None], str | None] = {(c.choice, c.index): c.name for c in report.calls}
     for rejection in slotted:
         name = names.get((rejection.choice, rejection.index))
-        named = f" ({shown(name)})" if name else ""
+        named = f" ({shown(name, _CAUSE_NAME_LIMIT)})" if name else ""
         cause = f"caused by choice {rejection.choice}, index {rejection.index}{named}: {rejection.category}"
-        console.print(Text(cause), soft_wrap=True)  # the name is input: never markup
+        console.print(Text(cause))  # the name is input: never markup; wrapped at spaces to the terminal
     console.print("the other calls carry it: a response with a rejected call proposes none of its calls")
 
 
