@@ -331,8 +331,8 @@ INTERRUPTED_MID_STREAM = (
     "demo.run_gemini = interrupted\n"
     "sys.exit(main(['demo']))"
 )
-# Ctrl-C landing in a finalizer, where Python prints the KeyboardInterrupt and goes on: the demo
-# must still give no verdict.
+# Ctrl-C landing in a finalizer (an SDK client's ``__del__``), where Python would print the
+# KeyboardInterrupt with a traceback and go on: the demo stops at its next check, with no verdict.
 INTERRUPTED_IN_A_FINALIZER = (
     "import os, signal, sys, time\n"
     "from etf_otel.cli import main\n"
@@ -356,5 +356,4 @@ def test_demo_interrupted_near_its_end_exits_130_with_no_verdict_and_nothing_aft
     run = _run("-c", script)
     assert run.returncode == 130, run.stderr
     assert "did not behave" not in run.stdout and "behaved as the rules say" not in run.stdout
-    assert run.stderr.endswith("etf-otel demo: interrupted\n"), run.stderr
-    assert "already shutdown" not in run.stderr
+    assert run.stderr == "etf-otel demo: interrupted\n", run.stderr  # no "already shutdown", no "Exception ignored"
