@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from etf_otel.cli._text import displayable, json_text, print_table, shown
 from etf_otel.core._history import Drift
@@ -199,6 +200,7 @@ def render_report(report: ReplayReport, console: Console, *, show_arguments: boo
             row.append(shown(call.arguments or ""))
         table.add_row(*row)
     print_table(console, table)
+    _print_causes(report, console)
     unslotted = [r for r in report.rejections if r.index is None]
     for rejection in unslotted:
         where = f"choice {rejection.choice}" if rejection.choice is not None else "response"
@@ -222,6 +224,29 @@ def render_drift(drift: Sequence[DriftReport], console: Console) -> None:
     for entry in drift:
         about = " ".join(shown(value) for value in (entry.id, entry.name) if value is not None)
         console.print(f"drift (not a finding): {entry.kind}" + (f" ({about})" if about else ""))
+
+
+_CAUSE_NAME_LIMIT = 32
+"""A tool name in a cause line is cut past this many characters, with a marker (`--json` has it whole)."""
+
+
+def _print_causes(report: ReplayReport, console: Console) -> None:
+    """Which calls the rejections came from, when other calls carry their category too.
+
+    A response that is not dispatchable proposes none of its calls: each carries the category
+    that blocked it, so the table alone cannot tell the call that broke the rules from the others.
+    """
+    slotted = [rejection for rejection in report.rejections if rejection.index is not None]
+    causes = {(rejection.choice, rejection.index) for rejection in slotted}
+    if not any(call.categories and (call.choice, call.index) not in causes for call in report.calls):
+        return
+    names: dict[tuple[int | None, int | None], str | None] = {(c.choice, c.index): c.name for c in report.calls}
+    for rejection in slotted:
+        name = names.get((rejection.choice, rejection.index))
+        named = f" ({shown(name, _CAUSE_NAME_LIMIT)})" if name else ""
+        cause = f"caused by choice {rejection.choice}, index {rejection.index}{named}: {rejection.category}"
+        console.print(Text(cause))  # the name is input: never markup; wrapped at spaces to the terminal
+    console.print("the other calls carry it: a response with a rejected call proposes none of its calls")
 
 
 def render_linkage(findings: Sequence[LinkageReport], console: Console, *, dispatchable: bool) -> None:

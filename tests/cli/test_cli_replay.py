@@ -422,3 +422,21 @@ def test_unknown_allow_value_exits_2_from_a_shell() -> None:
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1 and "lenient" in done.stderr
+
+
+def test_the_table_says_which_call_caused_the_rejection_the_others_carry(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/images/parallel-calls.jsonl: the third call's id changed; all three are rejected id_conflict."""
+    code, out, _ = run(["replay", str(ROOT / "docs" / "images" / "parallel-calls.jsonl")], capsys)
+    assert code == 1
+    rows = [line.split("\t") for line in out.splitlines() if line.startswith("0\t")]
+    assert [(row[1], row[-1]) for row in rows] == [("0", "id_conflict"), ("1", "id_conflict"), ("2", "id_conflict")]
+    assert "caused by choice 0, index 2 (get_news): id_conflict\n" in out
+    assert "the other calls carry it" in out
+
+
+def test_a_call_that_caused_its_own_rejection_alone_needs_no_cause_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(tmp_path / "cut.jsonl", [chunk(fragment(0, "call-a", "read_page", '{"page":'))])
+    code, out, _ = run(["replay", str(path)], capsys)
+    assert code == 1 and "caused by" not in out
