@@ -31,7 +31,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 if TYPE_CHECKING:
     from etf_otel.core._results import AssemblyResult
@@ -67,7 +67,7 @@ class HistoryCall(NamedTuple):
 
     call_id: str | None
     name: str | None
-    arguments: object
+    arguments: Any  # not ``object``: a NamedTuple compiled by mypyc fails at import on it (KeyError: 'object')
     item_id: bool = False
 
 
