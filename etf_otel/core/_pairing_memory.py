@@ -58,7 +58,11 @@ class PairingMemory:
             self._keep(self._calls, digest)
 
     def requested(self, turns: Sequence[Turn]) -> None:
-        """A request carried ``turns``: its calls and results are the conversation's history from now on."""
+        """A request carried ``turns``: its calls and results are the conversation's history from now on.
+
+        Each id costs one digest. A stateless history repeats every earlier turn: passing only the turns
+        the request added (after the earlier request's prefix) remembers the same at a fraction of the cost;
+        a turn remembered again changes nothing but its age."""
         for turn in turns:
             for call in turn.calls:
                 if call.call_id is not None:
