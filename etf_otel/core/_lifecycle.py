@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from etf_otel.core._identity import ABSENT, IdentityRules, incoming_key
+from etf_otel.core._identity import ABSENT, BODY_WITHOUT_ARGUMENTS, CompatibilityRule, IdentityRules, incoming_key
 from etf_otel.core._slot_state import ARGUMENTS_CLOSED, CLOSED, INCOMPLETE, POSITIONAL, SlotState, compact
-from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS, DEFAULT_MAX_DIAGNOSTICS, ResponseSlots
+from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS, DEFAULT_MAX_DIAGNOSTICS, NO_ARGUMENTS, ResponseSlots
 from etf_otel.core._unslotted import COMPATIBILITY
 from etf_otel.core._vocabulary import Transition
 
@@ -140,6 +140,11 @@ class LifecycleSlots(ResponseSlots):
         slot = self.slot(key, scope=scope)
         if slot is None:
             return
+        if text is BODY_WITHOUT_ARGUMENTS:  # a complete body's call without an arguments key
+            if not self._rules.allows(CompatibilityRule.ABSENT_ARGUMENTS_IN_BODY):
+                return  # absent, as the key was
+            text = NO_ARGUMENTS
+            self.admitted(key, Transition.ABSENT_ARGUMENTS, applied_next=True, scope=scope)
         if not isinstance(text, str) or len(text) > self._max_argument_chars:
             slot.room = _INVALID_ARGUMENTS  # past the cap, as deltas that long would be
         elif placeholder or not text:

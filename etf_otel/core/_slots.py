@@ -29,6 +29,7 @@ from typing import Final
 
 from etf_otel.core._identity import (
     ABSENT,
+    BODY_WITHOUT_ARGUMENTS,
     CompatibilityRule,
     IdDecision,
     IdentityRules,
@@ -39,9 +40,9 @@ from etf_otel.core._identity import (
 from etf_otel.core._refused import MAX_REFUSED_KEPT, Digest, RefusedIds, id_digest
 from etf_otel.core._results import AssemblyResult, RejectedFragment, Rejection
 from etf_otel.core._slot_state import SlotState, compact
-from etf_otel.core._unslotted import INFER_INDEX, UNATTRIBUTABLE, infer_index
+from etf_otel.core._unslotted import COMPATIBILITY, INFER_INDEX, UNATTRIBUTABLE, infer_index
 from etf_otel.core._validation import CallSnapshot, count_decisions, final_calls
-from etf_otel.core._vocabulary import ErrorCategory, ResponseEnd, StreamState
+from etf_otel.core._vocabulary import ErrorCategory, ResponseEnd, StreamState, Transition
 
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_CHARS",
@@ -53,6 +54,9 @@ __all__ = [
 DEFAULT_MAX_ARGUMENT_CHARS: Final = 8 * 1024 * 1024
 """Arguments longer than this (in characters) are ``invalid_arguments`` and stop growing: the cap keeps
 memory per response bounded when a stream is hostile or runaway."""
+
+NO_ARGUMENTS: Final = "{}"
+"""The arguments of a call without parameters: what ``absent_arguments_in_body`` reads an absent key as."""
 
 DEFAULT_MAX_DIAGNOSTICS: Final = 65_536
 """Fragments of one response that keep an individual diagnostic; later ones are only counted. Together with
@@ -255,7 +259,10 @@ class ResponseSlots:
             elif room + len(arguments) >= 0:  # this piece crossed the cap: all pieces are dropped
                 slot.arguments.clear()
         elif arguments is not None and arguments is not ABSENT:
-            slot.room = _INVALID_ARGUMENTS  # what arrived so far is kept; nothing more is taken
+            if arguments is BODY_WITHOUT_ARGUMENTS:
+                self._without_arguments(slot, choice, index)
+            else:
+                slot.room = _INVALID_ARGUMENTS  # what arrived so far is kept; nothing more is taken
 
         if count <= self._max_diagnostics:
             self._diagnostics.append((choice, index, count, decision, category))
@@ -263,6 +270,14 @@ class ResponseSlots:
             self._diagnose(choice, index, decision, category)
         if category is not None:
             self._reject(slot, count, decision, category, id)
+
+    def _without_arguments(self, slot: SlotState, choice: int, index: int) -> None:
+        """A complete body's call without an ``arguments`` key (:data:`BODY_WITHOUT_ARGUMENTS`): ``{}`` under
+        ``absent_arguments_in_body``, counted once for the call (``absent_arguments``); else absent."""
+        if self._rules.allows(CompatibilityRule.ABSENT_ARGUMENTS_IN_BODY) and not slot.arguments:
+            slot.room -= len(NO_ARGUMENTS)
+            slot.arguments.append(NO_ARGUMENTS)
+            self._diagnose(choice, index, COMPATIBILITY[Transition.ABSENT_ARGUMENTS], None)
 
     def _reject(
         self, slot: SlotState, fragment: int, decision: IdDecision, category: ErrorCategory, id: object
