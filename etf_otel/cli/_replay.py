@@ -103,7 +103,6 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
     replay.add_argument(
         "--deny",
         action="append",
-        default=[],
         choices=ALLOWABLE,
         metavar="RULE",
         help="disable a compatibility rule, one on by default too (" + ", ".join(DEFAULT_ON) + "); wins over --allow",
@@ -161,8 +160,8 @@ def run_replay(args: argparse.Namespace) -> int:
         return _refuse("FILE and --followup cannot both read standard input (-)")
     if getattr(args, "require_call_id", False):
         args.allow = [*args.allow, CompatibilityRule.REQUIRE_CALL_ID.value]
-    deny: list[str] = getattr(args, "deny", [])
-    args.allow = [rule for rule in args.allow if rule not in deny]  # --deny wins
+    deny: list[str] = getattr(args, "deny", None) or []  # None when --deny is not given
+    args.deny, args.allow = deny, [rule for rule in args.allow if rule not in deny]  # --deny wins
     try:
         recording = load(args.file, args.protocol)
         protocol, events = recording.protocol, recording.events
@@ -281,7 +280,7 @@ def _export(recording: Recording, args: argparse.Namespace) -> None:
     path = Path(args.export)
     if not path.parent.is_dir():  # as --html: a typo in the directory must not create a tree somewhere
         raise FileNotFoundError(errno.ENOENT, f"no directory {os.fspath(path.parent) or '.'}")
-    text = _telemetry(recording, args.allow, getattr(args, "deny", []))
+    text = _telemetry(recording, args.allow, args.deny)
     with open(path, "a", encoding="utf-8") as out:  # the OTLP JSON file exporters append too
         out.write(text)
 

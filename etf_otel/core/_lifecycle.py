@@ -27,8 +27,17 @@ from collections.abc import Callable
 from typing import Final
 
 from etf_otel.core._identity import ABSENT, BODY_WITHOUT_ARGUMENTS, CompatibilityRule, IdentityRules, incoming_key
-from etf_otel.core._slot_state import ARGUMENTS_CLOSED, CLOSED, INCOMPLETE, POSITIONAL, SlotState, compact
-from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS, DEFAULT_MAX_DIAGNOSTICS, NO_ARGUMENTS, ResponseSlots
+from etf_otel.core._slot_state import (
+    ARGUMENTS_CLOSED,
+    CLOSED,
+    INCOMPLETE,
+    INVALID_ARGUMENTS,
+    NO_ARGUMENTS,
+    POSITIONAL,
+    SlotState,
+    compact,
+)
+from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS, DEFAULT_MAX_DIAGNOSTICS, ResponseSlots
 from etf_otel.core._unslotted import COMPATIBILITY
 from etf_otel.core._vocabulary import Transition
 
@@ -36,8 +45,6 @@ __all__ = ["SCOPE", "LifecycleSlots"]
 
 SCOPE: Final = 0
 """The only scope of these protocols: they have no choices (``etf.choice.index`` is 0)."""
-
-_INVALID_ARGUMENTS: Final = -(2**62)
 
 _NO_DELTAS: Final = CLOSED | ARGUMENTS_CLOSED
 """A slot with either flag takes no argument delta."""
@@ -124,7 +131,7 @@ class LifecycleSlots(ResponseSlots):
             elif room + len(text) >= 0:  # this piece crossed the cap: all pieces are dropped
                 slot.arguments.clear()
         elif text is not None and text is not ABSENT:
-            slot.room = _INVALID_ARGUMENTS  # what arrived so far is kept; nothing more is taken
+            slot.room = INVALID_ARGUMENTS  # what arrived so far is kept; nothing more is taken
         # No rule set rejects an absent id (its column of the table has no category): nothing to reject.
         if count <= self._max_diagnostics:
             self._diagnostics.append((SCOPE, key, count, decision, None))
@@ -146,7 +153,7 @@ class LifecycleSlots(ResponseSlots):
             text = NO_ARGUMENTS
             self.admitted(key, Transition.ABSENT_ARGUMENTS, applied_next=True, scope=scope)
         if not isinstance(text, str) or len(text) > self._max_argument_chars:
-            slot.room = _INVALID_ARGUMENTS  # past the cap, as deltas that long would be
+            slot.room = INVALID_ARGUMENTS  # past the cap, as deltas that long would be
         elif placeholder or not text:
             if slot.placeholder is None:
                 slot.placeholder = text
@@ -182,7 +189,7 @@ class LifecycleSlots(ResponseSlots):
             slot.room -= len(text)
             slot.arguments.append(text)
         else:
-            slot.room = _INVALID_ARGUMENTS
+            slot.room = INVALID_ARGUMENTS
 
     def positional(self, key: int, *, scope: int = SCOPE) -> None:
         """The slot's identity is its key: an id-less call of a protocol where ids are optional (Gemini).

@@ -29,7 +29,6 @@ from typing import Final
 
 from etf_otel.core._identity import (
     ABSENT,
-    BODY_WITHOUT_ARGUMENTS,
     CompatibilityRule,
     IdDecision,
     IdentityRules,
@@ -39,7 +38,7 @@ from etf_otel.core._identity import (
 )
 from etf_otel.core._refused import MAX_REFUSED_KEPT, Digest, RefusedIds, id_digest
 from etf_otel.core._results import AssemblyResult, RejectedFragment, Rejection
-from etf_otel.core._slot_state import SlotState, compact
+from etf_otel.core._slot_state import SlotState, compact, other_arguments
 from etf_otel.core._unslotted import COMPATIBILITY, INFER_INDEX, UNATTRIBUTABLE, infer_index
 from etf_otel.core._validation import CallSnapshot, count_decisions, final_calls
 from etf_otel.core._vocabulary import ErrorCategory, ResponseEnd, StreamState, Transition
@@ -55,9 +54,6 @@ DEFAULT_MAX_ARGUMENT_CHARS: Final = 8 * 1024 * 1024
 """Arguments longer than this (in characters) are ``invalid_arguments`` and stop growing: the cap keeps
 memory per response bounded when a stream is hostile or runaway."""
 
-NO_ARGUMENTS: Final = "{}"
-"""The arguments of a call without parameters: what ``absent_arguments_in_body`` reads an absent key as."""
-
 DEFAULT_MAX_DIAGNOSTICS: Final = 65_536
 """Fragments of one response that keep an individual diagnostic; later ones are only counted. Together with
 the argument cap this bounds the memory of a response whatever its length: the metrics and span counters
@@ -65,9 +61,6 @@ still see every fragment."""
 
 MAX_REJECTED_KEPT: Final = 64
 """Rejected fragments of one slot kept for span events (the rest are counted)."""
-
-_INVALID_ARGUMENTS: Final = -(2**62)
-"""``_Slot.room`` once arguments that are not a string arrived: negative whatever comes after."""
 
 _STRICT_RULES: Final = IdentityRules.for_rules()
 
@@ -258,11 +251,8 @@ class ResponseSlots:
                     compact(parts, slot)
             elif room + len(arguments) >= 0:  # this piece crossed the cap: all pieces are dropped
                 slot.arguments.clear()
-        elif arguments is not None and arguments is not ABSENT:
-            if arguments is BODY_WITHOUT_ARGUMENTS:
-                self._without_arguments(slot, choice, index)
-            else:
-                slot.room = _INVALID_ARGUMENTS  # what arrived so far is kept; nothing more is taken
+        elif arguments is not None and arguments is not ABSENT and other_arguments(slot, arguments, self._rules):
+            self._diagnose(choice, index, COMPATIBILITY[Transition.ABSENT_ARGUMENTS], None)  # a body's {}
 
         if count <= self._max_diagnostics:
             self._diagnostics.append((choice, index, count, decision, category))
@@ -270,14 +260,6 @@ class ResponseSlots:
             self._diagnose(choice, index, decision, category)
         if category is not None:
             self._reject(slot, count, decision, category, id)
-
-    def _without_arguments(self, slot: SlotState, choice: int, index: int) -> None:
-        """A complete body's call without an ``arguments`` key (:data:`BODY_WITHOUT_ARGUMENTS`): ``{}`` under
-        ``absent_arguments_in_body``, counted once for the call (``absent_arguments``); else absent."""
-        if self._rules.allows(CompatibilityRule.ABSENT_ARGUMENTS_IN_BODY) and not slot.arguments:
-            slot.room -= len(NO_ARGUMENTS)
-            slot.arguments.append(NO_ARGUMENTS)
-            self._diagnose(choice, index, COMPATIBILITY[Transition.ABSENT_ARGUMENTS], None)
 
     def _reject(
         self, slot: SlotState, fragment: int, decision: IdDecision, category: ErrorCategory, id: object
