@@ -308,12 +308,31 @@ def body(server: LocalChatServer, client: openai.OpenAI) -> Any:
     return client.chat.completions.create(model="m", messages=USER)
 
 
+NO_ARGUMENTS_RESPONSE = {
+    "id": "resp_1",
+    "object": "response",
+    "created_at": 0,
+    "model": "m",
+    "status": "completed",
+    "output": [{"type": "function_call", "id": "fc_1", "call_id": "call-a", "name": "now", "status": "completed"}],
+    "parallel_tool_calls": True,
+    "tool_choice": "auto",
+    "tools": [],
+}
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
 def test_a_body_call_without_arguments_is_proposed_with_empty_arguments_by_default(
-    etf: Etf, server: LocalChatServer, client: openai.OpenAI
+    etf: Etf, server: LocalChatServer, client: openai.OpenAI, api: str
 ) -> None:
     etf.instrument()
-    completion = body(server, client)
-    assert "arguments" not in completion.choices[0].message.tool_calls[0].function.model_fields_set  # as sent
+    if api == "chat":
+        completion = body(server, client)
+        assert "arguments" not in completion.choices[0].message.tool_calls[0].function.model_fields_set  # as sent
+    else:
+        server.enqueue(Script(body=NO_ARGUMENTS_RESPONSE))
+        response = client.responses.create(model="m", input="hi")
+        assert "arguments" not in response.output[0].model_fields_set  # the application gets it as sent
     span = the_call_span(etf.captured)
     assert span.attributes[A.ETF_TOOL_CALL_VERDICT] == "proposed"
     assert span.attributes[A.ETF_TOOL_CALL_ABSENT_ARGUMENTS] == 1
