@@ -16,6 +16,7 @@ from etf_otel.core._vocabulary import OTHER
 __all__ = [
     "ENV_ALLOW",
     "ENV_CAPTURE_CONTENT",
+    "ENV_DENY",
     "ENV_DISABLED_INSTRUMENTATIONS",
     "ENV_GUARD",
     "ENV_MAX_CONVERSATIONS",
@@ -49,6 +50,7 @@ __all__ = [
     "ETF_STREAM_FRAGMENTS",
     "ETF_STREAM_SLOTS",
     "ETF_STREAM_STATE",
+    "ETF_TOOL_CALL_ABSENT_ARGUMENTS",
     "ETF_TOOL_CALL_CATEGORIES",
     "ETF_TOOL_CALL_FRAGMENTS",
     "ETF_TOOL_CALL_ID_SOURCE",
@@ -160,6 +162,9 @@ ETF_ID_BUFFERED_EARLY: Final = "etf.id.buffered_early"
 ETF_ID_DROPPED_LATE: Final = "etf.id.dropped_late"
 ETF_ID_DROPPED_REPEAT: Final = "etf.id.dropped_repeat"
 ETF_ID_POSITIONAL: Final = "etf.id.positional"
+ETF_TOOL_CALL_ABSENT_ARGUMENTS: Final = "etf.tool_call.absent_arguments"
+"""``1`` on the call of a complete body that had no ``arguments`` key, read as ``{}`` by the compatibility
+rule ``absent_arguments_in_body`` (transition ``absent_arguments``); absent otherwise."""
 ETF_STREAM_STATE: Final = "etf.stream.state"
 ETF_STREAM_SLOTS: Final = "etf.stream.slots"
 ETF_STREAM_FRAGMENTS: Final = "etf.stream.fragments"
@@ -260,6 +265,8 @@ ENV_PROVIDER_NAME: Final = "OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME"
 """``provider_name``: the ``gen_ai.provider.name`` of every response (docs/configuration.md)."""
 ENV_ALLOW: Final = "OTEL_INSTRUMENTATION_ETF_ALLOW"
 """``allow``: compatibility rule names, comma-separated; an unknown name is ignored with a warning."""
+ENV_DENY: Final = "OTEL_INSTRUMENTATION_ETF_DENY"
+"""``deny``: compatibility rule names to turn off (a default one too), comma-separated; wins over ``allow``."""
 ENV_GUARD: Final = "OTEL_INSTRUMENTATION_ETF_GUARD"
 """``guard``: ``true`` or ``false``, the default of the hosts a setup wraps."""
 ENV_MAX_CONVERSATIONS: Final = "OTEL_INSTRUMENTATION_ETF_MAX_CONVERSATIONS"

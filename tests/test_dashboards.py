@@ -115,6 +115,8 @@ LABEL_VALUES: dict[str, set[str]] = {
         # Gemini (docs/protocols.md): an id-less call identified by position; a repeated whole call set aside
         "positional",
         "drop_repeat",
+        # a complete body's call without an arguments key, read as {} (absent_arguments_in_body)
+        "absent_arguments",
     },
     # docs/telemetry.md, The wire protocol: the shipped protocols' names (a custom protocol adds its own).
     "etf_protocol": {"chat_completions", "responses", "anthropic_messages", "gemini"},

@@ -330,6 +330,7 @@ def test_compatibility_rules_in_docs_are_the_code_rules_with_their_transitions()
         "drop_post_done_delta": "drop_late",
         "drop_repeated_call": "drop_repeat",
         "require_call_id": "reject",  # a strict option: its calls are rejected (missing_id), nothing admitted
+        "absent_arguments_in_body": "absent_arguments",  # on by default, complete bodies only
     }
     assert set(documented.values()) <= {transition.value for transition in Transition}
 

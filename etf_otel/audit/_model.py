@@ -10,7 +10,6 @@ Pure: plain values only, no I/O and no OpenTelemetry SDK.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
@@ -19,6 +18,7 @@ from typing import Any, Final
 from etf_otel import attributes as A
 from etf_otel.audit._foreign import foreign_call_id, is_foreign_execution, is_llm_call
 from etf_otel.audit._messages import ATTR_INPUT_MESSAGES, assistant_call_ids, input_messages, tool_message_ids
+from etf_otel.audit._sources.sql_values import positional
 from etf_otel.core._divergence import DivergenceKind
 from etf_otel.core._vocabulary import OTHER, ErrorCategory, Verdict
 
@@ -43,8 +43,6 @@ STATUS_CODE_ERROR = 2
 """``SpanData.status_code`` of a span whose status is ERROR (OTLP ``STATUS_CODE_ERROR``)."""
 MATCHED = ("explicit", "unique")
 """``etf.mcp.match`` values of a CLIENT span matched to a proposal: it must carry the call id."""
-_COUNT: Final = re.compile("[1-9][0-9]*")
-"""A positive count as the ClickHouse exporter stores it (``sql/audit_findings.sql`` reads the same)."""
 
 
 class FindingKind(str, Enum):
@@ -189,10 +187,9 @@ class SpanRecord:
     problems: tuple[str, ...] = ()
     match: str | None = None
     """``etf.mcp.match`` of a :attr:`Role.REMOTE_CALL` (one of ``MCP_MATCH_VALUES``), for the finding's detail."""
-    meta_rejected: tuple[str, ...] = ()
+    meta_rejected: tuple[str, ...] = ()  # etf.mcp.meta_rejected of an MCP SERVER execution: why it refused our _meta
     failed: bool = False
     """Its status is ERROR: of two copies of one span that started and ended together, the failed one is kept."""
-    """``etf.mcp.meta_rejected`` of an MCP SERVER execution: why the server did not use our ``_meta`` keys."""
 
 
 @dataclass(slots=True)
@@ -266,20 +263,6 @@ def _read_violations(span: SpanData, problems: list[str]) -> tuple[tuple[str, st
     return tuple(violations)
 
 
-def _positional(value: object) -> bool:
-    """Whether ``etf.id.positional`` says the call's position is its identity (Gemini without ids).
-
-    The instrumentation writes the integer ``1``; any value whose exporter string form
-    (``sql_values.any_string``) is a positive integer counts, so that both engines read it alike."""
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return value > 0
-    if isinstance(value, float):  # the exporter writes 1.0 as "1"
-        return value.is_integer() and value >= 1
-    return isinstance(value, str) and _COUNT.fullmatch(value) is not None
-
-
 def _read_call(record: SpanRecord, attributes: dict[str, object], problems: list[str]) -> None:
     record.call_id = _string(attributes.get(A.GEN_AI_TOOL_CALL_ID))
     verdict = attributes.get(A.ETF_TOOL_CALL_VERDICT)
@@ -291,11 +274,8 @@ def _read_call(record: SpanRecord, attributes: dict[str, object], problems: list
     if isinstance(raw, list):
         record.categories = tuple(value for value in raw if isinstance(value, str))
     record.error_type = _string(attributes.get(A.ERROR_TYPE))
-    # A proposal is judged by its id, or, where its protocol identifies calls by position (the Gemini
-    # adapter without ids: etf.id.positional), by its span: an execution links to it (docs/telemetry.md).
-    if record.verdict == Verdict.PROPOSED.value and record.call_id is None:
-        if not _positional(attributes.get(A.ETF_ID_POSITIONAL)):
-            problems.append(A.GEN_AI_TOOL_CALL_ID)
+    if record.verdict == Verdict.PROPOSED.value and not (record.call_id or positional(attributes)):
+        problems.append(A.GEN_AI_TOOL_CALL_ID)
 
 
 def _read_response(record: SpanRecord, attributes: dict[str, object], problems: list[str]) -> None:

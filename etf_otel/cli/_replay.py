@@ -36,7 +36,7 @@ from etf_otel.cli._replay_report import (
 from etf_otel.cli._text import console_for, displayable, write_json
 from etf_otel.cli.html._page import HtmlWriteError, write_page
 from etf_otel.core._history import Drift, judge_history, shapes
-from etf_otel.core._identity import CompatibilityRule, IdentityRules
+from etf_otel.core._identity import DEFAULT_RULES, CompatibilityRule, IdentityRules
 from etf_otel.core._linkage import DEFAULT_MAX_PENDING, Conversation, Finding, concatenated
 from etf_otel.core._pairing import TARGETS, PairingCheck, PairingMemory
 from etf_otel.core._results import AssemblyResult
@@ -75,7 +75,10 @@ ASSEMBLER_NAMES: Final = ("openai", "anthropic", "langchain", "google-genai", "r
 
 
 ALLOWABLE: Final = [rule.value for rule in CompatibilityRule if rule is not CompatibilityRule.REQUIRE_CALL_ID]
-"""``--allow`` names: the compatibility rules (``require_call_id`` is strictness, ``--require-call-id``)."""
+"""``--allow`` and ``--deny`` names: the compatibility rules (``require_call_id`` is strictness,
+``--require-call-id``)."""
+DEFAULT_ON: Final = sorted(rule.value for rule in DEFAULT_RULES)
+"""The rules on unless ``--deny`` names them."""
 
 
 def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
@@ -115,6 +118,13 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
         help="enable a compatibility rule: " + ", ".join(ALLOWABLE),
     )
     replay.add_argument(
+        "--deny",
+        action="append",
+        choices=ALLOWABLE,
+        metavar="RULE",
+        help="disable a compatibility rule, one on by default too (" + ", ".join(DEFAULT_ON) + "); wins over --allow",
+    )
+    replay.add_argument(
         "--require-call-id",
         action="store_true",
         help="Gemini: every call without an id is missing_id (by default such calls are identified by position)",
@@ -142,8 +152,10 @@ def _refuse(reason: str) -> int:
     return EXIT_BAD_INPUT
 
 
-def _assemble(protocol: WireProtocol, events: Sequence[object], allow: Sequence[str]) -> AssemblyResult:
-    assembler = protocol.assembler(rules=IdentityRules.for_rules(allow))
+def _assemble(
+    protocol: WireProtocol, events: Sequence[object], allow: Sequence[str], deny: Sequence[str]
+) -> AssemblyResult:
+    assembler = protocol.assembler(rules=IdentityRules.for_rules(allow, deny=deny))
     for event in events:
         if event == DONE:
             assembler.feed_done()
@@ -209,6 +221,8 @@ def run_replay(args: argparse.Namespace) -> int:
         return _refuse("FILE and --followup cannot both read standard input (-)")
     if getattr(args, "require_call_id", False):
         args.allow = [*args.allow, CompatibilityRule.REQUIRE_CALL_ID.value]
+    deny: list[str] = getattr(args, "deny", None) or []  # None when --deny is not given
+    args.deny, args.allow = deny, [rule for rule in args.allow if rule not in deny]  # --deny wins
     try:
         recording = load(args.file, args.protocol)
         protocol, events = recording.protocol, recording.events
@@ -226,9 +240,9 @@ def run_replay(args: argparse.Namespace) -> int:
         except (ImportError, ValueError) as error:  # not for this protocol, or its library is missing
             return _refuse(str(error) or f"--assembler {args.assembler} needs {getattr(error, 'name', None)}")
     if streamed:
-        result = _assemble(protocol, events, args.allow)
+        result = _assemble(protocol, events, args.allow, deny)
     else:
-        judged = judge_body(protocol, recording.body, IdentityRules.for_rules(args.allow))
+        judged = judge_body(protocol, recording.body, IdentityRules.for_rules(args.allow, deny=deny))
         assert judged is not None  # _load judged it a complete body
         result = judged
     findings = drift = pairing = None
@@ -336,12 +350,12 @@ def _export(recording: Recording, args: argparse.Namespace) -> None:
     path = Path(args.export)
     if not path.parent.is_dir():  # as --html: a typo in the directory must not create a tree somewhere
         raise FileNotFoundError(errno.ENOENT, f"no directory {os.fspath(path.parent) or '.'}")
-    text = _telemetry(recording, args.allow)
+    text = _telemetry(recording, args.allow, args.deny)
     with open(path, "a", encoding="utf-8") as out:  # the OTLP JSON file exporters append too
         out.write(text)
 
 
-def _telemetry(recording: Recording, allow: Sequence[str]) -> str:
+def _telemetry(recording: Recording, allow: Sequence[str], deny: Sequence[str] = ()) -> str:
     """What the instrumentation emits for the recording, as OTLP JSON lines (spans, then metrics)."""
     from opentelemetry.exporter.otlp.json.file import FileMetricExporter, FileSpanExporter
     from opentelemetry.sdk.metrics import MeterProvider
@@ -358,7 +372,7 @@ def _telemetry(recording: Recording, allow: Sequence[str]) -> str:
     tracer_provider.add_span_processor(BatchSpanProcessor(FileSpanExporter(stream=buffer)))
     reader = PeriodicExportingMetricReader(FileMetricExporter(stream=buffer), export_interval_millis=60_000)
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
-    instrumentation = Instrumentation(tracer_provider, meter_provider, allow=allow)
+    instrumentation = Instrumentation(tracer_provider, meter_provider, allow=allow, deny=deny)
     if recording.body is not None:
         instrumentation.response(recording.body, protocol=recording.protocol)
     else:

@@ -30,7 +30,8 @@ any            number, bool,   reject              unsupported_id_type
 
 A rejection leaves the state and the id unchanged. The compatibility rule
 ``empty_continuation`` replaces exactly one row (``ESTABLISHED`` + ``""``) with the
-transition ``keep_empty``; nothing else can be relaxed. The table is data so that
+transition ``keep_empty``; nothing else can be relaxed. The rules are opt-in but for
+:data:`DEFAULT_RULES` (``absent_arguments_in_body``), on unless denied. The table is data so that
 tests can walk every row, and the decision itself is one dictionary lookup: it runs
 once per streamed fragment.
 """
@@ -47,6 +48,8 @@ from etf_otel.core._vocabulary import ErrorCategory, IdKind, Transition
 
 __all__ = [
     "ABSENT",
+    "BODY_WITHOUT_ARGUMENTS",
+    "DEFAULT_RULES",
     "STRICT_TABLE",
     "CompatibilityRule",
     "IdDecision",
@@ -69,6 +72,20 @@ class _Absent:
 
 ABSENT: Final = _Absent()
 """The value adapters pass for a field the fragment did not carry."""
+
+
+class _BodyWithoutArguments:
+    """Marker for the arguments of a call a complete body gave no ``arguments`` key at all."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "BODY_WITHOUT_ARGUMENTS"
+
+
+BODY_WITHOUT_ARGUMENTS: Final = _BodyWithoutArguments()
+"""What a complete body's lowering (``etf_otel.protocols._bodies``) passes as the arguments of a call
+without an ``arguments`` key: ``{}`` under ``absent_arguments_in_body``, else absent. Never in a stream."""
 
 
 class IdState(Enum):
@@ -111,6 +128,15 @@ class CompatibilityRule(str, Enum):
     REQUIRE_CALL_ID = "require_call_id"
     """Gemini: a strict option, not an accommodation: every id-less call is ``missing_id`` (by
     default an id-less candidate's calls are identified by position)."""
+    ABSENT_ARGUMENTS_IN_BODY = "absent_arguments_in_body"
+    """On by default (:data:`DEFAULT_RULES`), complete bodies only: a Chat Completions ``function`` or a
+    Responses ``function_call`` item without an ``arguments`` key (an OpenAI-compatible gateway's call whose
+    parameters are all optional) has the arguments ``{}`` (``absent_arguments``), not ``invalid_arguments``.
+    A stream's missing or ``""`` arguments are not touched."""
+
+
+DEFAULT_RULES: Final = frozenset({CompatibilityRule.ABSENT_ARGUMENTS_IN_BODY})
+"""The rules on unless denied (``deny``, ``--deny``); every other rule is off unless allowed."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -200,6 +226,7 @@ _RULE_ROWS: Final[dict[CompatibilityRule, dict[tuple[IdState, Incoming], _Row]]]
     CompatibilityRule.DROP_POST_DONE_DELTA: {},  # likewise
     CompatibilityRule.DROP_REPEATED_CALL: {},  # the Gemini adapter applies it
     CompatibilityRule.REQUIRE_CALL_ID: {},  # likewise, at the end of the response
+    CompatibilityRule.ABSENT_ARGUMENTS_IN_BODY: {},  # the slots apply it to a body's calls
 }
 
 _UNSET_ROWS: Final[dict[tuple[IdState, Incoming], _Row]] = {
@@ -302,7 +329,8 @@ def classify(state: IdState, current_id: str | None, incoming: object) -> Incomi
 
 
 class IdentityRules:
-    """The strict table plus the compatibility rules a user enabled by name.
+    """The strict table plus the compatibility rules a user enabled by name, and the
+    :data:`DEFAULT_RULES` the user did not deny (``deny`` wins over ``rules``).
 
     Instances are immutable and shared between responses and threads: building the
     tables costs tens of microseconds, so :meth:`for_rules` caches one per rule set.
@@ -310,8 +338,14 @@ class IdentityRules:
 
     __slots__ = ("initial_row", "rows", "rules", "table", "unset_ids")
 
-    def __init__(self, rules: Iterable[CompatibilityRule | str] = (), *, unset_ids: bool = False) -> None:
-        enabled = frozenset(CompatibilityRule(rule) for rule in rules)
+    def __init__(
+        self,
+        rules: Iterable[CompatibilityRule | str] = (),
+        *,
+        unset_ids: bool = False,
+        deny: Iterable[CompatibilityRule | str] = (),
+    ) -> None:
+        enabled = _enabled(rules, deny)
         rows = dict(_STRICT_ROWS)
         for rule in sorted(enabled, key=lambda r: r.value):
             rows.update(_RULE_ROWS[rule])
@@ -327,9 +361,15 @@ class IdentityRules:
         """The decisions for a new slot, keyed by ``Incoming`` value (see ``IdDecision.next_row``)."""
 
     @classmethod
-    def for_rules(cls, rules: Iterable[CompatibilityRule | str] = (), *, unset_ids: bool = False) -> IdentityRules:
-        """The shared instance for ``rules`` (built once per distinct set)."""
-        return _cached_rules(frozenset(CompatibilityRule(rule) for rule in rules), unset_ids)
+    def for_rules(
+        cls,
+        rules: Iterable[CompatibilityRule | str] = (),
+        *,
+        unset_ids: bool = False,
+        deny: Iterable[CompatibilityRule | str] = (),
+    ) -> IdentityRules:
+        """The shared instance for ``rules`` and ``deny`` (built once per distinct set of rules it enables)."""
+        return _cached_rules(_enabled(rules, deny), unset_ids)
 
     def allows(self, rule: CompatibilityRule) -> bool:
         return rule in self.rules
@@ -344,6 +384,14 @@ class IdentityRules:
         return f"IdentityRules([{names}])"
 
 
+def _enabled(
+    rules: Iterable[CompatibilityRule | str], deny: Iterable[CompatibilityRule | str]
+) -> frozenset[CompatibilityRule]:
+    """The rules enabled: those given and the defaults, less those denied."""
+    denied = frozenset(CompatibilityRule(rule) for rule in deny)
+    return frozenset(CompatibilityRule(rule) for rule in rules).union(DEFAULT_RULES).difference(denied)
+
+
 @functools.lru_cache(maxsize=16)
 def _cached_rules(rules: frozenset[CompatibilityRule], unset_ids: bool) -> IdentityRules:
-    return IdentityRules(rules, unset_ids=unset_ids)
+    return IdentityRules(rules, unset_ids=unset_ids, deny=DEFAULT_RULES.difference(rules))

@@ -26,8 +26,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from etf_otel.core._identity import ABSENT, IdentityRules, incoming_key
-from etf_otel.core._slot_state import ARGUMENTS_CLOSED, CLOSED, INCOMPLETE, POSITIONAL, SlotState, compact
+from etf_otel.core._identity import ABSENT, BODY_WITHOUT_ARGUMENTS, CompatibilityRule, IdentityRules, incoming_key
+from etf_otel.core._slot_state import (
+    ARGUMENTS_CLOSED,
+    CLOSED,
+    INCOMPLETE,
+    INVALID_ARGUMENTS,
+    NO_ARGUMENTS,
+    POSITIONAL,
+    SlotState,
+    compact,
+)
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS, DEFAULT_MAX_DIAGNOSTICS, ResponseSlots
 from etf_otel.core._unslotted import COMPATIBILITY
 from etf_otel.core._vocabulary import Transition
@@ -36,8 +45,6 @@ __all__ = ["SCOPE", "LifecycleSlots"]
 
 SCOPE: Final = 0
 """The only scope of these protocols: they have no choices (``etf.choice.index`` is 0)."""
-
-_INVALID_ARGUMENTS: Final = -(2**62)
 
 _NO_DELTAS: Final = CLOSED | ARGUMENTS_CLOSED
 """A slot with either flag takes no argument delta."""
@@ -124,7 +131,7 @@ class LifecycleSlots(ResponseSlots):
             elif room + len(text) >= 0:  # this piece crossed the cap: all pieces are dropped
                 slot.arguments.clear()
         elif text is not None and text is not ABSENT:
-            slot.room = _INVALID_ARGUMENTS  # what arrived so far is kept; nothing more is taken
+            slot.room = INVALID_ARGUMENTS  # what arrived so far is kept; nothing more is taken
         # No rule set rejects an absent id (its column of the table has no category): nothing to reject.
         if count <= self._max_diagnostics:
             self._diagnostics.append((SCOPE, key, count, decision, None))
@@ -140,8 +147,13 @@ class LifecycleSlots(ResponseSlots):
         slot = self.slot(key, scope=scope)
         if slot is None:
             return
+        if text is BODY_WITHOUT_ARGUMENTS:  # a complete body's call without an arguments key
+            if not self._rules.allows(CompatibilityRule.ABSENT_ARGUMENTS_IN_BODY):
+                return  # absent, as the key was
+            text = NO_ARGUMENTS
+            self.admitted(key, Transition.ABSENT_ARGUMENTS, applied_next=True, scope=scope)
         if not isinstance(text, str) or len(text) > self._max_argument_chars:
-            slot.room = _INVALID_ARGUMENTS  # past the cap, as deltas that long would be
+            slot.room = INVALID_ARGUMENTS  # past the cap, as deltas that long would be
         elif placeholder or not text:
             if slot.placeholder is None:
                 slot.placeholder = text
@@ -177,7 +189,7 @@ class LifecycleSlots(ResponseSlots):
             slot.room -= len(text)
             slot.arguments.append(text)
         else:
-            slot.room = _INVALID_ARGUMENTS
+            slot.room = INVALID_ARGUMENTS
 
     def positional(self, key: int, *, scope: int = SCOPE) -> None:
         """The slot's identity is its key: an id-less call of a protocol where ids are optional (Gemini).

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from etf_otel.core._identity import IdDecision
+from etf_otel.core._identity import BODY_WITHOUT_ARGUMENTS, CompatibilityRule, IdDecision, IdentityRules
 from etf_otel.core._results import RejectedFragment
 from etf_otel.core._vocabulary import ErrorCategory
 
@@ -27,6 +27,13 @@ POSITIONAL: Final = 8
 
 _COMPACT_EVERY: Final = 256
 """Argument pieces joined into one string every this many, so tiny fragments cost no object each."""
+
+
+INVALID_ARGUMENTS: Final = -(2**62)
+"""``SlotState.room`` once arguments that are not a string arrived: negative whatever comes after."""
+
+NO_ARGUMENTS: Final = "{}"
+"""The arguments of a call without parameters: what ``absent_arguments_in_body`` reads an absent key as."""
 
 
 class SlotState:
@@ -97,3 +104,18 @@ def compact(parts: list[str], slot: SlotState) -> None:
     parts[slot.tail :] = ["".join(parts[slot.tail :])]
     slot.tail += 1
     slot.compact_at = slot.tail + _COMPACT_EVERY
+
+
+def other_arguments(slot: SlotState, arguments: object, rules: IdentityRules) -> bool:
+    """Apply arguments that are no string to ``slot``: invalid, but for a complete body's call without an
+    arguments key (:data:`~etf_otel.core._identity.BODY_WITHOUT_ARGUMENTS`), which is absent, or ``{}``
+    under ``absent_arguments_in_body`` when the slot holds no arguments yet: then ``True``, a decision
+    (``absent_arguments``) to count."""
+    if arguments is not BODY_WITHOUT_ARGUMENTS:
+        slot.room = INVALID_ARGUMENTS  # what arrived so far is kept; nothing more is taken
+        return False
+    if slot.arguments or not rules.allows(CompatibilityRule.ABSENT_ARGUMENTS_IN_BODY):
+        return False
+    slot.room -= len(NO_ARGUMENTS)
+    slot.arguments.append(NO_ARGUMENTS)
+    return True

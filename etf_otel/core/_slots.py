@@ -38,10 +38,10 @@ from etf_otel.core._identity import (
 )
 from etf_otel.core._refused import MAX_REFUSED_KEPT, Digest, RefusedIds, id_digest
 from etf_otel.core._results import AssemblyResult, RejectedFragment, Rejection
-from etf_otel.core._slot_state import SlotState, compact
-from etf_otel.core._unslotted import INFER_INDEX, UNATTRIBUTABLE, infer_index
+from etf_otel.core._slot_state import SlotState, compact, other_arguments
+from etf_otel.core._unslotted import COMPATIBILITY, INFER_INDEX, UNATTRIBUTABLE, infer_index
 from etf_otel.core._validation import CallSnapshot, count_decisions, final_calls
-from etf_otel.core._vocabulary import ErrorCategory, ResponseEnd, StreamState
+from etf_otel.core._vocabulary import ErrorCategory, ResponseEnd, StreamState, Transition
 
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_CHARS",
@@ -61,9 +61,6 @@ still see every fragment."""
 
 MAX_REJECTED_KEPT: Final = 64
 """Rejected fragments of one slot kept for span events (the rest are counted)."""
-
-_INVALID_ARGUMENTS: Final = -(2**62)
-"""``_Slot.room`` once arguments that are not a string arrived: negative whatever comes after."""
 
 _STRICT_RULES: Final = IdentityRules.for_rules()
 
@@ -254,8 +251,8 @@ class ResponseSlots:
                     compact(parts, slot)
             elif room + len(arguments) >= 0:  # this piece crossed the cap: all pieces are dropped
                 slot.arguments.clear()
-        elif arguments is not None and arguments is not ABSENT:
-            slot.room = _INVALID_ARGUMENTS  # what arrived so far is kept; nothing more is taken
+        elif arguments is not None and arguments is not ABSENT and other_arguments(slot, arguments, self._rules):
+            self._diagnose(choice, index, COMPATIBILITY[Transition.ABSENT_ARGUMENTS], None)  # a body's {}
 
         if count <= self._max_diagnostics:
             self._diagnostics.append((choice, index, count, decision, category))

@@ -25,6 +25,7 @@ _COMPATIBILITY_TRANSITIONS: Final = frozenset(
         Transition.DROP_LATE,
         Transition.POSITIONAL,
         Transition.DROP_REPEAT,
+        Transition.ABSENT_ARGUMENTS,
     }
 )
 
@@ -57,10 +58,17 @@ INFER_INDEX: Final[dict[Incoming, IdDecision]] = {
 
 COMPATIBILITY: Final[dict[Transition, IdDecision]] = {
     transition: _decision(transition, None, Incoming.ABSENT)
-    for transition in (Transition.BUFFER_EARLY, Transition.DROP_LATE, Transition.POSITIONAL, Transition.DROP_REPEAT)
+    for transition in (
+        Transition.BUFFER_EARLY,
+        Transition.DROP_LATE,
+        Transition.POSITIONAL,
+        Transition.DROP_REPEAT,
+        Transition.ABSENT_ARGUMENTS,
+    )
 }
 """Argument fragments a protocol's compatibility rule admitted late or set aside (no id on them), and
-the slots whose key is their identity (``positional``: counted per slot, not per fragment)."""
+the slots whose key is their identity (``positional``: counted per slot, not per fragment) or whose body
+gave no arguments (``absent_arguments``, likewise)."""
 
 
 def infer_index(own: Sequence[SlotState], id: object, incoming: Incoming) -> int | None:

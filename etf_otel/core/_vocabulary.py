@@ -135,6 +135,9 @@ class Transition(str, Enum):
     """An id-less call whose key is its identity (Gemini's default; counted once per slot)."""
     DROP_REPEAT = "drop_repeat"
     """A repeated whole call set aside by ``drop_repeated_call`` (Gemini)."""
+    ABSENT_ARGUMENTS = "absent_arguments"
+    """A call of a complete body without an ``arguments`` key, read as ``{}`` by ``absent_arguments_in_body``
+    (counted once per call)."""
     REJECT = "reject"
 
 

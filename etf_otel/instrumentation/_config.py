@@ -6,6 +6,7 @@ an environment variable too (the names are in :mod:`etf_otel.attributes`):
 
 * ``OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME``: ``provider_name``, any non-empty string;
 * ``OTEL_INSTRUMENTATION_ETF_ALLOW``: ``allow``, compatibility rule names, comma-separated;
+* ``OTEL_INSTRUMENTATION_ETF_DENY``: ``deny``, the same, turned off (a default one too);
 * ``OTEL_INSTRUMENTATION_ETF_GUARD``: ``guard``, ``true`` or ``false``;
 * ``OTEL_INSTRUMENTATION_ETF_MAX_CONVERSATIONS``: ``max_conversations``, a positive integer.
 
@@ -53,6 +54,7 @@ class EnvironmentSettings:
     provider_name: str | None = None
     allow: tuple[CompatibilityRule, ...] | None = None
     guard: bool | None = None
+    deny: tuple[CompatibilityRule, ...] | None = None
 
 
 def _warn_once(variable: str, value: str, problem: str) -> None:
@@ -64,7 +66,7 @@ def _warn_once(variable: str, value: str, problem: str) -> None:
     _logger.warning("etf-otel: %s=%r %s", variable, value, problem)
 
 
-def _allow(raw: str) -> tuple[CompatibilityRule, ...]:
+def _allow(raw: str, variable: str = A.ENV_ALLOW) -> tuple[CompatibilityRule, ...]:
     rules: list[CompatibilityRule] = []
     for part in raw.split(","):
         name = part.strip().lower()
@@ -72,7 +74,7 @@ def _allow(raw: str) -> tuple[CompatibilityRule, ...]:
             continue
         rule = _RULES.get(name)
         if rule is None:
-            _warn_once(A.ENV_ALLOW, part.strip(), f"names no compatibility rule ({', '.join(_RULES)}): ignored")
+            _warn_once(variable, part.strip(), f"names no compatibility rule ({', '.join(_RULES)}): ignored")
         elif rule not in rules:
             rules.append(rule)
     return tuple(rules)
@@ -103,11 +105,13 @@ def environment_settings(environ: Mapping[str, str] | None = None) -> Environmen
     env = os.environ if environ is None else environ
     provider = env.get(A.ENV_PROVIDER_NAME, "").strip()
     allow = env.get(A.ENV_ALLOW)
+    deny = env.get(A.ENV_DENY)
     guard = env.get(A.ENV_GUARD)
     return EnvironmentSettings(
         provider_name=provider or None,
         allow=None if allow is None else _allow(allow),
         guard=None if guard is None else _guard(guard),
+        deny=None if deny is None else _allow(deny, A.ENV_DENY),
     )
 
 

@@ -71,6 +71,7 @@ class SetupOptions(TypedDict, total=False):
     meter_provider: metrics.MeterProvider | None
     provider_name: str | None
     allow: Iterable[CompatibilityRule | str] | None
+    deny: Iterable[CompatibilityRule | str] | None
     capture_content: bool | None
 
 
@@ -83,6 +84,7 @@ class _Options(NamedTuple):
     provider_name: str | None
     allow: frozenset[CompatibilityRule] | None
     capture_content: bool
+    deny: frozenset[CompatibilityRule] | None = None
 
 
 class _Setup(NamedTuple):
@@ -130,6 +132,7 @@ class _SharedSetups:
                 provider_name=options.provider_name,
                 allow=options.allow,
                 capture_content=options.capture_content,
+                deny=options.deny,
             )
             self._setups[key] = _Setup(_reference(tracer_provider), _reference(meter_provider), instrumentation)
             self._setups.move_to_end(key)
@@ -153,6 +156,7 @@ def shared_instrumentation(
     provider_name: str | None = None,
     allow: Iterable[CompatibilityRule | str] | None = None,
     capture_content: bool | None = None,
+    deny: Iterable[CompatibilityRule | str] | None = None,
 ) -> Instrumentation:
     """The :class:`Instrumentation` the convenience functions use for these providers and options.
 
@@ -162,6 +166,7 @@ def shared_instrumentation(
         provider_name,
         None if allow is None else frozenset(CompatibilityRule(rule) for rule in allow),
         capture_content_enabled() if capture_content is None else capture_content,
+        None if deny is None else frozenset(CompatibilityRule(rule) for rule in deny),
     )
     return _shared.get(
         tracer_provider if tracer_provider is not None else trace.get_tracer_provider(),

@@ -49,9 +49,11 @@ class Instrumentation:
 
     A keyword left ``None`` takes its environment variable, read once here
     (:mod:`etf_otel.instrumentation._config`): ``OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME``,
-    ``OTEL_INSTRUMENTATION_ETF_ALLOW``, ``OTEL_INSTRUMENTATION_ETF_GUARD``, and
-    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` for ``capture_content``. A given
-    keyword wins (``allow=()`` means no rule, ``provider_name=""`` no provider).
+    ``OTEL_INSTRUMENTATION_ETF_ALLOW``, ``OTEL_INSTRUMENTATION_ETF_DENY``, ``OTEL_INSTRUMENTATION_ETF_GUARD``,
+    and ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` for ``capture_content``. A given
+    keyword wins (``allow=()`` means no rule beyond the defaults, ``deny=()`` none denied,
+    ``provider_name=""`` no provider). ``deny`` turns off a rule, one on by default too
+    (``absent_arguments_in_body``), and wins over ``allow``.
     """
 
     def __init__(
@@ -63,15 +65,18 @@ class Instrumentation:
         allow: Iterable[CompatibilityRule | str] | None = None,
         guard: bool | None = None,
         capture_content: bool | None = None,
+        deny: Iterable[CompatibilityRule | str] | None = None,
     ) -> None:
         environment = environment_settings()
         if provider_name is None:
             provider_name = environment.provider_name
         if allow is None:
             allow = environment.allow or ()
+        if deny is None:
+            deny = environment.deny or ()
         if guard is None:
             guard = bool(environment.guard)
-        self.rules = IdentityRules.for_rules(allow)
+        self.rules = IdentityRules.for_rules(allow, deny=deny)
         self.guard = guard
         self.provider_name = provider_name or None
         """The ``gen_ai.provider.name`` of this setup (keyword or environment), ``None`` when none."""

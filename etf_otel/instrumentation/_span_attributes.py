@@ -43,6 +43,7 @@ COMPAT_SPAN_COUNTERS: Final[dict[Transition, str]] = {
     Transition.DROP_LATE: A.ETF_ID_DROPPED_LATE,
     Transition.POSITIONAL: A.ETF_ID_POSITIONAL,
     Transition.DROP_REPEAT: A.ETF_ID_DROPPED_REPEAT,
+    Transition.ABSENT_ARGUMENTS: A.ETF_TOOL_CALL_ABSENT_ARGUMENTS,
 }
 """The call-span attribute counting each compatibility transition (docs/telemetry.md).
 

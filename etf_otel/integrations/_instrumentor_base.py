@@ -61,6 +61,8 @@ class InstrumentorOptions(TypedDict, total=False):
     provider_name: str | None
     """``gen_ai.provider.name`` for every response, instead of the one detected per client."""
     allow: Iterable[CompatibilityRule | str] | None
+    deny: Iterable[CompatibilityRule | str] | None
+    """Rules turned off, a default one too (``absent_arguments_in_body``); wins over ``allow``."""
     guard: bool | None
     capture_content: bool | None
     max_conversations: int | None
@@ -119,6 +121,7 @@ class ClientInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             options.get("meter_provider"),
             provider_name=options.get("provider_name"),
             allow=options.get("allow"),
+            deny=options.get("deny"),
             guard=options.get("guard"),
             capture_content=options.get("capture_content"),
         )

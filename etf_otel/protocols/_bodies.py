@@ -6,10 +6,14 @@ adapter assembles them like any stream. One rule set then judges both: a call wi
 is ``missing_id``, two calls with one id ``duplicate_call_id``, arguments that are not a JSON
 object ``invalid_arguments``, an end that says the output was cut ``incomplete_response``
 (Responses ``incomplete``, Anthropic ``max_tokens``; Chat Completions' ``length`` is left to
-JSON validation, as on streams). :func:`judge_body` then drops what only a stream has: a body
+JSON validation, as on streams). One reading is a body's own: a Chat Completions ``function`` or
+a Responses ``function_call`` item without an ``arguments`` key is lowered to
+:data:`~etf_otel.core._identity.BODY_WITHOUT_ARGUMENTS`, which the slots read as ``{}`` under
+``absent_arguments_in_body`` (on by default; ``absent_arguments``), else as absent
+(``invalid_arguments``). :func:`judge_body` then drops what only a stream has: a body
 has no fragments and no fragment's identity transitions. A decision about a call as a whole is
 kept (:data:`CALL_TRANSITIONS`): Gemini's ``positional``, a call whose position is its identity,
-is the same whether the response was streamed or not.
+is the same whether the response was streamed or not; ``absent_arguments`` is a body's only.
 
 Bodies come as parsed JSON (``replay``) or as the SDK's own objects (the integrations); both
 are read through :func:`~etf_otel.protocols._base.field`.
@@ -20,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from etf_otel.core._identity import ABSENT, IdDecision, IdentityRules
+from etf_otel.core._identity import ABSENT, BODY_WITHOUT_ARGUMENTS, IdDecision, IdentityRules
 from etf_otel.core._results import AssemblyResult, ToolCall
 from etf_otel.core._vocabulary import Transition
 from etf_otel.protocols._base import StreamAssembler, WireProtocol, field
@@ -34,7 +38,7 @@ __all__ = [
     "responses_body_events",
 ]
 
-CALL_TRANSITIONS: Final = frozenset({Transition.POSITIONAL})
+CALL_TRANSITIONS: Final = frozenset({Transition.POSITIONAL, Transition.ABSENT_ARGUMENTS})
 """Transitions that decide about a call as a whole, not about a fragment: a body keeps them."""
 
 _DONE: Final = "[DONE]"
@@ -97,7 +101,9 @@ def _chat_call(slot: int, call: object) -> dict[str, object]:
         if name is not ABSENT and name is not None:
             named["name"] = name
         arguments = field(function, "arguments")
-        if arguments is not ABSENT and arguments is not None:
+        if arguments is ABSENT:  # no key at all: {} under absent_arguments_in_body (the slots decide)
+            named["arguments"] = BODY_WITHOUT_ARGUMENTS
+        elif arguments is not None:
             named["arguments"] = arguments
     lowered["function"] = named
     return lowered
@@ -118,7 +124,8 @@ def responses_body_events(body: object) -> list[object] | None:
     events: list[object] = [{"type": "response.created", "response": started}]
     for position, item in enumerate(output):
         events.append({"type": "response.output_item.added", "output_index": position, "item": item})
-        events.append({"type": "response.output_item.done", "output_index": position, "item": item})
+        done = _without_arguments(item) if field(item, "type") == "function_call" else item
+        events.append({"type": "response.output_item.done", "output_index": position, "item": done})
     # The items were each stated whole already: the terminal event restates no output, which with
     # duplicate call ids would be matched to the wrong item (a false snapshot_mismatch).
     ending = dict(started)
@@ -127,6 +134,24 @@ def responses_body_events(body: object) -> list[object] | None:
         ending["incomplete_details"] = details
     events.append({"type": end, "response": ending})
     return events
+
+
+_FUNCTION_CALL_FIELDS: Final = ("type", "id", "call_id", "name", "status")
+
+
+def _without_arguments(item: object) -> object:
+    """A ``function_call`` item as its ``output_item.done`` states it: itself, or, when it has no
+    ``arguments`` key at all, a copy whose arguments are :data:`BODY_WITHOUT_ARGUMENTS` (``{}`` under
+    ``absent_arguments_in_body``; the slots decide). Only the done event carries the marker: it is
+    counted once."""
+    if field(item, "arguments") is not ABSENT:
+        return item
+    copy: dict[str, object] = {"arguments": BODY_WITHOUT_ARGUMENTS}
+    for name in _FUNCTION_CALL_FIELDS:
+        value = field(item, name)
+        if value is not ABSENT:
+            copy[name] = value
+    return copy
 
 
 def anthropic_body_events(body: object) -> list[object] | None:
@@ -172,6 +197,7 @@ def assemble_whole(assembler: StreamAssembler, events: Sequence[object]) -> Asse
     for event in events:
         feed(event)
     result = assembler.finish()
+    counts = _call_decisions(result.decision_counts) if result.decision_counts else ()
     # Built directly rather than by dataclasses.replace, which reads every field's metadata on each
     # call; tests/protocols/test_bodies.py pins the fields, so a new one cannot be dropped unseen.
     return AssemblyResult(
@@ -181,9 +207,12 @@ def assemble_whole(assembler: StreamAssembler, events: Sequence[object]) -> Asse
         rejections=result.rejections,
         fragments=0,
         dispatchable=result.dispatchable,
-        _diagnostics=(),
+        # the decisions about calls as a whole, each one past the body's no fragments (``replay`` lists them)
+        _diagnostics=tuple([entry for entry in result._diagnostics if entry[3].transition in CALL_TRANSITIONS])
+        if counts
+        else (),
         _overflow=(),
-        _decision_counts=_call_decisions(result.decision_counts) if result.decision_counts else (),
+        _decision_counts=counts,
         _identity_errors=result._identity_errors,
         refused_ids=result.refused_ids,
     )

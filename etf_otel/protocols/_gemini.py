@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Final
 
-from etf_otel.core._identity import ABSENT, CompatibilityRule, IdentityRules
+from etf_otel.core._identity import ABSENT, DEFAULT_RULES, CompatibilityRule, IdentityRules
 from etf_otel.core._lifecycle import LifecycleSlots
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS
@@ -118,8 +118,9 @@ class GeminiAssembler:
         clock: Callable[[], int] | None = None,
         max_argument_chars: int = DEFAULT_MAX_ARGUMENT_CHARS,
     ) -> None:
-        given = rules.rules if rules is not None else ()
-        rules = IdentityRules.for_rules(given, unset_ids=True)  # protobuf JSON: null and "" ids are unset
+        given = rules.rules if rules is not None else DEFAULT_RULES
+        # protobuf JSON: null and "" ids are unset; the rules given, exactly (a denied default stays denied)
+        rules = IdentityRules.for_rules(given, unset_ids=True, deny=DEFAULT_RULES.difference(given))
         self._slots = LifecycleSlots(rules, clock=clock, max_argument_chars=max_argument_chars)
         self._drop_repeats = self._slots.rules.allows(CompatibilityRule.DROP_REPEATED_CALL)
         self._require_id = self._slots.rules.allows(CompatibilityRule.REQUIRE_CALL_ID)

@@ -373,6 +373,64 @@ def test_allow_infer_missing_index_is_accepted(tmp_path: Path, capsys: pytest.Ca
     assert [(c["index"], c["id"]) for c in report["calls"]] == [(0, "call-a")]
 
 
+NO_ARGUMENTS_BODIES = {
+    "chat": {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "now"}}],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+    },
+    "responses": {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "output": [{"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "now", "status": "completed"}],
+    },
+}
+
+
+@pytest.mark.parametrize("shape", sorted(NO_ARGUMENTS_BODIES))
+def test_a_body_call_without_arguments_is_read_as_empty_unless_denied(
+    shape: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``absent_arguments_in_body`` is on by default; ``--deny`` turns it off and wins over ``--allow``."""
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps(NO_ARGUMENTS_BODIES[shape]), encoding="utf-8")
+    code, report = run_json(["replay", str(path), "--show-arguments"], capsys)
+    assert code == 0
+    assert [(c["id"], c["verdict"], c["arguments"]) for c in report["calls"]] == [("call_1", "proposed", "{}")]
+    assert [d["transition"] for d in report["diagnostics"]] == ["absent_arguments"]
+    code, out, _ = run(["replay", str(path)], capsys)
+    assert code == 0 and "id transitions: absent_arguments 1" in out
+    for denied in (
+        ["--deny", "absent_arguments_in_body"],
+        ["--allow", "absent_arguments_in_body", "--deny", "absent_arguments_in_body"],
+    ):
+        code, report = run_json(["replay", str(path), *denied], capsys)
+        assert code == 1
+        assert [(c["verdict"], c["categories"]) for c in report["calls"]] == [("rejected", ["invalid_arguments"])]
+        assert report["diagnostics"] == []
+
+
+def test_deny_reaches_the_exported_telemetry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps(NO_ARGUMENTS_BODIES["chat"]), encoding="utf-8")
+    for argv, verdict in (([], "proposed"), (["--deny", "absent_arguments_in_body"], "rejected")):
+        export = tmp_path / f"export-{verdict}.jsonl"
+        run(["replay", str(path), "--export", str(export), *argv], capsys)
+        text = export.read_text(encoding="utf-8")
+        assert f'"stringValue": "{verdict}"' in text or f'"stringValue":"{verdict}"' in text
+        assert ("etf.tool_call.absent_arguments" in text) is (verdict == "proposed")
+
+
 @pytest.mark.parametrize("sentinel", ['"[DONE]"', "[DONE]"])
 def test_both_jsonl_sentinels_end_the_stream(sentinel: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "done.jsonl"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -16,7 +17,7 @@ from etf_otel.protocols._chat_completions import DONE
 from etf_otel.testing import ANTHROPIC_QUIRK_STREAMS, QUIRK_STREAMS, RESPONSES_QUIRK_STREAMS
 from etf_otel.testing.chat import chunk, finished, fragment
 
-from .test_cli_replay import ROOT, run, write_jsonl
+from .test_cli_replay import NO_ARGUMENTS_BODIES, ROOT, run, write_jsonl
 
 CANARY = "call-CANARY-9f3e1"
 ARGUMENT_CANARY = "ARGCANARY7c2"
@@ -208,3 +209,22 @@ def test_table_cells_never_wrap_mid_word() -> None:
     rule = re.search(r"table\.data th, table\.data td \{[^}]*\}", document)
     assert rule is not None and "overflow-wrap: normal" in rule.group() and "anywhere" not in rule.group()
     assert re.search(r"table\.data \{[^}]*overflow-x: auto", document), "a wide table scrolls instead"
+
+
+def test_every_transition_has_a_mark() -> None:
+    """A transition the page cannot draw would fail the page of every response that meets it."""
+    from etf_otel.cli.html._replay import SHAPES
+    from etf_otel.core._vocabulary import Transition
+
+    assert {transition.value for transition in Transition} <= set(SHAPES)
+
+
+@pytest.mark.parametrize("shape", sorted(NO_ARGUMENTS_BODIES))
+def test_a_body_call_without_arguments_renders_its_compatibility_decision(
+    shape: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps(NO_ARGUMENTS_BODIES[shape]), encoding="utf-8")
+    code, document = page_of(path, tmp_path, capsys)
+    assert code == 0
+    assert "read as {} (compatibility rule)" in document

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from etf_otel import CompatibilityRule, ErrorCategory, IdKind, ReferenceAssembler, Transition
-from etf_otel.core._identity import STRICT_TABLE, IdentityRules, IdState, Incoming
+from etf_otel.core._identity import DEFAULT_RULES, STRICT_TABLE, IdentityRules, IdState, Incoming
 from etf_otel.core._vocabulary import Phase
 from etf_otel.testing.chat import MISSING, chunk, fragment
 
@@ -182,7 +182,25 @@ def test_unknown_rule_name_is_refused() -> None:
 
 
 def test_rules_repr_names_enabled_rules() -> None:
-    assert repr(IdentityRules(["infer_missing_index"])) == "IdentityRules([infer_missing_index])"
+    assert repr(IdentityRules(["infer_missing_index"])) == (
+        "IdentityRules([absent_arguments_in_body, infer_missing_index])"
+    )
+    assert repr(IdentityRules(deny=["absent_arguments_in_body"])) == "IdentityRules([])"
+
+
+def test_absent_arguments_in_body_is_the_one_rule_on_by_default_and_deny_wins() -> None:
+    assert DEFAULT_RULES == {CompatibilityRule.ABSENT_ARGUMENTS_IN_BODY}
+    assert IdentityRules().rules == DEFAULT_RULES
+    assert IdentityRules(["drop_repeated_call"]).rules == DEFAULT_RULES | {CompatibilityRule.DROP_REPEATED_CALL}
+    denied = ["absent_arguments_in_body"]
+    assert IdentityRules(["absent_arguments_in_body"], deny=denied).rules == frozenset()
+    assert IdentityRules(["infer_missing_index"], deny=["infer_missing_index"]).rules == DEFAULT_RULES
+    shared = IdentityRules.for_rules(deny=denied)
+    assert shared is IdentityRules.for_rules((), deny=[CompatibilityRule.ABSENT_ARGUMENTS_IN_BODY])
+    assert shared.rules == frozenset() and not shared.allows(CompatibilityRule.ABSENT_ARGUMENTS_IN_BODY)
+    assert IdentityRules.for_rules() is IdentityRules.for_rules(["absent_arguments_in_body"])
+    with pytest.raises(ValueError):
+        IdentityRules(deny=["accept_everything"])
 
 
 def test_unset_ids_read_null_and_empty_as_absent_and_keep_their_kind() -> None:

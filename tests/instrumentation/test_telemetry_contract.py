@@ -678,6 +678,7 @@ def test_every_compatibility_transition_has_a_call_span_counter() -> None:
         A.ETF_ID_DROPPED_LATE,
         A.ETF_ID_POSITIONAL,
         A.ETF_ID_DROPPED_REPEAT,
+        A.ETF_TOOL_CALL_ABSENT_ARGUMENTS,
     }
 
 

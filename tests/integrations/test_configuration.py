@@ -30,7 +30,14 @@ from tests.conftest import Captured
 from tests.integrations.support import Harness, response_span
 from tests.test_examples import console_spans, named, zero_code
 
-VARIABLES = (A.ENV_PROVIDER_NAME, A.ENV_ALLOW, A.ENV_GUARD, A.ENV_MAX_CONVERSATIONS, A.ENV_CAPTURE_CONTENT)
+VARIABLES = (
+    A.ENV_PROVIDER_NAME,
+    A.ENV_ALLOW,
+    A.ENV_DENY,
+    A.ENV_GUARD,
+    A.ENV_MAX_CONVERSATIONS,
+    A.ENV_CAPTURE_CONTENT,
+)
 
 
 def call(index: int, call_id: str | None, name: str | None = None, arguments: str = "") -> dict[str, Any]:
@@ -272,6 +279,113 @@ def test_unknown_rule_name_is_ignored_with_one_warning(
     assert len(warnings) == 1, [record.getMessage() for record in caplog.records]
     assert warnings[0].levelno == logging.WARNING and A.ENV_ALLOW in warnings[0].getMessage()
     assert the_call_span(etf.captured).attributes[A.ETF_TOOL_CALL_VERDICT] == "proposed"  # the known name is kept
+
+
+# --- OTEL_INSTRUMENTATION_ETF_DENY -------------------------------------------------------------------------------
+
+# A complete body from an OpenAI-compatible gateway: the call's parameters are all optional, no arguments key.
+NO_ARGUMENTS_BODY = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "call-a", "type": "function", "function": {"name": "now"}}],
+            },
+            "finish_reason": "tool_calls",
+        }
+    ],
+}
+
+
+def body(server: LocalChatServer, client: openai.OpenAI) -> Any:
+    server.enqueue(Script(body=NO_ARGUMENTS_BODY))
+    return client.chat.completions.create(model="m", messages=USER)
+
+
+NO_ARGUMENTS_RESPONSE = {
+    "id": "resp_1",
+    "object": "response",
+    "created_at": 0,
+    "model": "m",
+    "status": "completed",
+    "output": [{"type": "function_call", "id": "fc_1", "call_id": "call-a", "name": "now", "status": "completed"}],
+    "parallel_tool_calls": True,
+    "tool_choice": "auto",
+    "tools": [],
+}
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_body_call_without_arguments_is_proposed_with_empty_arguments_by_default(
+    etf: Etf, server: LocalChatServer, client: openai.OpenAI, api: str
+) -> None:
+    etf.instrument()
+    if api == "chat":
+        completion = body(server, client)
+        assert "arguments" not in completion.choices[0].message.tool_calls[0].function.model_fields_set  # as sent
+    else:
+        server.enqueue(Script(body=NO_ARGUMENTS_RESPONSE))
+        response = client.responses.create(model="m", input="hi")
+        assert "arguments" not in response.output[0].model_fields_set  # the application gets it as sent
+    span = the_call_span(etf.captured)
+    assert span.attributes[A.ETF_TOOL_CALL_VERDICT] == "proposed"
+    assert span.attributes[A.ETF_TOOL_CALL_ABSENT_ARGUMENTS] == 1
+    transitions = etf.captured.metrics()[A.METRIC_ID_TRANSITIONS]
+    assert [(a[A.ETF_ID_TRANSITION], v) for a, v in transitions if a[A.ETF_ID_TRANSITION] == "absent_arguments"] == [
+        ("absent_arguments", 1)
+    ]
+
+
+def test_deny_from_the_environment_turns_off_a_default_rule(
+    etf: Etf, server: LocalChatServer, client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(A.ENV_DENY, " Absent_Arguments_In_Body ,")
+    monkeypatch.setenv(A.ENV_ALLOW, "absent_arguments_in_body")  # deny wins
+    etf.instrument()
+    body(server, client)
+    span = the_call_span(etf.captured)
+    assert span.attributes[A.ETF_TOOL_CALL_VERDICT] == "rejected"
+    assert span.attributes[A.ERROR_TYPE] == "invalid_arguments"
+    assert A.ETF_TOOL_CALL_ABSENT_ARGUMENTS not in span.attributes
+
+
+def test_deny_keyword_beats_the_environment(
+    etf: Etf, server: LocalChatServer, client: openai.OpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(A.ENV_DENY, "absent_arguments_in_body")
+    etf.instrument(deny=())
+    body(server, client)
+    assert the_call_span(etf.captured).attributes[A.ETF_TOOL_CALL_VERDICT] == "proposed"
+    etf.instrument(deny=["absent_arguments_in_body"])
+    body(server, client)
+    assert the_call_span(etf.captured).attributes[A.ETF_TOOL_CALL_VERDICT] == "rejected"
+
+
+def test_a_stream_without_arguments_is_not_read_as_empty(
+    etf: Etf, server: LocalChatServer, client: openai.OpenAI
+) -> None:
+    """Bodies only: the same call streamed without arguments is invalid_arguments, as it always was."""
+    etf.instrument()
+    stream(
+        server,
+        client,
+        [
+            chunk(tool_calls=[{"index": 0, "id": "call-a", "type": "function", "function": {"name": "now"}}]),
+            chunk(finish_reason="tool_calls"),
+            DONE,
+        ],
+    )
+    span = the_call_span(etf.captured)
+    assert (span.attributes[A.ETF_TOOL_CALL_VERDICT], span.attributes[A.ERROR_TYPE]) == (
+        "rejected",
+        "invalid_arguments",
+    )
 
 
 # --- OTEL_INSTRUMENTATION_ETF_GUARD ------------------------------------------------------------------------------

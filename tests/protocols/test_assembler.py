@@ -513,9 +513,10 @@ def test_result_counters_feed_the_metrics() -> None:
 
 def test_explicit_rules_object_is_used() -> None:
     from etf_otel import IdentityRules
+    from etf_otel.core._identity import DEFAULT_RULES
 
     assembler = ReferenceAssembler(rules=IdentityRules(["empty_continuation"]))
-    assert assembler.slots.rules.rules == {CompatibilityRule.EMPTY_CONTINUATION}
+    assert assembler.slots.rules.rules == {CompatibilityRule.EMPTY_CONTINUATION, *DEFAULT_RULES}
     assert repr(ABSENT) == "ABSENT"
     assert IdentityRules().decide(IdState.ESTABLISHED, "call-a", None).transition is Transition.KEEP_NULL
 

@@ -18,8 +18,10 @@ from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
 from etf_otel import ErrorCategory, IdentityRules, StreamState, Verdict
+from etf_otel.core._identity import ABSENT, BODY_WITHOUT_ARGUMENTS
 from etf_otel.core._refused import RefusedIds
 from etf_otel.core._results import AssemblyResult
+from etf_otel.core._slots import ResponseSlots
 from etf_otel.core._unslotted import COMPATIBILITY
 from etf_otel.core._vocabulary import Transition
 from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, GEMINI, RESPONSES, WireProtocol
@@ -334,8 +336,9 @@ def test_a_body_result_keeps_every_field_but_the_streamed_ones() -> None:
     """Every field set to a value of its own: the ones a body has are kept, the others cleared; of the
     decision counts, only those about a call as a whole (``positional``)."""
     unique: Any = [("marker", number) for number in range(8)]
-    positional = COMPATIBILITY[Transition.POSITIONAL]
-    unique[4] = ((IdentityRules().initial_row["absent"], 2), (positional, 1))
+    positional, awaited = COMPATIBILITY[Transition.POSITIONAL], IdentityRules().initial_row["absent"]
+    unique[2] = ((0, 0, 1, awaited, None), (0, 0, 2, positional, None))
+    unique[4] = ((awaited, 2), (positional, 1))
     full = AssemblyResult(
         state=StreamState.FAILED,
         finish_reasons=unique[0],
@@ -350,8 +353,8 @@ def test_a_body_result_keeps_every_field_but_the_streamed_ones() -> None:
         refused_ids=RefusedIds.of(["refused"]),
     )
     whole = assemble_whole(cast("Any", _Finished(full)), [])
-    kept = ((positional, 1),)
-    assert whole == dataclasses.replace(full, fragments=0, _diagnostics=(), _overflow=(), _decision_counts=kept)
+    kept, listed = ((positional, 1),), ((0, 0, 2, positional, None),)
+    assert whole == dataclasses.replace(full, fragments=0, _diagnostics=listed, _overflow=(), _decision_counts=kept)
 
 
 def test_a_gemini_body_keeps_positional_identity() -> None:
@@ -370,11 +373,12 @@ def test_a_gemini_body_keeps_positional_identity() -> None:
         ((Transition.POSITIONAL, 1),),
     )
     assert [(decision.transition, count) for decision, count in result.decision_counts] == [(Transition.POSITIONAL, 1)]
-    assert result.fragments == 0 and result.diagnostics == ()
+    assert result.fragments == 0 and [d.transition for d in result.diagnostics] == [Transition.POSITIONAL]
 
 
 def test_what_a_body_lacks_its_events_lack() -> None:
-    """A field the body did not carry (absent or null) is not stated as anything in its events."""
+    """A field the body did not carry (absent or null) is not stated as anything in its events, but for a
+    function's arguments, whose key the body left out (``absent_arguments_in_body`` reads it)."""
     chat_body = {"choices": [{"index": 0, "message": {"tool_calls": [{"id": "a"}, {"function": {"name": None}}]}}]}
     assert CHAT_COMPLETIONS.body_events(chat_body) == [
         {
@@ -382,7 +386,12 @@ def test_what_a_body_lacks_its_events_lack() -> None:
             "choices": [
                 {
                     "index": 0,
-                    "delta": {"tool_calls": [{"index": 0, "id": "a", "function": {}}, {"index": 1, "function": {}}]},
+                    "delta": {
+                        "tool_calls": [
+                            {"index": 0, "id": "a", "function": {}},
+                            {"index": 1, "function": {"arguments": BODY_WITHOUT_ARGUMENTS}},
+                        ]
+                    },
                 }
             ],
         },
@@ -393,3 +402,142 @@ def test_what_a_body_lacks_its_events_lack() -> None:
         {"type": "message_delta", "delta": {"stop_sequence": "END"}},
         {"type": "message_stop"},
     ]
+
+
+# --- absent_arguments_in_body: a complete body's call without an arguments key ------------------------------
+
+DENIED = IdentityRules(deny=["absent_arguments_in_body"])
+
+
+def without_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    """``call`` (Chat or Responses) without its ``arguments`` key."""
+    if "function" in call:
+        return {**call, "function": {k: v for k, v in call["function"].items() if k != "arguments"}}
+    return {k: v for k, v in call.items() if k != "arguments"}
+
+
+NO_ARGUMENTS_BODIES = [
+    pytest.param(
+        CHAT_COMPLETIONS,
+        chat("tool_calls", without_arguments(chat_call("a", "now", "")), chat_call("b", "g", '{"x":1}')),
+        id="chat",
+    ),
+    pytest.param(
+        RESPONSES,
+        response("completed", without_arguments(function_call("a", "now", "")), function_call("b", "g", '{"x":1}')),
+        id="responses",
+    ),
+]
+
+
+@pytest.mark.parametrize(("protocol", "body"), NO_ARGUMENTS_BODIES)
+def test_a_body_call_without_an_arguments_key_has_empty_arguments_by_default(
+    protocol: WireProtocol, body: dict[str, Any]
+) -> None:
+    """An OpenAI-compatible gateway's call whose parameters are all optional: ``{}``, as every framework reads
+    it, counted once for the call as the compatibility decision ``absent_arguments`` (JSON and SDK object)."""
+    result = judged(protocol, body)
+    assert summary(result) == [("a", "now", "{}", Verdict.PROPOSED, ()), ("b", "g", '{"x":1}', Verdict.PROPOSED, ())]
+    assert result.dispatchable
+    assert [call.transitions for call in result.calls] == [((Transition.ABSENT_ARGUMENTS, 1),), ()]
+    assert [(decision.transition, count) for decision, count in result.decision_counts] == [
+        (Transition.ABSENT_ARGUMENTS, 1)
+    ]
+    assert [(d.index, d.transition) for d in result.diagnostics] == [(0, Transition.ABSENT_ARGUMENTS)]
+
+
+@pytest.mark.parametrize(("protocol", "body"), NO_ARGUMENTS_BODIES)
+def test_a_body_call_without_an_arguments_key_is_invalid_when_the_rule_is_denied(
+    protocol: WireProtocol, body: dict[str, Any]
+) -> None:
+    for given in (body, sdk_object(protocol, body)):
+        result = judge_body(protocol, given, DENIED)
+        assert result is not None and not result.dispatchable
+        assert summary(result)[0] == ("a", "now", "", Verdict.REJECTED, (INVALID,))
+        assert result.decision_counts == () and all(call.transitions == () for call in result.calls)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "body"),
+    [
+        pytest.param(CHAT_COMPLETIONS, chat("tool_calls", chat_call("a", "now", "")), id="chat-empty"),
+        pytest.param(CHAT_COMPLETIONS, chat("tool_calls", chat_call("a", "now", None)), id="chat-null"),  # type: ignore[arg-type]
+        pytest.param(RESPONSES, response("completed", function_call("a", "now", "")), id="responses-empty"),
+        pytest.param(
+            ANTHROPIC_MESSAGES,
+            message("tool_use", {"type": "tool_use", "id": "toolu_1", "name": "now"}),
+            id="anthropic-no-input",
+        ),
+    ],
+)
+def test_only_a_missing_chat_or_responses_arguments_key_is_read_as_empty(
+    protocol: WireProtocol, body: dict[str, Any]
+) -> None:
+    """``""`` and ``null`` are arguments the body stated; Anthropic documents ``input`` as required: all stay
+    ``invalid_arguments``, with the rule on."""
+    result = judge_body(protocol, body, RULES)
+    assert result is not None and not result.dispatchable
+    assert [(call.verdict, call.categories, call.transitions) for call in result.calls] == [
+        (Verdict.REJECTED, (INVALID,), ())
+    ]
+
+
+def test_a_gemini_call_without_args_is_a_parameterless_call_with_no_rule() -> None:
+    """Gemini's ``{name}`` alone is a complete parameterless call, streamed or not (GEMINI.md 2.2): ``{}``
+    whatever the rule says, and no ``absent_arguments`` decision."""
+    body = {"candidates": [{"content": {"parts": [{"functionCall": {"name": "now"}}]}, "finishReason": "STOP"}]}
+    for rules in (RULES, DENIED):
+        events = GEMINI.body_events(body)
+        assert events is not None
+        (call,) = assemble_whole(GEMINI.assembler(rules=rules), events).calls
+        assert (call.arguments, call.verdict, call.transitions) == (
+            "{}",
+            Verdict.PROPOSED,
+            ((Transition.POSITIONAL, 1),),
+        )
+
+
+@pytest.mark.parametrize("rules", [RULES, DENIED], ids=["default", "denied"])
+def test_a_stream_without_arguments_is_unchanged(rules: IdentityRules) -> None:
+    """Bodies only: a streamed call that never sent ``arguments`` (Chat) or whose item has none (Responses)
+    is ``invalid_arguments``, rule or not."""
+    chat_stream = CHAT_COMPLETIONS.assembler(rules=rules)
+    chat_stream.feed(
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "a", "function": {"name": "now"}}]}}]}
+    )
+    chat_stream.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    chat_stream.feed("[DONE]")
+    responses_stream = RESPONSES.assembler(rules=rules)
+    item = without_arguments(function_call("a", "now", ""))
+    for event in (
+        {"type": "response.created", "response": {"id": "resp_1"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        {"type": "response.completed", "response": {"id": "resp_1"}},
+    ):
+        responses_stream.feed(event)
+    for result in (chat_stream.finish(), responses_stream.finish()):
+        assert [(call.verdict, call.categories) for call in result.calls] == [(Verdict.REJECTED, (INVALID,))]
+        assert all(d.transition is not Transition.ABSENT_ARGUMENTS for d in result.diagnostics)
+
+
+def test_the_marker_after_arguments_adds_nothing() -> None:
+    """A slot that already holds arguments is not given ``{}`` as well (a body states each call once)."""
+    slots = ResponseSlots(RULES)
+    slots.fragment(0, 0, "a", "f", '{"x":1}')
+    slots.fragment(0, 0, ABSENT, ABSENT, BODY_WITHOUT_ARGUMENTS)
+    slots.end()
+    (call,) = slots.finish().calls
+    assert (call.arguments, call.verdict, call.transitions) == ('{"x":1}', Verdict.PROPOSED, ())
+
+
+def test_a_responses_item_without_arguments_keeps_only_the_fields_it_had() -> None:
+    """The done event's copy of an item without arguments states no field the item left out."""
+    item = {"type": "function_call", "call_id": "a", "name": "now"}
+    events = RESPONSES.body_events(response("completed", item))
+    assert events is not None
+    done = [event for event in events if event["type"] == "response.output_item.done"]  # type: ignore[index]
+    assert done[0]["item"] == {**item, "arguments": BODY_WITHOUT_ARGUMENTS}  # type: ignore[index]
+    assert repr(BODY_WITHOUT_ARGUMENTS) == "BODY_WITHOUT_ARGUMENTS"
+    (call,) = assemble_whole(RESPONSES.assembler(rules=RULES), events).calls
+    assert (call.id, call.arguments, call.verdict) == ("a", "{}", Verdict.PROPOSED)

@@ -7,7 +7,9 @@ import re
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["any_string", "clean", "string_map"]
+from etf_otel import attributes as A
+
+__all__ = ["any_string", "clean", "positional", "string_map"]
 
 
 def any_string(value: object) -> str:
@@ -24,6 +26,15 @@ def any_string(value: object) -> str:
     if value is None:
         return ""
     return json.dumps(value, separators=(",", ":"), sort_keys=isinstance(value, dict))
+
+
+_COUNT = re.compile("[1-9][0-9]*")
+
+
+def positional(attributes: dict[str, object]) -> bool:
+    """Whether a call span says its position is its identity (Gemini without ids, docs/cli.md#calls-without-ids-gemini):
+    ``etf.id.positional`` a positive integer as the exporter stores it, as ``sql/audit_findings.sql`` reads it."""
+    return _COUNT.fullmatch(any_string(attributes.get(A.ETF_ID_POSITIONAL))) is not None
 
 
 def string_map(attributes: dict[str, object]) -> dict[str, str]:

@@ -51,6 +51,11 @@ SHAPES: Final[dict[str, tuple[str, str, str]]] = {
     Transition.DROP_LATE.value: ("s-diamond", "D", "late delta set aside (compatibility rule)"),
     Transition.POSITIONAL.value: ("s-square", "P", "no id: the call's position is its identity"),
     Transition.DROP_REPEAT.value: ("s-diamond", "X", "repeated whole call set aside (compatibility rule)"),
+    Transition.ABSENT_ARGUMENTS.value: (
+        "s-diamond",
+        "{",
+        "no arguments key in the body: read as {} (compatibility rule)",
+    ),
     Transition.REJECT.value: ("s-octagon", "\u2715", "rejected: its category is written under it"),
     "snapshot": ("s-tag", "S", "the provider stated the whole arguments"),
     "snapshot_mismatch": ("s-tag", "S", "snapshot_mismatch: the provider's whole arguments contradicted its deltas"),
