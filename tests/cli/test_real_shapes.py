@@ -48,7 +48,6 @@ LINKAGE_VIOLATIONS = {ORPHANED, ErrorCategory.DUPLICATE_RESULT.value, UNANSWERED
 ORPHAN_REASONS = {"concatenated_ids", "rejected_call", "rejected_incoming_id", "unknown"}
 """The bounded values of ``etf.linkage.orphan_reason`` (AGENT-STACKS 11.2)."""
 
-ISSUE_36_BODY = "issue 36: a body call without an arguments key is read as {} (absent_arguments_in_body, 11.7)"
 ISSUE_36_GEMINI_ERROR = (
     "issue 36: a Gemini error functionResponse to a rejected call leaves linkage, but no refusal_answered drift (11.7)"
 )
@@ -243,7 +242,6 @@ HABITS = (
             "1a35af53d7105f06df9e056f21651942fa2aeb6d",
             "OpenRouter translating a Vertex Claude call whose parameters are all optional: function has no arguments",
         ),
-        xfail=ISSUE_36_BODY,
     ),
 )
 
@@ -396,7 +394,6 @@ def test_a_habit_without_drift_reports_nothing_at_all(shape: Shape, capsys: pyte
     assert drift_kinds(document) == []
 
 
-@pytest.mark.xfail(strict=True, reason=ISSUE_36_BODY)
 def test_a_body_call_without_arguments_is_proposed_with_an_empty_object(capsys: pytest.CaptureFixture[str]) -> None:
     (shape,) = (shape for shape in HABITS if shape.case == "absent_arguments/gateway_body")
     code, document = replay(["replay", str(shape.response), "--json", "--show-arguments"], capsys)
