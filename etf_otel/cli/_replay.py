@@ -40,8 +40,9 @@ from etf_otel.core._identity import DEFAULT_RULES, CompatibilityRule, IdentityRu
 from etf_otel.core._linkage import DEFAULT_MAX_PENDING, Conversation, Finding, concatenated
 from etf_otel.core._pairing import TARGETS, PairingCheck, PairingMemory
 from etf_otel.core._results import AssemblyResult
-from etf_otel.core._vocabulary import StreamState
+from etf_otel.core._vocabulary import ErrorCategory, StreamState
 from etf_otel.errors import RecordingError
+from etf_otel.integrations._conversation import orphan_reason
 from etf_otel.protocols import WireProtocol, check_request
 from etf_otel.protocols._bodies import judge_body
 from etf_otel.protocols._chat_completions import DONE
@@ -165,11 +166,26 @@ def _assemble(
 
 
 def linkage(result: AssemblyResult, result_ids: Sequence[str | None]) -> list[Finding]:
-    """Findings of the next request against ``result``: only a dispatchable response proposed anything."""
+    """Findings of the next request against ``result``: only a dispatchable response proposed anything.
+    An orphaned result says why (``etf.linkage.orphan_reason``), as the live linkage does."""
     proposed = [call.id for call in result.proposals if call.id is not None]
     conversation = Conversation(max_pending=max(DEFAULT_MAX_PENDING, len(proposed)))
     conversation.proposed(proposed)
-    return conversation.next_request(result_ids)
+    pending = set(proposed)
+    calls = frozenset(call.id for call in result.calls if call.id is not None)
+    reasons = iter(
+        [
+            orphan_reason(call_id, calls, result.refused_ids)
+            for call_id in result_ids
+            if not isinstance(call_id, str) or call_id not in pending
+        ]
+    )
+    return [
+        dataclasses.replace(finding, reason=next(reasons, None))
+        if finding.category is ErrorCategory.ORPHANED_RESULT
+        else finding
+        for finding in conversation.next_request(result_ids)
+    ]
 
 
 def followup_linkage(

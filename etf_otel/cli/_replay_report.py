@@ -86,6 +86,8 @@ class LinkageReport(BaseModel):
     category: str
     name: str | None = None
     """The function name, for a protocol that links results by name (Gemini); left out otherwise."""
+    reason: str | None = None
+    """Why an ``orphaned_result`` answers no proposal (``etf.linkage.orphan_reason``); left out otherwise."""
 
 
 class DriftReport(BaseModel):
@@ -136,7 +138,8 @@ class ReplayReport(BaseModel):
         document = self.model_dump(exclude=exclude)
         if self.linkage is not None:
             document["linkage"] = [
-                finding.model_dump(exclude={"name"} if finding.name is None else None) for finding in self.linkage
+                finding.model_dump(exclude={key for key in ("name", "reason") if getattr(finding, key) is None})
+                for finding in self.linkage
             ]
             document["drift"] = [entry.model_dump() for entry in self.drift or ()]
             document["pairing"] = [problem.model_dump() for problem in self.pairing or ()]
@@ -149,7 +152,8 @@ class ReplayReport(BaseModel):
 
 def linkage_report(findings: Sequence[Finding]) -> list[LinkageReport]:
     return [
-        LinkageReport(id=finding.call_id, category=finding.category.value, name=finding.name) for finding in findings
+        LinkageReport(id=finding.call_id, category=finding.category.value, name=finding.name, reason=finding.reason)
+        for finding in findings
     ]
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Final, NamedTuple, TypeVar
 
@@ -50,6 +50,7 @@ __all__ = [
     "digests",
     "fingerprint",
     "last_position",
+    "orphan_reason",
     "plain",
     "string_ids",
     "string_or_none",
@@ -342,15 +343,24 @@ class ConversationIndex:
         ``calls``: the proposals and the other preserved call ids of the response it answers;
         ``refused``: the keyed digests of the incoming ids that response's rules refused.
         """
-        if not isinstance(call_id, str):
-            return A.ORPHAN_UNKNOWN
-        if concatenated(call_id, calls, refused):
-            return A.ORPHAN_CONCATENATED_IDS
-        if call_id in calls or (self._rejected is not None and self._rejected(call_id)):
-            return A.ORPHAN_REJECTED_CALL
-        if call_id in refused:
-            return A.ORPHAN_REJECTED_INCOMING_ID
+        return orphan_reason(call_id, calls, refused, self._rejected)
+
+
+def orphan_reason(
+    call_id: object, calls: Collection[str], refused: RefusedIds, rejected: Callable[[str], bool] | None = None
+) -> str:
+    """Why a result's ``call_id`` answers none of a response's proposals (one of ``ORPHAN_REASONS``), first
+    match wins: its ids run together, a call the rules rejected (``calls`` holds every preserved id of the
+    response; ``rejected`` tells of other responses), an incoming id they refused, else ``unknown``."""
+    if not isinstance(call_id, str):
         return A.ORPHAN_UNKNOWN
+    if concatenated(call_id, calls, refused):
+        return A.ORPHAN_CONCATENATED_IDS
+    if call_id in calls or (rejected is not None and rejected(call_id)):
+        return A.ORPHAN_REJECTED_CALL
+    if call_id in refused:
+        return A.ORPHAN_REJECTED_INCOMING_ID
+    return A.ORPHAN_UNKNOWN
 
 
 def _never(conversation: LinkedConversation) -> bool:

@@ -51,7 +51,6 @@ ORPHAN_REASONS = {"concatenated_ids", "rejected_call", "rejected_incoming_id", "
 ISSUE_36_GEMINI_ERROR = (
     "issue 36: a Gemini error functionResponse to a rejected call leaves linkage, but no refusal_answered drift (11.7)"
 )
-ISSUE_36_REASON = "issue 36: replay --json carries no orphan reason yet (11.2)"
 ISSUE_36_ITEM_ID = (
     "issue 36 regression (main 4b94f10): an fc_ item id sent back as call_id in a function_call item without"
     " its own id is taken for id_replaced drift; the issue keeps it a finding"
@@ -424,7 +423,7 @@ def test_a_real_mistake_stays_a_finding(shape: Shape, capsys: pytest.CaptureFixt
     assert ORPHANED in {finding["category"] for finding in violations(document)}
 
 
-@pytest.mark.parametrize("shape", marked(MISTAKES, lambda shape: ISSUE_36_REASON))
+@pytest.mark.parametrize("shape", MISTAKES)
 def test_a_real_mistake_says_why_its_result_is_orphaned(shape: Shape, capsys: pytest.CaptureFixture[str]) -> None:
     _, document = judge(shape, capsys)
     (orphaned,) = (f for f in document["linkage"] if f["category"] == ORPHANED)

@@ -226,7 +226,11 @@ def test_each_registered_protocol_links_its_next_request(
     call_id = SAMPLE_IDS[name]
     cases = {
         "clean": ([call_id], [], []),
-        "orphaned": ([call_id, CANARY], [{"id": None, "category": "orphaned_result"}], ["result_without_call"]),
+        "orphaned": (
+            [call_id, CANARY],
+            [{"id": None, "category": "orphaned_result", "reason": "unknown"}],
+            ["result_without_call"],
+        ),
         "duplicate": ([call_id, call_id], [{"id": call_id, "category": "duplicate_result"}], ["duplicate_result"]),
         "unanswered": ([], [{"id": call_id, "category": "unanswered_call"}], ["call_without_result"]),
     }
@@ -238,7 +242,9 @@ def test_each_registered_protocol_links_its_next_request(
         document = json.loads(out)
         assert_followup_shape(document)
         found = [{k: v for k, v in f.items() if k != "name"} for f in document["linkage"]]
-        assert found == expected, case  # Gemini adds each finding's function name
+        if name == "gemini":  # it links by name and order: an orphan says no reason (and adds its name)
+            expected = [{k: v for k, v in f.items() if k != "reason"} for f in expected]
+        assert found == expected, case
         assert [problem["kind"] for problem in document["pairing"]] == pairing, case
         assert CANARY not in out
 
@@ -249,9 +255,10 @@ def test_each_registered_protocol_links_its_next_request(
     assert (code, err) == (1, "")
     report = json.loads(out)
     assert report["dispatchable"] is False and report["stream"]["state"] == "truncated"
+    reasons = ["rejected_call", "unknown"] if name != "gemini" else [None, None]  # Gemini: by name, no reason
     assert [{k: v for k, v in f.items() if k != "name"} for f in report["linkage"]] == [
-        {"id": None, "category": "orphaned_result"}
-    ] * 2
+        {"id": None, "category": "orphaned_result", **({"reason": reason} if reason else {})} for reason in reasons
+    ]
     assert CANARY not in out
 
 
@@ -293,7 +300,7 @@ def test_a_registered_protocol_is_detected_named_and_linked_with_no_change_to_re
     followup.write_text(json.dumps({"answers": ["toy-1", CANARY, 7]}))
     code, out, err = run(["replay", str(path), "--followup", str(followup), "--json"], capsys)
     assert (code, err) == (1, "")
-    assert json.loads(out)["linkage"] == [{"id": None, "category": "orphaned_result"}] * 2
+    assert json.loads(out)["linkage"] == [{"id": None, "category": "orphaned_result", "reason": "unknown"}] * 2
     followup.write_text(json.dumps({"messages": []}))
     reason = refused(*run(["replay", str(path), "--followup", str(followup)], capsys))
     assert reason == f"{followup}: not a toy_protocol next request (the request as the protocol sends it)"
@@ -539,9 +546,12 @@ CHAT_FOLLOWUPS: dict[str, tuple[Any, list[dict[str, Any]]]] = {
     "clean_request_object": ({"model": "m", "messages": [ASSISTANT, tool("call-a")]}, []),
     "orphaned_canary": (
         [ASSISTANT, tool("call-a"), tool(CANARY)],
-        [{"id": None, "category": "orphaned_result"}],
+        [{"id": None, "category": "orphaned_result", "reason": "unknown"}],
     ),
-    "orphaned_not_a_string": ([ASSISTANT, tool("call-a"), tool(7)], [{"id": None, "category": "orphaned_result"}]),
+    "orphaned_not_a_string": (
+        [ASSISTANT, tool("call-a"), tool(7)],
+        [{"id": None, "category": "orphaned_result", "reason": "unknown"}],
+    ),
     "duplicate": ([ASSISTANT, tool("call-a"), tool("call-a")], [{"id": "call-a", "category": "duplicate_result"}]),
     "unanswered": ([ASSISTANT], [{"id": "call-a", "category": "unanswered_call"}]),
     "answered_before_the_assistant_only": (
@@ -550,7 +560,8 @@ CHAT_FOLLOWUPS: dict[str, tuple[Any, list[dict[str, Any]]]] = {
     ),
     "all_three": (
         [ASSISTANT, tool(CANARY), tool(CANARY)],
-        [{"id": None, "category": "orphaned_result"}] * 2 + [{"id": "call-a", "category": "unanswered_call"}],
+        [{"id": None, "category": "orphaned_result", "reason": "unknown"}] * 2
+        + [{"id": "call-a", "category": "unanswered_call"}],
     ),
 }
 
@@ -589,15 +600,18 @@ def test_without_followup_there_is_no_linkage_key(capsys: pytest.CaptureFixture[
 
 
 @pytest.mark.parametrize(
-    "chunks",
+    ("chunks", "canary_reason"),
     [
-        [chunk(fragment(0, "call-a", "read_page", "{}"))],  # truncated
-        finished(chunk(fragment(0, "call-a", "read_page", "{}")), chunk(fragment(0, CANARY))),  # id_conflict
+        ([chunk(fragment(0, "call-a", "read_page", "{}"))], "unknown"),  # truncated
+        (  # id_conflict: the canary is the id the rules refused
+            finished(chunk(fragment(0, "call-a", "read_page", "{}")), chunk(fragment(0, CANARY))),
+            "rejected_incoming_id",
+        ),
     ],
     ids=["truncated", "id_conflict"],
 )
 def test_a_non_dispatchable_response_proposed_nothing_so_every_result_is_orphaned(
-    chunks: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    chunks: list[Any], canary_reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     recording = write_jsonl(tmp_path / "r.jsonl", chunks)
     path = tmp_path / "next.json"
@@ -606,7 +620,10 @@ def test_a_non_dispatchable_response_proposed_nothing_so_every_result_is_orphane
     assert (code, err) == (1, "")
     report = json.loads(out)
     assert report["dispatchable"] is False
-    assert report["linkage"] == [{"id": None, "category": "orphaned_result"}] * 2
+    assert report["linkage"] == [
+        {"id": None, "category": "orphaned_result", "reason": "rejected_call"},
+        {"id": None, "category": "orphaned_result", "reason": canary_reason},
+    ]
     assert CANARY not in out
     code, out, err = run(["replay", str(recording), "--followup", str(path)], capsys)
     assert (code, err) == (1, "")
