@@ -22,6 +22,7 @@ from etf_otel.protocols._bedrock_converse import (
     failure,
     is_body,
 )
+from etf_otel.protocols._bedrock_frames import decode, is_event_stream
 
 __all__ = ["BEDROCK_CONVERSE"]
 
@@ -149,6 +150,11 @@ def _later_responses(events: Sequence[object]) -> list[int]:
     return starts
 
 
+def _binary_events(data: bytes) -> list[object] | None:
+    """Raw ``application/vnd.amazon.eventstream`` bytes (a valid prelude first) in botocore's dict form."""
+    return list(decode(data)) if is_event_stream(data) else None
+
+
 def _slot_label(choice: int, index: int | None) -> str:
     return "no open call" if index is None else f"content block {index}"
 
@@ -189,6 +195,7 @@ BEDROCK_CONVERSE: Final = WireProtocol(
     later_responses=_later_responses,
     slot_label=_slot_label,
     call_fields=_call_fields,
+    binary_events=_binary_events,
     request_path="/converse-stream",
     event_slot=_event_slot,
 )

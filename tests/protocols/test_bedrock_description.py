@@ -12,6 +12,7 @@ from etf_otel.protocols._bedrock_converse import assemble
 from etf_otel.testing.bedrock import (
     body,
     exception,
+    frames,
     input_delta,
     message_start,
     message_stop,
@@ -159,3 +160,11 @@ def test_detection_takes_exactly_one_known_key() -> None:
     assert not P.recognizes({"type": "content_block_stop"})
     assert not P.recognizes([{"messageStart": {}}])
     assert P.request_path == "/converse-stream"
+
+
+def test_raw_event_stream_bytes_are_its_binary_recordings() -> None:
+    events = stream(tool_call(1, "tooluse_a", "f", "{}"))
+    decoded = P.binary_events(frames(events))
+    assert decoded is not None and [next(iter(event)) for event in decoded] == [next(iter(e)) for e in events]
+    assert P.binary_events(b'{"messageStart": {}}\n') is None
+    assert P.binary_events(b"") is None

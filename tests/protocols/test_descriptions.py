@@ -220,6 +220,7 @@ def test_a_description_states_only_what_it_has() -> None:
     assert BARE.later_responses([_chunk(), DONE, _chunk()]) == []
     assert (BARE.slot_label(0, 4), BARE.slot_label(0, None)) == ("slot 4", "no open call")
     assert BARE.call_fields({"id": "c", "function": {"name": "f"}}) is None
+    assert BARE.binary_events(b"\x00\x00\x00\x10") is None
 
 
 def test_register_and_unregister() -> None:
