@@ -246,7 +246,7 @@ class BedrockConverseAssembler:
     def _stop(self, reason: object) -> None:
         """A proper end; the worst reason wins (a missing or empty one is incomplete)."""
         self._stopped = True
-        complete = reason in COMPLETE_STOP_REASONS
+        complete = isinstance(reason, str) and reason in COMPLETE_STOP_REASONS
         if isinstance(reason, str) and reason and (not complete or not self._incomplete):
             self._slots.finish_reason(SCOPE, reason)
         self._incomplete = self._incomplete or not complete

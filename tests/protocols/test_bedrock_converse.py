@@ -193,6 +193,8 @@ def test_a_stream_without_message_stop_is_truncated_and_skips_assembly_checks() 
         "",
         None,
         7,
+        ["tool_use"],
+        {"reason": "tool_use"},
     ],
 )
 def test_every_other_stop_reason_is_incomplete(reason: Any) -> None:
