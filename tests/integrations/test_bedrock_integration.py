@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
+from etf_otel.errors import GuardRefusedError
 from etf_otel.integrations.bedrock import PROVIDER, BedrockInstrumentor, instrument_bedrock
 from etf_otel.testing import LocalChatServer, Script
 from etf_otel.testing.bedrock import (
@@ -257,3 +258,23 @@ def test_the_entry_point_is_declared_and_imports_no_botocore() -> None:
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["[]", "True"]
+
+
+def test_a_host_handed_a_tool_use_block_links_its_execution_and_guard_refuses_a_rejected_call(
+    etf: Etf, captured: Captured, server: LocalChatServer, client: Any
+) -> None:
+    instrumentation = etf.on(guard=True).instrumentation
+    assert instrumentation is not None
+    server.enqueue(Script(events=TWO_CALLS))
+    _, _, events = converse_stream(client, [QUESTION])
+    host = instrumentation.host(lambda call: f"ran {call['name']}", guard=True)
+    assert host({"toolUseId": "tooluse_w", "name": "get_weather", "input": {"city": "Paris"}}) == "ran get_weather"
+    (execution,) = captured.spans("execute_tool get_weather")
+    assert attribute(execution, "gen_ai.tool.call.id") == "tooluse_w"
+    (assembly,) = captured.spans("assemble_tool_call get_weather")
+    assert [link.context.span_id for link in execution.links] == [assembly.context.span_id]
+    cut = stream(tool_call(1, "tooluse_x", "get_weather", '{"city":'), stop_reason="max_tokens")
+    server.enqueue(Script(events=cut))
+    converse_stream(client, [QUESTION])
+    with pytest.raises(GuardRefusedError):
+        host({"toolUseId": "tooluse_x", "name": "get_weather", "input": {}})

@@ -7,6 +7,7 @@ from typing import Any
 
 from etf_otel.core._history import HistoryCall, HistoryResult, Turn, judge_history, shapes
 from etf_otel.core._linkage import Conversation
+from etf_otel.instrumentation._host import call_fields as host_call_fields
 from etf_otel.protocols import BEDROCK_CONVERSE, PROTOCOLS, bounded_finish_reason, get
 from etf_otel.protocols._bedrock_converse import assemble
 from etf_otel.testing.bedrock import (
@@ -152,6 +153,9 @@ def test_a_host_reads_a_tool_use_block() -> None:
     assert P.call_fields(block["toolUse"]) == ("tooluse_a", "f", {"a": 1})
     assert P.call_fields(block) == ("tooluse_a", "f", {"a": 1})
     assert P.call_fields({"id": "call_1", "name": "f", "input": {}}) is None
+    # what a host is handed (Strands' tool_use dict): read as Bedrock's, not as an id-less Anthropic block
+    assert host_call_fields(block["toolUse"]) == ("tooluse_a", "f", {"a": 1})
+    assert host_call_fields({"id": "toolu_1", "name": "f", "input": {}}) == ("toolu_1", "f", {})
 
 
 def test_detection_takes_exactly_one_known_key() -> None:
