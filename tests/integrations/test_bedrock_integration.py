@@ -278,3 +278,18 @@ def test_a_host_handed_a_tool_use_block_links_its_execution_and_guard_refuses_a_
     converse_stream(client, [QUESTION])
     with pytest.raises(GuardRefusedError):
         host({"toolUseId": "tooluse_x", "name": "get_weather", "input": {}})
+
+
+def test_results_split_over_two_user_messages_are_orphaned_and_unanswered_after_a_body(
+    etf: Etf, captured: Captured, server: LocalChatServer, client: Any
+) -> None:
+    """Converse refuses results outside the first message after the assistant turn ("Expected toolResult
+    blocks ..."): the second message's result answers nothing, and its call stays unanswered."""
+    etf.on()
+    calls = [tool_use("tooluse_w", "get_weather", {"city": "Paris"}), tool_use("tooluse_t", "get_time", {})]
+    server.enqueue(Script(body=body(*calls)), Script(events=ANSWER))
+    client.converse(modelId=MODEL, messages=[QUESTION])
+    first = {"role": "user", "content": [{"toolResult": {"toolUseId": "tooluse_w", "content": [{"text": "ok"}]}}]}
+    second = {"role": "user", "content": [{"toolResult": {"toolUseId": "tooluse_t", "content": [{"text": "ok"}]}}]}
+    converse_stream(client, [QUESTION, {"role": "assistant", "content": calls}, first, second])
+    assert sorted(violations(captured)) == ["orphaned_result", "unanswered_call"]
