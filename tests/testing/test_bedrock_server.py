@@ -7,6 +7,7 @@ application the way BEDROCK.md says botocore raises it. The adapter then judges 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -179,3 +180,44 @@ def _without_nulls(value: Any) -> Any:
     if isinstance(value, dict):
         return {key: _without_nulls(item) for key, item in value.items() if item is not None}
     return value
+
+
+@pytest.mark.parametrize("streamed_turn", [True, False], ids=["converse_stream", "converse"])
+def test_the_tool_turn_responder_answers_a_boto3_loop(streamed_turn: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m etf_otel.testing``'s answers: two ``tooluse_`` calls, then the text once results come back."""
+    from etf_otel.testing._scripted import ANSWER, tool_turn_responder
+
+    with LocalChatServer(responder=tool_turn_responder) as running:
+        for name in ("AWS_BEARER_TOKEN_BEDROCK", "AWS_PROFILE"):
+            monkeypatch.delenv(name, raising=False)
+        made = boto3.client(
+            "bedrock-runtime",
+            endpoint_url=running.root_url,
+            region_name="us-east-1",
+            aws_access_key_id="x",
+            aws_secret_access_key="x",
+        )
+        try:
+            if streamed_turn:
+                first = assemble(streamed(made))
+            else:
+                first = judge_body(
+                    BEDROCK_CONVERSE, made.converse(modelId=MODEL, messages=MESSAGES), IdentityRules.for_rules()
+                )
+            assert first is not None and first.dispatchable
+            assert [call.name for call in first.calls] == ["get_weather", "get_time"]
+            assistant = {
+                "role": "assistant",
+                "content": [tool_use(c.id, c.name, json.loads(c.arguments)) for c in first.calls],
+            }
+            results = [{"toolResult": {"toolUseId": c.id, "content": [{"text": "ok"}]}} for c in first.calls]
+            follow_up = [*MESSAGES, assistant, {"role": "user", "content": results}]
+            if streamed_turn:
+                events = list(made.converse_stream(modelId=MODEL, messages=follow_up)["stream"])
+                text = "".join(e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e)
+            else:
+                answer = made.converse(modelId=MODEL, messages=follow_up)
+                text = answer["output"]["message"]["content"][0]["text"]
+            assert text == ANSWER
+        finally:
+            made.close()
