@@ -221,3 +221,32 @@ def test_the_tool_turn_responder_answers_a_boto3_loop(streamed_turn: bool, monke
             assert text == ANSWER
         finally:
             made.close()
+
+
+def test_what_botocore_drops_and_what_it_passes_through_unchanged(server: LocalChatServer, client: Any) -> None:
+    """BEDROCK.md's "what the parser drops": unknown event types vanish, an unknown delta member becomes
+    ``SDK_UNKNOWN_MEMBER``, scalars are not coerced (a string index, an object input, a numeric id)."""
+    odd = [
+        message_start(),
+        {"brandNewEvent": {"x": 1}},
+        {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"brandNewDelta": {"y": 2}}}},
+        tool_start("1", 7, "get_weather"),
+        input_delta(1, {"city": "Paris"}),
+    ]
+    server.enqueue(Script(events=odd))
+    received = streamed(client)
+    assert received == [
+        odd[0],
+        {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"SDK_UNKNOWN_MEMBER": {"name": "brandNewDelta"}}}},
+        *odd[3:],
+    ]
+    result = assemble(received)
+    assert result.state is StreamState.TRUNCATED and not result.dispatchable
+
+
+def test_an_event_with_two_union_members_raises_response_parser_error(server: LocalChatServer, client: Any) -> None:
+    parsers = pytest.importorskip("botocore.parsers")
+    two = {"contentBlockDelta": {"contentBlockIndex": 1, "delta": {"text": "a", "toolUse": {"input": "{}"}}}}
+    server.enqueue(Script(events=[message_start(), two]))
+    with pytest.raises(parsers.ResponseParserError):
+        streamed(client)
