@@ -293,3 +293,15 @@ def test_results_split_over_two_user_messages_are_orphaned_and_unanswered_after_
     second = {"role": "user", "content": [{"toolResult": {"toolUseId": "tooluse_t", "content": [{"text": "ok"}]}}]}
     converse_stream(client, [QUESTION, {"role": "assistant", "content": calls}, first, second])
     assert sorted(violations(captured)) == ["orphaned_result", "unanswered_call"]
+
+
+def test_a_connection_dropped_mid_call_raises_unchanged_and_fails_the_response(
+    etf: Etf, captured: Captured, server: LocalChatServer, client: Any
+) -> None:
+    etf.on()
+    server.enqueue(Script(events=TWO_CALLS, cut_after=5))
+    outcome, error, events = converse_stream(client, [QUESTION])
+    assert (outcome, error[0], events) == ("raised", "ProtocolError", TWO_CALLS[:5])  # urllib3's, not wrapped
+    (response,) = responses(captured)
+    assert attribute(response, "etf.stream.state") == "failed"
+    assert attribute(response, "etf.stream.dispatchable") is False
