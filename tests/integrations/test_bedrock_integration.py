@@ -305,3 +305,43 @@ def test_a_connection_dropped_mid_call_raises_unchanged_and_fails_the_response(
     (response,) = responses(captured)
     assert attribute(response, "etf.stream.state") == "failed"
     assert attribute(response, "etf.stream.dispatchable") is False
+
+
+def _loop(instrumentor: BedrockInstrumentor, server: LocalChatServer, client: Any, first: list[Any]) -> None:
+    """One agent round: the model's calls run by an instrumented host, their results sent back."""
+    instrumentation = instrumentor.instrumentation
+    assert instrumentation is not None
+    host = instrumentation.host(lambda call: {"ok": call["name"]})
+    server.enqueue(Script(events=first), Script(events=ANSWER))
+    _, _, events = converse_stream(client, [QUESTION])
+    calls = [e["contentBlockStart"]["start"]["toolUse"] for e in events if "contentBlockStart" in e]
+    blocks = [tool_use(call["toolUseId"], call["name"], {}) for call in calls]
+    results = []
+    for call in calls:
+        host({"toolUseId": call["toolUseId"], "name": call["name"], "input": {}})
+        results.append({"toolResult": {"toolUseId": call["toolUseId"], "content": [{"json": {"ok": True}}]}})
+    follow_up = [QUESTION, {"role": "assistant", "content": blocks}, {"role": "user", "content": results}]
+    converse_stream(client, follow_up)
+
+
+@pytest.mark.parametrize(("first", "code"), [(TWO_CALLS, 0), (TWO_CALLS[:-2], 1)], ids=["clean", "cut-and-run"])
+def test_a_loop_is_audited_from_its_exported_spans(
+    first: list[Any], code: int, process: Any, server: LocalChatServer, client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A clean two-tool loop audits at exit 0; running the calls of a stream cut before messageStop is found."""
+    from etf_otel.cli._main import main
+
+    exported = process()
+    instrumentor = instrument_bedrock(tracer_provider=exported.provider, meter_provider=exported.meters)
+    try:
+        _loop(instrumentor, server, client, first)
+    finally:
+        instrumentor.uninstrument()
+        exported.close()
+    capsys.readouterr()
+    assert main(["audit", str(exported.path)]) == code
+    report = capsys.readouterr().out
+    if code == 0:
+        assert "No linkage problems found." in report
+    else:
+        assert "executed_rejected\ttruncated_stream (2)" in report  # both calls of the cut stream ran
