@@ -1,8 +1,11 @@
 """Reading recorded streamed responses (JSON lines or raw SSE) and next requests, from files or stdin.
 
 The input is read once into memory, never seeked, so that pipes, ``/dev/stdin`` and ``-``
-(standard input) work like files; at most :data:`MAX_INPUT_BYTES` are read. Two recording
-formats are accepted, told apart by the first non-blank line:
+(standard input) work like files; at most :data:`MAX_INPUT_BYTES` are read. Raw bytes in a
+registered protocol's binary framing (Bedrock's ``application/vnd.amazon.eventstream``, as a VCR
+cassette holds a ``converse_stream`` body) are read by that protocol
+(:attr:`~etf_otel.protocols.WireProtocol.binary_events`); otherwise two text formats are accepted,
+told apart by the first non-blank line:
 
 * JSON lines: one event object per line; a line ``"[DONE]"`` or ``[DONE]`` is the sentinel;
 * SSE text: ``data: {...}`` events (parsed by ``sseclient-py``), ``data: [DONE]``. An
@@ -133,7 +136,15 @@ def read_chunks(source: str | Path) -> Iterator[object]:
 
 
 def parse_recording(data: bytes, name: str) -> Iterator[object]:
-    """The events of a recording held in ``data``; ``name`` is used in error messages."""
+    """The events of a recording held in ``data``; ``name`` is used in error messages.
+
+    A registered protocol with a binary framing of its own reads ``data`` first
+    (:attr:`WireProtocol.binary_events`: Bedrock's raw event-stream bytes)."""
+    for protocol in protocols.registered():
+        events = protocol.binary_events(data)
+        if events is not None:
+            yield from events
+            return
     first = _first_line(data, name)
     if first is None:
         return

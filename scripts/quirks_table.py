@@ -70,6 +70,13 @@ def _sdk_columns() -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
             " unset `args` is `{}`. A chunk whose `args` is not an object makes the SDK raise.",
             (("google-genai", f"`google-genai` {version('google-genai')} chat history"),),
         ),
+        protocols.BEDROCK_CONVERSE.name: (
+            "Events in the dict form `botocore` yields from `converse_stream` (it joins nothing; a"
+            " `null` member arrives absent, hence the two `toolUseId` rows). The consumers that assemble"
+            " them (Strands, pydantic-ai, LangChain, the OpenTelemetry botocore instrumentation) are not"
+            " run here: BEDROCK.md 9.3 says how each reads these rows.",
+            (),
+        ),
     }
 
 

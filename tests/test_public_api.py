@@ -36,6 +36,7 @@ PUBLIC_MODULES = frozenset(
         "recordings",
         "integrations.langchain",
         "testing.anthropic",
+        "testing.bedrock",
         "testing.chat",
         "testing.gemini",
         "testing.responses",

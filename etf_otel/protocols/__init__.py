@@ -17,6 +17,7 @@ from typing import Final
 from etf_otel.core._vocabulary import bounded_finish_reason as _bounded
 from etf_otel.protocols._anthropic_description import ANTHROPIC_MESSAGES
 from etf_otel.protocols._base import CallFields, FollowUp, StreamAssembler, WireProtocol, field
+from etf_otel.protocols._bedrock_description import BEDROCK_CONVERSE
 from etf_otel.protocols._chat_completions import CHAT_COMPLETIONS
 from etf_otel.protocols._gemini_description import GEMINI
 from etf_otel.protocols._pairing import check_request
@@ -24,6 +25,7 @@ from etf_otel.protocols._responses_description import RESPONSES
 
 __all__ = [
     "ANTHROPIC_MESSAGES",
+    "BEDROCK_CONVERSE",
     "CHAT_COMPLETIONS",
     "GEMINI",
     "PROTOCOLS",
@@ -44,7 +46,7 @@ __all__ = [
     "unregister",
 ]
 
-_BUILT_IN: Final = (CHAT_COMPLETIONS, RESPONSES, ANTHROPIC_MESSAGES, GEMINI)
+_BUILT_IN: Final = (CHAT_COMPLETIONS, RESPONSES, ANTHROPIC_MESSAGES, GEMINI, BEDROCK_CONVERSE)
 _registry: dict[str, WireProtocol] = {protocol.name: protocol for protocol in _BUILT_IN}
 _order: tuple[WireProtocol, ...] = _BUILT_IN
 _finish_reasons: frozenset[str] = frozenset().union(*(protocol.finish_reasons for protocol in _BUILT_IN))

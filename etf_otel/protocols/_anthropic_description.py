@@ -147,9 +147,10 @@ def _event_slot(event: object) -> int | None:
 def _call_fields(call: object) -> CallFields | None:
     """A ``tool_use`` block, or any call with an ``input`` and no ``arguments``: the parsed value.
 
-    The registry asks the Chat Completions and Responses shapes first.
+    The registry asks the Chat Completions and Responses shapes first; a Bedrock ``toolUse`` block
+    (``toolUseId`` and ``input``) is left to its own description.
     """
-    if field(call, "arguments") is not ABSENT:
+    if field(call, "arguments") is not ABSENT or field(call, "toolUseId") is not ABSENT:
         return None
     arguments = field(call, "input")
     if arguments is ABSENT:

@@ -129,6 +129,11 @@ def _holds_nothing(request: object) -> bool | None:
     return False
 
 
+def _no_frames(data: bytes) -> list[object] | None:
+    """No recording of this protocol is binary: recordings are JSON lines or SSE text."""
+    return None
+
+
 def _no_call(call: object) -> CallFields | None:
     """No call object of this protocol's own shape: hosts read ``id``, ``name``, ``arguments``."""
     return None
@@ -181,6 +186,10 @@ class WireProtocol:
     """A call object as an application hands it to its tool host, when it has this protocol's
     own shape (an OpenAI ``function`` object, a Responses item, a ``tool_use`` block); ``None``
     for any other shape."""
+    binary_events: Callable[[bytes], list[object] | None] = _no_frames
+    """The events of a recording held in the protocol's own binary framing (Bedrock's
+    ``application/vnd.amazon.eventstream``), as parsed JSON would give them; ``None`` when ``data``
+    is not in that framing. :mod:`etf_otel.recordings` asks before it reads text."""
     request_path: str | None = None
     """The HTTP path its streamed requests are posted to (the scripted server answers there)."""
     event_slot: Callable[[object], int | None] = _no_event_slot

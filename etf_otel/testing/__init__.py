@@ -4,18 +4,19 @@
   and Anthropic Messages paths, driven by the real clients (``python -m etf_otel.testing`` runs
   one from the command line);
 - :mod:`~etf_otel.testing.chat`, :mod:`~etf_otel.testing.responses`, :mod:`~etf_otel.testing.anthropic`,
-  :mod:`~etf_otel.testing.gemini`: the wire-event builders of each protocol (plain dicts, :data:`MISSING`
-  leaves a key out);
+  :mod:`~etf_otel.testing.gemini`, :mod:`~etf_otel.testing.bedrock`: the wire-event builders of each
+  protocol (plain dicts, :data:`MISSING` leaves a key out);
 - the quirk streams: what providers, gateways and bridges have been seen to send, by name;
 - :func:`capture`: in-memory tracer and meter providers; the pytest fixture ``etf_capture`` gives one per test.
 
 See ``docs/testing.md``. Importing this package needs no OpenTelemetry SDK; :func:`capture` does.
 """
 
-from etf_otel.testing import anthropic, chat, gemini, responses
+from etf_otel.testing import anthropic, bedrock, chat, gemini, responses
 from etf_otel.testing._capture import Capture, MetricPoint, capture
 from etf_otel.testing._quirks import (
     ANTHROPIC_QUIRK_STREAMS,
+    BEDROCK_QUIRK_STREAMS,
     GEMINI_QUIRK_STREAMS,
     QUIRK_STREAMS,
     QUIRK_TABLES,
@@ -28,6 +29,7 @@ from etf_otel.testing._wire import MISSING
 
 __all__ = [
     "ANTHROPIC_QUIRK_STREAMS",
+    "BEDROCK_QUIRK_STREAMS",
     "DONE",
     "GEMINI_QUIRK_STREAMS",
     "MISSING",
@@ -41,6 +43,7 @@ __all__ = [
     "Responder",
     "Script",
     "anthropic",
+    "bedrock",
     "capture",
     "chat",
     "gemini",

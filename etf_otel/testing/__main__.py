@@ -14,9 +14,16 @@ import argparse
 import threading
 from collections.abc import Sequence
 
-from etf_otel.protocols import GEMINI
+from etf_otel.protocols import BEDROCK_CONVERSE, GEMINI
 from etf_otel.testing._quirks import QUIRK_TABLES
-from etf_otel.testing._scripted import GEMINI_PATH, PATHS, quirk_protocols, quirk_responder, tool_turn_responder
+from etf_otel.testing._scripted import (
+    BEDROCK_PATH,
+    GEMINI_PATH,
+    PATHS,
+    quirk_protocols,
+    quirk_responder,
+    tool_turn_responder,
+)
 from etf_otel.testing._server import LocalChatServer
 
 __all__ = ["main"]
@@ -87,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if served is None or GEMINI.name in served:
                 gemini = f"base_url={server.root_url}, api_version=v1beta"
                 print(f"{GEMINI.name:<20} {gemini}  (POST {GEMINI_PATH})", flush=True)
+            if served is None or BEDROCK_CONVERSE.name in served:
+                endpoint = f"endpoint_url={server.root_url}"
+                print(f"{BEDROCK_CONVERSE.name:<20} {endpoint}  (POST {BEDROCK_PATH})", flush=True)
             threading.Event().wait()
     except KeyboardInterrupt:
         pass

@@ -14,15 +14,17 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from etf_otel import protocols
-from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, GEMINI, RESPONSES, WireProtocol
+from etf_otel.protocols import ANTHROPIC_MESSAGES, BEDROCK_CONVERSE, CHAT_COMPLETIONS, GEMINI, RESPONSES, WireProtocol
 from etf_otel.testing import anthropic as a
 from etf_otel.testing import chat
 from etf_otel.testing import responses as r
+from etf_otel.testing._bedrock_quirks import BEDROCK_QUIRK_STREAMS
 from etf_otel.testing._gemini_quirks import GEMINI_QUIRK_STREAMS
 from etf_otel.testing._wire import MISSING
 
 __all__ = [
     "ANTHROPIC_QUIRK_STREAMS",
+    "BEDROCK_QUIRK_STREAMS",
     "GEMINI_QUIRK_STREAMS",
     "QUIRK_STREAMS",
     "QUIRK_TABLES",
@@ -317,6 +319,7 @@ _TABLES: dict[str, Mapping[str, list[object]]] = {
     RESPONSES.name: RESPONSES_QUIRK_STREAMS,
     ANTHROPIC_MESSAGES.name: ANTHROPIC_QUIRK_STREAMS,
     GEMINI.name: GEMINI_QUIRK_STREAMS,
+    BEDROCK_CONVERSE.name: BEDROCK_QUIRK_STREAMS,
 }
 _BUILT_IN: Final = frozenset(_TABLES)
 

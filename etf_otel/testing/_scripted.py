@@ -14,15 +14,24 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
-from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, GEMINI, RESPONSES
+from etf_otel.protocols import ANTHROPIC_MESSAGES, BEDROCK_CONVERSE, CHAT_COMPLETIONS, GEMINI, RESPONSES
 from etf_otel.testing import anthropic as a
+from etf_otel.testing import bedrock as b
 from etf_otel.testing import chat
 from etf_otel.testing import gemini as g
 from etf_otel.testing import responses as r
 from etf_otel.testing._quirks import QUIRK_TABLES
 from etf_otel.testing._server import RecordedRequest, Responder, Script
 
-__all__ = ["ANSWER", "GEMINI_PATH", "PATHS", "quirk_protocols", "quirk_responder", "tool_turn_responder"]
+__all__ = [
+    "ANSWER",
+    "BEDROCK_PATH",
+    "GEMINI_PATH",
+    "PATHS",
+    "quirk_protocols",
+    "quirk_responder",
+    "tool_turn_responder",
+]
 
 PATHS: Final[Mapping[str, str]] = MappingProxyType(
     {
@@ -36,6 +45,9 @@ PATHS: Final[Mapping[str, str]] = MappingProxyType(
 GEMINI_PATH: Final = "/v1beta/models/{model}:streamGenerateContent"
 """Gemini's streaming path (any model; ``:generateContent`` answers the same turn as one body)."""
 _GEMINI_WHOLE: Final = ":generateContent"
+
+BEDROCK_PATH: Final = "/model/{modelId}/converse-stream"
+"""Bedrock Converse's streaming path (any model id; ``/converse`` answers the same turn as one body)."""
 
 _NAMED = frozenset({RESPONSES.name, ANTHROPIC_MESSAGES.name})
 """Protocols whose events carry an ``event:`` line."""
@@ -53,7 +65,23 @@ def _protocol_of(path: str) -> tuple[str | None, bool | None]:
         return GEMINI.name, True
     if path.endswith(_GEMINI_WHOLE):
         return GEMINI.name, False
+    if path.startswith("/model/") and path.endswith(("/converse-stream", "/converse")):
+        return BEDROCK_CONVERSE.name, path.endswith("-stream")
     return PATHS.get(path), None
+
+
+def _bedrock_turn(answered: bool, streamed: bool) -> Script:
+    """Two calls with Bedrock's ``tooluse_`` ids after a text block, or the answer; a body when not streamed."""
+    ids = [f"tooluse_etfDemo{i + 1:0>14}" for i in range(len(_CALLS))]
+    if answered:
+        events = b.stream(stop_reason="end_turn", text=ANSWER)
+        return Script(events=events) if streamed else Script(body=b.body(stop_reason="end_turn", text=ANSWER))
+    if streamed:
+        return Script(
+            events=b.stream(*(b.tool_call(i + 1, ids[i], name, "", *pieces) for i, (name, pieces) in enumerate(_CALLS)))
+        )
+    calls = [b.tool_use(ids[i], name, json.loads("".join(pieces))) for i, (name, pieces) in enumerate(_CALLS)]
+    return Script(body=b.body(*calls))
 
 
 def _gemini_turn(answered: bool, streamed: bool) -> list[Any]:
@@ -140,6 +168,13 @@ def _has_tool_result(protocol: str, body: Any) -> bool:
         last = contents[-1] if isinstance(contents, list) and contents else None
         parts = last.get("parts") if isinstance(last, Mapping) else None
         return isinstance(parts, list) and any(isinstance(p, Mapping) and "functionResponse" in p for p in parts)
+    if protocol == BEDROCK_CONVERSE.name:
+        messages = body.get("messages")
+        last = messages[-1] if isinstance(messages, list) and messages else None
+        content = last.get("content") if isinstance(last, Mapping) else None
+        return isinstance(content, list) and any(
+            isinstance(block, Mapping) and "toolResult" in block for block in content
+        )
     if protocol == RESPONSES.name:
         items = body.get("input")
         return isinstance(items, list) and any(_typed(item, "function_call_output") for item in items)
@@ -166,6 +201,8 @@ def tool_turn_responder(request: RecordedRequest) -> Script | None:
     answered = _has_tool_result(protocol, request.body)
     if protocol == GEMINI.name:
         return Script(events=_gemini_turn(answered, bool(streamed)))
+    if protocol == BEDROCK_CONVERSE.name:
+        return _bedrock_turn(answered, bool(streamed))
     if not (isinstance(request.body, Mapping) and request.body.get("stream") is True):
         return Script(body=_body(protocol, answered))
     events = _answer(protocol) if answered else _tool_calls(protocol)

@@ -41,6 +41,12 @@ Wire format, chosen to match real providers closely enough that the SDK takes it
   ``body``, else its first event (a chunk is a complete body). Every SSE event is one ``data: {...}``
   line with a space after the colon, as the Gemini SDK requires (it fails on comments and
   ``event:`` lines, so a Gemini script is never ``named``).
+- Amazon Bedrock's ``boto3`` client posts to ``/model/{modelId}/converse-stream`` (streamed) and
+  ``/model/{modelId}/converse`` (a complete body). A streamed answer there is
+  ``Content-Type: application/vnd.amazon.eventstream``: each event (botocore's dict form, one key)
+  is one event-stream message in its own HTTP chunk (``etf_otel.testing.bedrock.frames``), an event
+  that is ``bytes`` is sent as it is (a broken message). ``boto3`` raises an HTTP error from the
+  body's ``__type`` (``{"__type": "ThrottlingException", "message": ...}``).
 - A non-200 ``status`` answers ``application/json``: the script's first event if it is a dict (so a test
   can shape the error body), otherwise a generic OpenAI-style error object.
 - A script with a ``body`` answers that complete response as ``application/json`` (what a request
@@ -66,6 +72,7 @@ from typing import Any, Final, TypeAlias, cast
 
 from etf_otel import protocols
 from etf_otel.protocols._chat_completions import DONE
+from etf_otel.testing.bedrock import frames
 
 __all__ = ["DONE", "LocalChatServer", "RecordedRequest", "Responder", "Script"]
 
@@ -74,20 +81,26 @@ _logger = logging.getLogger(__name__)
 
 _STREAMING_PATHS = protocols.REQUEST_PATHS  # each registered protocol's, read per request
 
-_WHOLE_SUFFIXES: Final = {":streamGenerateContent": ":generateContent"}
-"""The non-streamed method beside a streamed ``:method`` path (Gemini): answered with a complete body."""
+_WHOLE_SUFFIXES: Final = {":streamGenerateContent": ":generateContent", "/converse-stream": "/converse"}
+"""The non-streamed method beside a streamed path suffix (Gemini, Bedrock): answered with a complete body."""
+
+_MODEL_PREFIX: Final = "/model/"
+"""Bedrock's request paths: ``/model/{modelId}/converse-stream`` and ``/model/{modelId}/converse``."""
+
+_EVENT_STREAM: Final = "application/vnd.amazon.eventstream"
 
 
 def _route(path: str) -> tuple[bool, bool]:
     """``(answered from the script queue, streamed)`` for a request path.
 
     An exact request path of a registered protocol, or (for a protocol whose request path is a
-    ``:method`` suffix, as Gemini's) any path that ends with it; or the non-streamed method beside it.
+    ``:method`` suffix, as Gemini's, or follows a ``/model/{id}``, as Bedrock's) any path that ends
+    with it; or the non-streamed method beside it.
     """
     if path in _STREAMING_PATHS:
         return True, True
     for suffix in _STREAMING_PATHS:
-        if suffix.startswith(":"):
+        if suffix.startswith(":") or path.startswith(_MODEL_PREFIX):
             if path.endswith(suffix):
                 return True, True
             whole = _WHOLE_SUFFIXES.get(suffix)
@@ -101,8 +114,9 @@ _POLL_INTERVAL = 0.05
 
 _JOIN_TIMEOUT = 5.0
 
-Event: TypeAlias = "Mapping[str, Any] | str"
-"""One scripted SSE event: a chunk object (sent as JSON) or a raw data string such as :data:`DONE`."""
+Event: TypeAlias = "Mapping[str, Any] | str | bytes"
+"""One scripted SSE event: a chunk object (sent as JSON) or a raw data string such as :data:`DONE`; on
+Bedrock's paths an event (dict form) sent as one event-stream message, or ``bytes`` sent as they are."""
 
 
 @dataclass(frozen=True)
@@ -156,11 +170,22 @@ def _error_body(message: str, status: int) -> dict[str, Any]:
 
 
 def _sse_frame(event: Event, named: bool = False) -> bytes:
+    if isinstance(event, bytes):
+        return event
     # A data string spanning lines must become one ``data:`` field per line to stay a single SSE event.
     text = event if isinstance(event, str) else json.dumps(event, separators=(",", ":"))
     name = event.get("type") if named and isinstance(event, Mapping) else None
     head = f"event: {name}\n" if isinstance(name, str) and "\n" not in name else ""
     return (head + "".join(f"data: {line}\n" for line in text.split("\n"))).encode() + b"\n"
+
+
+def _message(event: Event) -> bytes:
+    """One Bedrock event as its event-stream message (``bytes``: sent as they are, broken ones too)."""
+    if isinstance(event, bytes):
+        return event
+    if isinstance(event, str):
+        return event.encode()
+    return frames([event])
 
 
 class _Server(ThreadingHTTPServer):
@@ -217,7 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
             self._send_json(script.status, payload)
         else:
-            self._stream(script)
+            self._stream(script, framed=path.startswith(_MODEL_PREFIX))
 
     def _send_json(self, status: int, payload: Mapping[str, Any]) -> None:
         data = json.dumps(payload).encode()
@@ -228,9 +253,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _stream(self, script: Script) -> None:
+    def _stream(self, script: Script, framed: bool = False) -> None:
         self.send_response(HTTPStatus.OK)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Content-Type", _EVENT_STREAM if framed else "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
@@ -238,7 +263,7 @@ class _Handler(BaseHTTPRequestHandler):
         events = script.events if script.cut_after is None else script.events[: script.cut_after]
         try:
             for event in events:
-                frame = _sse_frame(event, script.named)
+                frame = _message(event) if framed else _sse_frame(event, script.named)
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
                 self.wfile.flush()
             if script.cut_after is not None:

@@ -14,7 +14,7 @@ from etf_otel import protocols
 from etf_otel.cli.html._replay import MAX_COLUMNS, STREAM, replay_timeline
 from etf_otel.cli.html._replay_page import render_replay
 from etf_otel.protocols._chat_completions import DONE
-from etf_otel.testing import ANTHROPIC_QUIRK_STREAMS, QUIRK_STREAMS, RESPONSES_QUIRK_STREAMS
+from etf_otel.testing import ANTHROPIC_QUIRK_STREAMS, BEDROCK_QUIRK_STREAMS, QUIRK_STREAMS, RESPONSES_QUIRK_STREAMS
 from etf_otel.testing.chat import chunk, finished, fragment
 
 from .test_cli_replay import NO_ARGUMENTS_BODIES, ROOT, run, write_jsonl
@@ -26,6 +26,7 @@ STREAMS = {
     "chat_completions": QUIRK_STREAMS,
     "responses": RESPONSES_QUIRK_STREAMS,
     "anthropic_messages": ANTHROPIC_QUIRK_STREAMS,
+    "bedrock_converse": BEDROCK_QUIRK_STREAMS,
 }
 
 
@@ -143,6 +144,14 @@ def test_lifecycle_protocols_draw_snapshots_closes_and_the_end() -> None:
     )
     assert any(tick.kind == "close" for tick in anthropic.ticks)
     assert anthropic.ticks[-1].kind == "end"
+    bedrock = replay_timeline(
+        protocols.get("bedrock_converse"), BEDROCK_QUIRK_STREAMS["clean multi-call stream (Anthropic on Bedrock)"], []
+    )
+    kinds = [(tick.lane, tick.kind) for tick in bedrock.ticks]
+    assert ((0, 1), "close") in kinds and ((0, 2), "close") in kinds  # the lanes are the block indexes
+    assert bedrock.ticks[-1].kind == "end"
+    document = render_replay(bedrock, source="bedrock", show_arguments=False)
+    assert "content block 1" in document and "content block 2" in document
 
 
 def test_a_cut_stream_ends_with_a_cut_mark() -> None:

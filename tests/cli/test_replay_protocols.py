@@ -22,7 +22,7 @@ import pytest
 
 from etf_otel import ABSENT, AssemblyResult, IdentityRules, ResponseSlots, protocols
 from etf_otel.protocols import WireProtocol
-from etf_otel.testing import anthropic, gemini, responses
+from etf_otel.testing import anthropic, bedrock, gemini, responses
 from etf_otel.testing.chat import chunk, finished, fragment
 
 from ._terminal import in_terminal
@@ -140,12 +140,16 @@ SAMPLES: dict[str, list[Any]] = {
     "gemini": gemini.stream(
         gemini.chunk(gemini.call("read_page", {"page": 1}, id="k3xq9ab2")), gemini.chunk(gemini.text("done"))
     ),
+    "bedrock_converse": bedrock.stream(
+        bedrock.tool_call(0, "tooluse_01", "read_page", "", '{"page":', "1}"), text=None
+    ),
 }
 SAMPLE_IDS = {
     "chat_completions": "call-a",
     "responses": "call_r1",
     "anthropic_messages": "toolu_01",
     "gemini": "k3xq9ab2",
+    "bedrock_converse": "tooluse_01",
 }
 FOLLOWUPS: dict[str, Callable[..., Any]] = {
     "chat_completions": lambda ids, calls=("call-a",): {
@@ -183,6 +187,12 @@ FOLLOWUPS: dict[str, Callable[..., Any]] = {
                 "role": "user",
                 "parts": [{"functionResponse": {"id": i, "name": "read_page", "response": {}}} for i in ids],
             },
+        ]
+    },
+    "bedrock_converse": lambda ids: {
+        "messages": [
+            {"role": "assistant", "content": []},
+            {"role": "user", "content": [{"toolResult": {"toolUseId": i, "content": [{"text": "ok"}]}} for i in ids]},
         ]
     },
 }
@@ -833,3 +843,36 @@ def test_help_states_the_exit_codes_and_an_example(capsys: pytest.CaptureFixture
     assert "\n  1  integrity problems found" in out and "\n  2  unusable input or usage" in out
     assert "example:\n  etf-otel replay" in out
     assert "--followup NEXT" in out and "- reads standard input" in out
+
+
+# --- Bedrock's raw event-stream bytes: a recording in a binary framing ---------------------------
+
+
+def test_raw_event_stream_bytes_replay_like_their_dict_form(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    events = SAMPLES["bedrock_converse"]
+    raw = tmp_path / "cassette.bin"
+    raw.write_bytes(bedrock.frames(events))
+    as_json = write_jsonl(tmp_path / "r.jsonl", events)
+    code, report = run_json(["replay", str(raw), "--show-arguments"], capsys)
+    assert code == 0
+    assert run_json(["replay", str(as_json), "--show-arguments"], capsys) == (0, report)
+    assert run_json(["replay", str(raw), "--show-arguments", "--protocol", "bedrock_converse"], capsys) == (0, report)
+    followup = tmp_path / "next.json"
+    followup.write_text(json.dumps(FOLLOWUPS["bedrock_converse"](["tooluse_01"])))
+    code, out, err = run(["replay", str(raw), "--followup", str(followup), "--json"], capsys)
+    assert (code, err, json.loads(out)["linkage"]) == (0, "", [])
+
+
+def test_raw_bytes_cut_mid_message_or_corrupt_are_not_dispatchable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = bedrock.frames(SAMPLES["bedrock_converse"])
+    stop = len(bedrock.frames(SAMPLES["bedrock_converse"][:-2]))  # where messageStop begins
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(data[: stop + 7])  # messageStop cut inside its prelude: the end of the input
+    code, report = run_json(["replay", str(cut)], capsys)
+    assert (code, report["stream"]["state"], report["dispatchable"]) == (1, "truncated", False)
+    corrupt = tmp_path / "corrupt.bin"
+    corrupt.write_bytes(data[: stop + 20] + bytes([data[stop + 20] ^ 0xFF]) + data[stop + 21 :])
+    code, report = run_json(["replay", str(corrupt)], capsys)
+    assert (code, report["stream"]["state"], report["dispatchable"]) == (1, "failed", False)

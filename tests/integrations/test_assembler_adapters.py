@@ -357,6 +357,7 @@ QUIRKS_SECTIONS = {
     "responses": "OpenAI Responses",
     "anthropic_messages": "Anthropic Messages",
     "gemini": "Gemini",
+    "bedrock_converse": "Amazon Bedrock Converse",
 }
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from etf_otel import ABSENT, protocols
 from etf_otel.core._vocabulary import OTHER_FINISH_REASON, bounded_finish_reason
-from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, GEMINI, RESPONSES, WireProtocol
+from etf_otel.protocols import ANTHROPIC_MESSAGES, BEDROCK_CONVERSE, CHAT_COMPLETIONS, GEMINI, RESPONSES, WireProtocol
 from etf_otel.protocols._base import last_position, typed_starts
 from etf_otel.protocols._chat_completions import DONE
 
@@ -181,7 +181,8 @@ def test_finish_reasons_are_the_protocols_and_bounded_by_their_union() -> None:
     assert "stop" in CHAT.finish_reasons and "end_turn" in ANTHROPIC.finish_reasons
     assert "max_output_tokens" in RESPONSES.finish_reasons
     known = protocols.known_finish_reasons()
-    assert known == CHAT.finish_reasons | RESPONSES.finish_reasons | ANTHROPIC.finish_reasons | GEMINI.finish_reasons
+    everyone = CHAT.finish_reasons | RESPONSES.finish_reasons | ANTHROPIC.finish_reasons | GEMINI.finish_reasons
+    assert known == everyone | BEDROCK_CONVERSE.finish_reasons
     assert bounded_finish_reason("end_turn", known) == protocols.bounded_finish_reason("end_turn") == "end_turn"
     assert bounded_finish_reason("raw provider text", known) == OTHER_FINISH_REASON
     assert bounded_finish_reason("stop", frozenset()) == OTHER_FINISH_REASON
@@ -193,14 +194,16 @@ def test_request_paths_and_headings() -> None:
         "/v1/responses",
         "/v1/messages",
         ":streamGenerateContent",
+        "/converse-stream",
     }
-    assert len(protocols.REQUEST_PATHS) == 4
+    assert len(protocols.REQUEST_PATHS) == 5
     assert "/v1/messages" in protocols.REQUEST_PATHS and "/v1/other" not in protocols.REQUEST_PATHS
     assert [p.heading for p in protocols.registered()] == [
         "Chat Completions",
         "OpenAI Responses",
         "Anthropic Messages",
         "Gemini",
+        "Amazon Bedrock Converse",
     ]
 
 
@@ -217,15 +220,23 @@ def test_a_description_states_only_what_it_has() -> None:
     assert BARE.later_responses([_chunk(), DONE, _chunk()]) == []
     assert (BARE.slot_label(0, 4), BARE.slot_label(0, None)) == ("slot 4", "no open call")
     assert BARE.call_fields({"id": "c", "function": {"name": "f"}}) is None
+    assert BARE.binary_events(b"\x00\x00\x00\x10") is None
 
 
 def test_register_and_unregister() -> None:
     assert protocols.register(BARE) is BARE
     try:
         assert protocols.register(BARE) is BARE  # the same description again: nothing changes
-        assert list(protocols.PROTOCOLS) == ["chat_completions", "responses", "anthropic_messages", "gemini", "bare"]
+        assert list(protocols.PROTOCOLS) == [
+            "chat_completions",
+            "responses",
+            "anthropic_messages",
+            "gemini",
+            "bedrock_converse",
+            "bare",
+        ]
         assert protocols.registered()[-1] is BARE and protocols.get("bare") is BARE
-        assert len(protocols.REQUEST_PATHS) == 4  # it has none
+        assert len(protocols.REQUEST_PATHS) == 5  # it has none
         other = WireProtocol(name="bare", assembler=CHAT.assembler, recognizes=bool, result_ids=lambda _: None)
         with pytest.raises(ValueError, match="protocol name 'bare' is taken"):
             protocols.register(other)

@@ -27,7 +27,7 @@ TOOLS: Any = [
 class Command:
     """One running server process and the lines it printed when it came up."""
 
-    def __init__(self, *args: str, lines: int = 5) -> None:
+    def __init__(self, *args: str, lines: int = 6) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "etf_otel.testing", "--port", "0", *args],
             stdout=subprocess.PIPE,
@@ -41,7 +41,8 @@ class Command:
             self.stop()
             raise
         self.base_url = self.lines[1].split("base_url=")[1].split()[0]
-        self.root_url = self.lines[-1].split("base_url=")[1].split()[0].rstrip(",")
+        last = [line for line in self.lines if "base_url=" in line][-1]  # Bedrock's line names an endpoint_url
+        self.root_url = last.split("base_url=")[1].split()[0].rstrip(",")
 
     def _first_lines(self, count: int, timeout: float = 20.0) -> list[str]:
         """The first ``count`` lines, read in a thread so that a silent server fails the test instead of hanging it."""
@@ -79,10 +80,11 @@ def command() -> Iterator[Command]:
 def test_prints_one_base_url_per_protocol_on_loopback(command: Command) -> None:
     assert "Ctrl-C" in command.lines[0]
     protocols = [line.split()[0] for line in command.lines[1:]]
-    assert protocols == ["chat_completions", "responses", "anthropic_messages", "gemini"]
+    assert protocols == ["chat_completions", "responses", "anthropic_messages", "gemini", "bedrock_converse"]
     port = command.base_url.split(":")[2].split("/")[0]
     assert command.base_url == f"http://127.0.0.1:{port}/v1"
     assert command.root_url == f"http://127.0.0.1:{port}"
+    assert command.lines[-1].split()[1] == f"endpoint_url=http://127.0.0.1:{port}"
     assert command.stop() == 0
 
 
