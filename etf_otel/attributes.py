@@ -60,6 +60,7 @@ __all__ = [
     "ETF_TOOL_CALL_VERDICT",
     "EVENT_IDENTITY_REJECTED",
     "EVENT_INTEGRITY_VIOLATION",
+    "EVENT_LINKAGE_DRIFT",
     "EXECUTE_TOOL_DURATION_BUCKETS",
     "GEN_AI_OPERATION_NAME",
     "GEN_AI_PROVIDER_NAME",
@@ -82,6 +83,7 @@ __all__ = [
     "METRIC_IDENTITY_ERRORS",
     "METRIC_ID_TRANSITIONS",
     "METRIC_INTEGRITY_VIOLATIONS",
+    "METRIC_LINKAGE_DRIFT",
     "METRIC_STREAMS",
     "METRIC_TOOL_CALLS",
     "OPERATION_EXECUTE_TOOL",
@@ -109,6 +111,10 @@ SPAN_ASSEMBLE_RESPONSE: Final = "assemble_response"
 # --- span events --------------------------------------------------------------------------
 EVENT_IDENTITY_REJECTED: Final = "etf.identity.rejected"
 EVENT_INTEGRITY_VIOLATION: Final = "etf.integrity.violation"
+EVENT_LINKAGE_DRIFT: Final = "etf.linkage.drift"
+"""A request's history differs from the proposals without breaking anything (``etf.divergence.kind``:
+``id_replaced``, ``call_fabricated``, ``refusal_answered``): recorded on the request's response span, never a
+violation (docs/categories.md, "Violation or drift")."""
 
 # --- GenAI semantic conventions -------------------------------------------------------------
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
@@ -226,6 +232,7 @@ METRIC_FRAGMENTS: Final = "etf.tool_call.fragments"
 METRIC_ID_TRANSITIONS: Final = "etf.tool_call.id_transitions"
 METRIC_IDENTITY_ERRORS: Final = "etf.tool_call.identity_errors"
 METRIC_INTEGRITY_VIOLATIONS: Final = "etf.integrity.violations"
+METRIC_LINKAGE_DRIFT: Final = "etf.linkage.drift"
 METRIC_TOOL_CALLS: Final = "etf.tool_calls"
 METRIC_STREAMS: Final = "etf.streams"
 METRIC_EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"

@@ -58,10 +58,47 @@ class SqlAuditError(UnreadableInputError):
 class GuardRefusedError(EtfOtelError):
     """Guard mode refused to execute a call that is not a valid proposal.
 
-    ``category`` is the low-cardinality reason (an error category). The message names the
-    category only, never the id or the arguments.
+    ``category`` is the low-cardinality reason (an error category, the ``error.type`` of the
+    refused execution). The message says what was refused and why: the tool's name as the host
+    was handed it (cut to 64 characters, escaped), the call's index in its response when a
+    response proposed it, the category, and in plain words what it means. ``cause`` is the
+    category of the identity rules behind a refusal whose own category is a linkage one (a call
+    whose id joins the two ids of an ``id_conflict``: ``orphaned_result``, caused by
+    ``id_conflict``). Never the id or the arguments.
     """
 
-    def __init__(self, category: ErrorCategory) -> None:
-        super().__init__(f"etf-otel guard refused to execute a tool call: {category.value}")
+    def __init__(
+        self,
+        category: ErrorCategory,
+        *,
+        tool: str | None = None,
+        index: int | None = None,
+        cause: ErrorCategory | None = None,
+    ) -> None:
         self.category = category
+        self.tool = tool
+        self.index = index
+        self.cause = cause
+        super().__init__(_refusal_message(category, tool, index, cause))
+
+
+_TOOL_SHOWN = 64
+
+_WHY: dict[ErrorCategory, str] = {
+    ErrorCategory.MISSING_ID: "it has no call id to match a proposal",
+    ErrorCategory.ORPHANED_RESULT: "its id is no call of a response this process saw",
+    ErrorCategory.DIVERGENT_ASSEMBLY: "its name or arguments are not the ones the response proposed",
+    ErrorCategory.ID_CONFLICT: "the stream changed this call's id mid-call",
+}
+
+
+def _refusal_message(category: ErrorCategory, tool: str | None, index: int | None, cause: ErrorCategory | None) -> str:
+    which = [f"tool {tool[:_TOOL_SHOWN]!r}"] if tool is not None else []
+    if index is not None:
+        which.append(f"index {index} of its response")
+    what = f"a tool call ({', '.join(which)})" if which else "a tool call"
+    shown = cause if cause is not None else category
+    why = _WHY.get(shown, "the rules rejected this call, or the response it belongs to")
+    if cause is not None and cause is not category:
+        why += f", and the id handed over joins both: no proposal has it ({category.value})"
+    return f"etf-otel guard refused to execute {what}: {shown.value}, {why}"

@@ -42,6 +42,7 @@ COUNTERS = {
     "etf_tool_call_id_transitions_total",
     "etf_tool_call_identity_errors_total",
     "etf_integrity_violations_total",
+    "etf_linkage_drift_total",
     "etf_tool_calls_total",
     "etf_streams_total",
 }
@@ -62,6 +63,7 @@ METRIC_LABELS: dict[str, set[str]] = {
         "gen_ai_provider_name",
     },
     "etf_integrity_violations_total": {"etf_error_category", "gen_ai_provider_name"},
+    "etf_linkage_drift_total": {"etf_divergence_kind", "gen_ai_provider_name"},
     "etf_tool_calls_total": {"etf_tool_call_verdict", "gen_ai_tool_name", "gen_ai_provider_name"},
     "etf_streams_total": {"etf_stream_state", "etf_protocol", "gen_ai_provider_name"},
     f"{HISTOGRAM}_bucket": {"gen_ai_tool_name", "error_type", "le"},

@@ -169,6 +169,9 @@ def test_the_reference_pages_exist_and_the_index_lists_each_of_them() -> None:
     } <= pages
     indexed = {Path(target.split("#")[0]).name for target in relative_links(DOCS / "README.md")}
     assert pages <= indexed, "pages missing from docs/README.md"
+    rows = [BACKTICKED_RE.sub("", row[0]) for row in first_table(prose((DOCS / "README.md").read_text()) + "\n")]
+    listed = [Path(target).name for row in rows for target in LINK_RE.findall(row)]
+    assert sorted(listed) == sorted(set(listed)), "a page listed twice in docs/README.md"
 
 
 def test_readme_links_to_the_reference() -> None:

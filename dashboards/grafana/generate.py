@@ -197,6 +197,21 @@ LAYOUT: tuple[RowSpec | PanelSpec, ...] = (
         ),
     ),
     PanelSpec(
+        16,
+        "History drift (not violations)",
+        "Follow-up requests per second whose history differs from the proposals without breaking anything, by "
+        "etf.divergence.kind: id_replaced (a framework made the provider's ids unique), call_fabricated (a "
+        "framework's own round, answered in the same request), refusal_answered (a refused call answered with an "
+        "error). Never a violation and never alerted on: a rise after a framework upgrade says it rewrites history.",
+        "cps",
+        (
+            Query(
+                f"sum by (etf_divergence_kind) ({_rate('etf_linkage_drift_total')})",
+                "{{etf_divergence_kind}}",
+            ),
+        ),
+    ),
+    PanelSpec(
         15,
         "Incomplete responses",
         "Share of completed Responses and Anthropic streams that ended incomplete (incomplete_response: a "

@@ -52,25 +52,45 @@ def tool_message_ids(events: Sequence[tuple[str, Mapping[str, object]]], message
             value = _string(event_attributes.get("gen_ai.tool.call.id")) or _string(event_attributes.get("id"))
             if value:
                 ids.append(value)
-    for message in messages:
-        if not isinstance(message, dict) or message.get("role") != "tool":
+    answered = _answered_turn(messages)
+    later: set[str] = set()  # calls of assistant turns after the answers: a framework's own round
+    in_answers = True
+    for message in messages[answered + 1 :]:
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "assistant":
+            in_answers = False
+            later.update(_call_ids(message))
+            continue
+        if message.get("role") != "tool":
             continue
         direct = _string(message.get("tool_call_id"))
-        if direct:
-            ids.append(direct)
-        ids += _part_ids(message, "parts", "tool_call_response")
+        found = ([direct] if direct else []) + _part_ids(message, "parts", "tool_call_response")
+        ids += [value for value in found if in_answers or value not in later]
     return ids
 
 
+def _answered_turn(messages: list[Any]) -> int:
+    """The position of the last assistant message with calls (docs/protocols.md, "Linkage across turns"): the
+    turns before it belong to earlier responses; ``-1`` when there is none (every message is read)."""
+    for position in range(len(messages) - 1, -1, -1):
+        message = messages[position]
+        if isinstance(message, dict) and message.get("role") == "assistant" and _call_ids(message):
+            return position
+    return -1
+
+
+def _call_ids(message: dict[str, Any]) -> list[str]:
+    ids: list[str] = []
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        found = (_string(call.get("id")) for call in calls if isinstance(call, dict))
+        ids += [value for value in found if value]
+    return ids + _part_ids(message, "parts", "tool_call") + _part_ids(message, "content", "tool_use")
+
+
 def assistant_call_ids(messages: list[Any]) -> list[str]:
-    """The call ids of the last ``role: assistant`` message (Chat ``tool_calls``, semconv ``parts``,
-    Anthropic ``content``); none when there is no assistant message."""
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "assistant":
-            ids: list[str] = []
-            calls = message.get("tool_calls")
-            if isinstance(calls, list):
-                found = (_string(call.get("id")) for call in calls if isinstance(call, dict))
-                ids += [value for value in found if value]
-            return ids + _part_ids(message, "parts", "tool_call") + _part_ids(message, "content", "tool_use")
-    return []
+    """The call ids of the last assistant message with calls (Chat ``tool_calls``, semconv ``parts``,
+    Anthropic ``content``): the answered turn; none when there is no such message."""
+    answered = _answered_turn(messages)
+    return _call_ids(messages[answered]) if answered >= 0 else []

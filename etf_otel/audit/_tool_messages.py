@@ -51,6 +51,9 @@ def tool_message_findings(index: TraceIndex, evidence: Evidence | None = None) -
                 frozenset(named),
                 {call_id for call_id in named if call_id in valid or call_id not in trace_ids},
             )
+        elif evidence is not None:  # no assistant turn (previous_response_id): a proposal of any trace answers
+            calls = trace_ids
+            good = valid | {call_id for call_id in record.tool_messages if call_id in evidence.proposals}
         else:
             calls, good = trace_ids, valid
         for message_id in record.tool_messages:

@@ -19,7 +19,17 @@ from typing import IO, Final
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 from etf_otel.audit._model import FindingKind, SpanData
 from etf_otel.audit._partition import Partitioner
@@ -30,7 +40,7 @@ from etf_otel.audit._sources.otlp_json import InputStats, iter_spans
 from etf_otel.audit._sources.phoenix import DEFAULT_PROJECT, PhoenixStats, iter_phoenix_spans
 from etf_otel.audit._sources.sql import DEFAULT_DATABASE, ChdbEngine, ClickHouseEngine, TimeWindow
 from etf_otel.cli._audit_report import emit_audit_report, fill_input, no_etf_spans, render_audit_report, skipped_note
-from etf_otel.cli._exit_codes import EXIT_BAD_INPUT
+from etf_otel.cli._exit_codes import CLI_DOCS, EXIT_BAD_INPUT
 from etf_otel.cli._text import TERMINAL_STDIN, displayable, stdin_is_terminal
 from etf_otel.cli.html._audit import write_audit_page
 from etf_otel.cli.html._page import HtmlWriteError
@@ -61,7 +71,7 @@ def _fail(message: str) -> int:
 # --- arguments ------------------------------------------------------------------------------------
 
 
-EPILOG: Final = """\
+EPILOG: Final = f"""\
 exit codes:
   0  no finding (informational kinds such as unjudged or unobserved_llm_call only)
   1  findings: a linkage problem (orphaned_execution, recorded_rejection, ...), or
@@ -71,7 +81,7 @@ exit codes:
 
 example:
   etf-otel audit traces/ --json
-More: docs/cli.md
+More: {CLI_DOCS}
 """
 
 
@@ -216,6 +226,20 @@ def _files_report(
     return emit_audit_report(report, json_output)
 
 
+class _AmountColumn(ProgressColumn):
+    """How far a task is, in its own unit: bytes read (``DownloadColumn``), or groups of traces checked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._bytes = DownloadColumn()
+
+    def render(self, task: Task) -> Text:
+        if task.fields.get("unit") == "bytes":
+            return self._bytes.render(task)
+        total = "?" if task.total is None else str(int(task.total))
+        return Text(f"{int(task.completed)}/{total} {task.fields.get('unit', '')}", style="progress.download")
+
+
 def _audit_files(
     paths: list[str], stats: InputStats, report: AuditReport, *, progress: bool, stdin: IO[bytes] | None = None
 ) -> None:
@@ -225,15 +249,15 @@ def _audit_files(
     bar = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        DownloadColumn(),
+        _AmountColumn(),
         TextColumn("{task.fields[spans]} spans"),
         TimeRemainingColumn(),
         console=errors,
         transient=True,
         disable=not (progress and errors.is_terminal),
     )
-    reading = bar.add_task("reading", total=size or None, spans=0)
-    checking = bar.add_task("checking", total=None, visible=False, spans=0)
+    reading = bar.add_task("reading", total=size or None, spans=0, unit="bytes")
+    checking = bar.add_task("checking", total=None, visible=False, spans=0, unit="groups of traces")
 
     def read_progress(count: int) -> None:
         stats.bytes_read += count

@@ -48,6 +48,8 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
     and the kinds and numbers are whole.
     """
     skipped = f", {report.skipped_records} non-trace record(s) skipped" if report.skipped_records else ""
+    if report.duplicate_spans:  # a span exported twice counts once: say so, or the input's count would puzzle
+        skipped += f", {report.duplicate_spans} duplicate span(s) dropped (exported more than once)"
     counts = f": {report.files} file(s), {report.spans} span(s), {report.traces} trace(s){skipped}"
     console.print(Text.assemble(("etf-otel audit", "bold"), counts))
     for skipped_file in report.skipped_files:

@@ -14,7 +14,7 @@ from typing import Final
 
 from etf_otel._version import __version__
 from etf_otel.cli._audit import add_audit_arguments, run_audit
-from etf_otel.cli._exit_codes import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from etf_otel.cli._exit_codes import CLI_DOCS, EXIT_BAD_INPUT, EXIT_INTERRUPTED
 from etf_otel.cli._replay import add_replay_arguments, run_replay
 from etf_otel.core import COMPILED
 
@@ -23,7 +23,7 @@ __all__ = ["main"]
 COMMANDS: Final = ("replay", "audit", "demo")
 _BUILD: Final = " (compiled core)" if COMPILED else ""
 
-EPILOG: Final = """\
+EPILOG: Final = f"""\
 exit codes (every command):
   0  success, and nothing was found
   1  integrity problems were found
@@ -35,16 +35,17 @@ example:
   etf-otel replay reply.sse --followup next-request.json
   etf-otel audit traces/ --json
 
-More: etf-otel COMMAND --help, docs/cli.md
+More: etf-otel COMMAND --help, {CLI_DOCS}
 """
 
-DEMO_EPILOG: Final = """\
+DEMO_EPILOG: Final = f"""\
 exit codes:
   0  every case behaved as the rules say
   1  a case did not (the table shows which)
   2  bad usage, or the demo cannot run (a missing package, an unwritable
      --export FILE, --otlp without a collector configured or accepting the
      spans, the openai client already instrumented): one line on stderr
+  130  interrupted (Ctrl-C, SIGINT): one line on stderr, no verdict
 
 telemetry goes to the printed summary only, unless --export FILE or --otlp
 (the collector of OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL, ...;
@@ -54,7 +55,7 @@ example:
   etf-otel demo --export demo-traces.jsonl && etf-otel audit demo-traces.jsonl
   OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 etf-otel demo --otlp
 
-More: docs/cli.md
+More: {CLI_DOCS}
 """
 
 _EXTRAS: Final = {

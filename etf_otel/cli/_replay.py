@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from etf_otel import protocols
-from etf_otel.cli._exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
+from etf_otel.cli._exit_codes import CLI_DOCS, EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 from etf_otel.cli._replay_input import Recording, load, next_request
-from etf_otel.cli._replay_report import build_report, render_linkage, render_report
+from etf_otel.cli._replay_report import build_report, render_drift, render_linkage, render_report
 from etf_otel.cli._text import console_for, displayable, write_json
 from etf_otel.cli.html._page import HtmlWriteError, write_page
+from etf_otel.core._history import Drift, judge_history, shapes
 from etf_otel.core._identity import DEFAULT_RULES, CompatibilityRule, IdentityRules
-from etf_otel.core._linkage import DEFAULT_MAX_PENDING, Conversation, Finding
+from etf_otel.core._linkage import DEFAULT_MAX_PENDING, Conversation, Finding, concatenated
 from etf_otel.core._results import AssemblyResult
 from etf_otel.errors import RecordingError
 from etf_otel.protocols import WireProtocol
@@ -38,9 +39,9 @@ from etf_otel.recordings import STDIN, display_name
 if TYPE_CHECKING:
     from etf_otel.cli._replay_assemblers import AssemblerComparison
 
-__all__ = ["add_replay_arguments", "linkage", "run_replay"]
+__all__ = ["add_replay_arguments", "followup_linkage", "linkage", "run_replay"]
 
-EPILOG: Final = """\
+EPILOG: Final = f"""\
 exit codes:
   0  nothing found: no call rejected, the stream ended properly, and (with
      --followup) each proposed call answered exactly once and nothing else
@@ -55,7 +56,7 @@ example:
   curl -sN ... | etf-otel replay - --json
   etf-otel replay reply.jsonl --html reply.html
 
-More: docs/cli.md
+More: {CLI_DOCS}
 """
 
 ASSEMBLER_NAMES: Final = ("openai", "anthropic", "langchain", "google-genai", "reference")
@@ -88,7 +89,7 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
         metavar="NEXT",
         help="the next request (JSON), to check that its results answer exactly the proposed calls; - reads stdin",
     )
-    replay.add_argument("--json", action="store_true", help="print one JSON document (docs/cli.md)")
+    replay.add_argument("--json", action="store_true", help="print one JSON document for machines")
     replay.add_argument(
         "--show-arguments", action="store_true", help="include the assembled arguments (raw model output)"
     )
@@ -121,7 +122,7 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
     replay.add_argument(
         "--html",
         metavar="OUT",
-        help="also write a self-contained HTML page: a swimlane per call, each fragment a mark (docs/cli.md)",
+        help="also write a self-contained HTML page: a swimlane per call, each fragment a mark",
     )
     replay.add_argument(
         "--export",
@@ -155,6 +156,33 @@ def linkage(result: AssemblyResult, result_ids: Sequence[str | None]) -> list[Fi
     return conversation.next_request(result_ids)
 
 
+def followup_linkage(
+    protocol: WireProtocol, result: AssemblyResult, document: object, result_ids: Sequence[str | None]
+) -> tuple[list[Finding], list[Drift]]:
+    """The findings and drift of the next request ``document`` against ``result``, over the scope of the
+    turn that carries its calls (:mod:`etf_otel.core._history`); a request with no such turn is judged
+    by the results after its last assistant turn (``result_ids``)."""
+    if protocol.link is not None:
+        linked = protocol.link(result, document)
+        if linked is not None:
+            return linked, protocol.link_drift(result, document)
+    turns = protocol.history(document)
+    judgement = None
+    if turns is not None:
+        ids = [call.id for call in result.calls if call.id is not None]
+        refused = result.refused_ids
+        judgement = judge_history(
+            turns,
+            shapes(result),
+            known=lambda call_id: call_id in refused or concatenated(call_id, ids, refused),
+            rejected=lambda call_id: call_id in refused,
+            adjacent=protocol.answers_adjacent,
+        )
+    if judgement is None:
+        return linkage(result, result_ids), []
+    return linkage(result, judgement.result_ids), judgement.drift
+
+
 def run_replay(args: argparse.Namespace) -> int:
     if args.file == STDIN and args.followup == STDIN:
         return _refuse("FILE and --followup cannot both read standard input (-)")
@@ -184,11 +212,9 @@ def run_replay(args: argparse.Namespace) -> int:
         judged = judge_body(protocol, recording.body, IdentityRules.for_rules(args.allow, deny=deny))
         assert judged is not None  # _load judged it a complete body
         result = judged
-    findings = None
+    findings = drift = None
     if followup is not None:
-        document, result_ids = followup
-        linked = protocol.link(result, document) if protocol.link is not None else None
-        findings = linked if linked is not None else linkage(result, result_ids)
+        findings, drift = followup_linkage(protocol, result, *followup)
     if args.export:
         try:
             _export(recording, args)
@@ -200,8 +226,10 @@ def run_replay(args: argparse.Namespace) -> int:
         except HtmlWriteError as error:
             return _refuse(str(error))
     if args.assembler:
-        return _compare(args, protocol, events, result, findings)
-    report = build_report(result, show_arguments=args.show_arguments, linkage=findings, streamed=streamed)
+        return _compare(args, protocol, events, result, findings, drift or [])
+    report = build_report(
+        result, show_arguments=args.show_arguments, linkage=findings, streamed=streamed, drift=drift or ()
+    )
     if args.json:
         write_json(report.to_dict(show_arguments=args.show_arguments))
     else:
@@ -214,7 +242,7 @@ def _write_html(args: argparse.Namespace, protocol: WireProtocol, events: list[o
     from etf_otel.cli.html._replay import replay_timeline
     from etf_otel.cli.html._replay_page import render_replay
 
-    timeline = replay_timeline(protocol, events, args.allow)
+    timeline = replay_timeline(protocol, events, args.allow, args.deny)
     document = render_replay(timeline, source=display_name(args.file), show_arguments=args.show_arguments)
     write_page(args.html, document)
 
@@ -225,6 +253,7 @@ def _compare(
     events: list[object],
     result: AssemblyResult,
     findings: list[Finding] | None,
+    drift: list[Drift],
 ) -> int:
     """``--assembler``: the replay report of ``result``, plus what the assembler made of the recording."""
     from etf_otel.cli._replay_assemblers import render_comparison, run_assembler
@@ -234,7 +263,7 @@ def _compare(
     except ImportError as error:
         return _refuse(str(error) or f"--assembler {args.assembler} needs {error.name or 'its library'}")
     comparison = dataclasses.replace(comparison, rules=result)  # the very result replay reports
-    report = build_report(result, show_arguments=args.show_arguments, linkage=findings)
+    report = build_report(result, show_arguments=args.show_arguments, linkage=findings, drift=drift)
     if args.json:
         document = report.to_dict(show_arguments=args.show_arguments)
         document["assembler"] = comparison.assembler_dict(show_arguments=args.show_arguments)
@@ -244,6 +273,7 @@ def _compare(
         render_comparison(_displayable_comparison(comparison), console, show_arguments=args.show_arguments)
         if report.linkage is not None:
             render_linkage(report.linkage, console, dispatchable=result.dispatchable)
+            render_drift(report.drift or (), console)
     found = result.rejections or comparison.divergences or findings
     return EXIT_FOUND if found else EXIT_OK
 

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from etf_otel.cli._text import displayable, json_text, print_table, shown
+from etf_otel.core._history import Drift
 from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult
 from etf_otel.protocols import bounded_finish_reason
@@ -85,6 +86,14 @@ class LinkageReport(BaseModel):
     """The function name, for a protocol that links results by name (Gemini); left out otherwise."""
 
 
+class DriftReport(BaseModel):
+    kind: str
+    """``id_replaced``, ``call_fabricated`` or ``refusal_answered``: recorded, never a finding."""
+    id: str | None
+    """The proposal's preserved id (``id_replaced``); never the id the history carries instead."""
+    name: str | None = None
+
+
 class ReplayReport(BaseModel):
     dispatchable: bool
     stream: StreamSummary
@@ -94,6 +103,8 @@ class ReplayReport(BaseModel):
     linkage: list[LinkageReport] | None = Field(default=None, exclude=True)
     """Findings against the next request (``--followup``); in the document only with it, so the
     document without ``--followup`` (also nested as ``rules`` by ``--assembler``) keeps its shape."""
+    drift: list[DriftReport] | None = Field(default=None, exclude=True)
+    """How the next request's history differs from the proposals without breaking anything (``--followup``)."""
 
     def to_dict(self, *, show_arguments: bool) -> dict[str, Any]:
         exclude = None if show_arguments else {"calls": {"__all__": {"arguments"}}}
@@ -102,6 +113,7 @@ class ReplayReport(BaseModel):
             document["linkage"] = [
                 finding.model_dump(exclude={"name"} if finding.name is None else None) for finding in self.linkage
             ]
+            document["drift"] = [entry.model_dump() for entry in self.drift or ()]
         return document
 
     def to_json(self, *, show_arguments: bool, ascii_only: bool = False) -> str:
@@ -120,6 +132,7 @@ def build_report(
     show_arguments: bool = False,
     linkage: Sequence[Finding] | None = None,
     streamed: bool = True,
+    drift: Sequence[Drift] = (),
 ) -> ReplayReport:
     """The docs/cli.md document for ``result``; arguments only when asked for."""
     return ReplayReport(
@@ -162,6 +175,7 @@ def build_report(
             for diagnostic in result.diagnostics
         ],
         linkage=linkage_report(linkage) if linkage is not None else None,
+        drift=[DriftReport(kind=entry.kind.value, id=entry.call_id, name=entry.name) for entry in drift],
     )
 
 
@@ -200,6 +214,14 @@ def render_report(report: ReplayReport, console: Console, *, show_arguments: boo
     console.print("dispatchable: " + ("yes" if report.dispatchable else "no"))
     if report.linkage is not None:
         render_linkage(report.linkage, console, dispatchable=report.dispatchable)
+        render_drift(report.drift or (), console)
+
+
+def render_drift(drift: Sequence[DriftReport], console: Console) -> None:
+    """One line per drift record: how the history differs from the proposals, never a finding."""
+    for entry in drift:
+        about = " ".join(shown(value) for value in (entry.id, entry.name) if value is not None)
+        console.print(f"drift (not a finding): {entry.kind}" + (f" ({about})" if about else ""))
 
 
 def render_linkage(findings: Sequence[LinkageReport], console: Console, *, dispatchable: bool) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from etf_otel.core._history import Drift, Shape
 from etf_otel.core._refused import NO_REFUSED, RefusedIds
 from etf_otel.core._vocabulary import ErrorCategory
 
@@ -55,7 +56,10 @@ class Conversation:
     must serialize those calls itself.
     """
 
-    __slots__ = ("_executed", "_max_pending", "_pending", "dropped", "refused", "response_ids")
+    __slots__ = ("_executed", "_max_pending", "_pending", "drift", "dropped", "refused", "response_ids", "shapes")
+
+    keeps_shapes = False
+    """Whether it keeps its latest response's :attr:`shapes` (a conversation whose requests' histories are read)."""
 
     def __init__(self, max_pending: int = DEFAULT_MAX_PENDING) -> None:
         self._max_pending = max_pending
@@ -67,6 +71,15 @@ class Conversation:
         """The preserved call ids of the latest response, proposed or not (at most ``max_pending``)."""
         self.refused: RefusedIds = NO_REFUSED
         """The keyed digests of the incoming ids the latest response's rules refused."""
+        self.shapes: tuple[Shape, ...] = ()
+        """The latest response's calls as a request's history is matched against them (when :attr:`keeps_shapes`)."""
+        self.drift: tuple[Drift, ...] = ()
+        """What the request that settles the latest response recorded as drift (taken by :meth:`take_drift`)."""
+
+    def take_drift(self) -> tuple[Drift, ...]:
+        """The drift the settling request recorded, once."""
+        drift, self.drift = self.drift, ()
+        return drift
 
     @property
     def pending(self) -> tuple[str, ...]:

@@ -70,6 +70,12 @@ INTEGRITY_VIOLATIONS: Final = CounterSpec(
     "Linkage and assembly integrity problems, and responses that ended incomplete.",
     (A.ETF_ERROR_CATEGORY, A.GEN_AI_PROVIDER_NAME),
 )
+LINKAGE_DRIFT: Final = CounterSpec(
+    A.METRIC_LINKAGE_DRIFT,
+    "{record}",
+    "Follow-up requests whose history differs from the proposals without breaking anything (not violations).",
+    (A.ETF_DIVERGENCE_KIND, A.GEN_AI_PROVIDER_NAME),
+)
 TOOL_CALLS: Final = CounterSpec(
     A.METRIC_TOOL_CALLS,
     "{call}",
@@ -82,7 +88,7 @@ STREAMS: Final = CounterSpec(
     "Streamed responses by end state and wire protocol.",
     (A.ETF_STREAM_STATE, A.ETF_PROTOCOL, A.GEN_AI_PROVIDER_NAME),
 )
-COUNTERS: Final = (FRAGMENTS, ID_TRANSITIONS, IDENTITY_ERRORS, INTEGRITY_VIOLATIONS, TOOL_CALLS, STREAMS)
+COUNTERS: Final = (FRAGMENTS, ID_TRANSITIONS, IDENTITY_ERRORS, INTEGRITY_VIOLATIONS, LINKAGE_DRIFT, TOOL_CALLS, STREAMS)
 
 _INCOMPLETE: Final = ErrorCategory.INCOMPLETE_RESPONSE.value
 

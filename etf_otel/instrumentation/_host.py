@@ -31,7 +31,12 @@ from etf_otel.core._vocabulary import ErrorCategory, Phase
 from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import _linkage as linkage
 from etf_otel.instrumentation import _positional as positional
-from etf_otel.instrumentation._registry import ProposalRecord, arguments_value_hash, canonical_value_hash
+from etf_otel.instrumentation._registry import (
+    ProposalRecord,
+    arguments_value_hash,
+    canonical_value_hash,
+    guard_refusal,
+)
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _suppressed
 from etf_otel.instrumentation._telemetry import Telemetry
@@ -127,7 +132,7 @@ class ObservedHost(_ObjectProxy):
         self._self_record_unverified = record_unverified_ids
         self._self_target = _target(host, method)
 
-    def _self_before(self, call: Any) -> tuple[_Execution | None, ErrorCategory | None]:
+    def _self_before(self, call: Any) -> tuple[_Execution | None, ErrorCategory | None, GuardRefusedError | None]:
         """Decide the guard, then start the span (``None`` when telemetry is off or failed).
 
         The guard does not depend on telemetry: it is decided first, also when tracing is
@@ -147,15 +152,20 @@ class ObservedHost(_ObjectProxy):
         except Exception:
             if self._self_guard:
                 refusal = ErrorCategory.ORPHANED_RESULT
+        refused = None
+        if refusal is not None:
+            refused = GuardRefusedError(refusal, tool=name)  # should what follows fail: the category alone
+            with internal_errors_swallowed("describing a refusal"):
+                refused = guard_refusal(refusal, name, record, call_id, telemetry.proposals)
         if _suppressed():
-            return None, refusal
+            return None, refusal, refused
         with internal_errors_swallowed("starting an execution"):
             span = telemetry.start_execution(call_id, name, record, self._self_record_unverified)
             if slot is not None and span.is_recording():
                 span.set_attributes({A.ETF_CHOICE_INDEX: slot.choice, A.ETF_TOOL_CALL_INDEX: slot.index})
             token = otel_context.attach(trace.set_span_in_context(span))
-            return _Execution(span, name, call_id, token, time.perf_counter(), slot is not None), refusal
-        return None, refusal
+            return _Execution(span, name, call_id, token, time.perf_counter(), slot is not None), refusal, refused
+        return None, refusal, refused
 
     @staticmethod
     def _self_refusal(
@@ -215,10 +225,10 @@ class ObservedHost(_ObjectProxy):
                     raise
 
     def _self_execute(self, call: Any, *args: Any, **kwargs: Any) -> Any:
-        execution, refusal = self._self_before(call)
+        execution, refusal, refused = self._self_before(call)
         if refusal is not None:
             self._self_after(execution, refusal, None)
-            raise GuardRefusedError(refusal)
+            raise refused or GuardRefusedError(refusal)
         try:
             result = self._self_target(call, *args, **kwargs)
         except BaseException as error:
@@ -228,10 +238,10 @@ class ObservedHost(_ObjectProxy):
         return result
 
     async def _self_async_execute(self, call: Any, *args: Any, **kwargs: Any) -> Any:
-        execution, refusal = self._self_before(call)
+        execution, refusal, refused = self._self_before(call)
         if refusal is not None:
             self._self_after(execution, refusal, None)
-            raise GuardRefusedError(refusal)
+            raise refused or GuardRefusedError(refusal)
         try:
             result = await self._self_target(call, *args, **kwargs)
         except BaseException as error:

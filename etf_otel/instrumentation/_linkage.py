@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from etf_otel.core._history import Drift, shapes
 from etf_otel.core._linkage import Conversation, Finding
 from etf_otel.core._results import AssemblyResult
 
@@ -30,8 +31,10 @@ def proposed(conversation: Conversation, call_ids: Iterable[str]) -> None:
 def responded(conversation: Conversation, response: AssemblyResult) -> None:
     """A response of ``conversation`` ended: its ids (and refused ids' digests), and its proposals if dispatchable."""
     call_ids = [call.id for call in response.calls if call.id is not None]
+    kept = tuple(shapes(response)) if conversation.keeps_shapes else ()
     with _LOCK:
         conversation.responded(call_ids, response.refused_ids)
+        conversation.shapes = kept
         if response.dispatchable:
             conversation.proposed(call_ids)
 
@@ -48,9 +51,10 @@ def next_request(conversation: Conversation, tool_message_ids: Sequence[str | No
 
 def settle(
     conversation: Conversation, tool_message_ids: Sequence[str | None] | None
-) -> tuple[list[Finding], tuple[str, ...]]:
+) -> tuple[list[Finding], tuple[str, ...], tuple[Drift, ...]]:
+    """The findings and answered ids of settling ``conversation``'s latest response, and its request's drift."""
     with _LOCK:
-        return conversation.settle(tool_message_ids)
+        return (*conversation.settle(tool_message_ids), conversation.take_drift())
 
 
 def end(conversation: Conversation) -> list[Finding]:

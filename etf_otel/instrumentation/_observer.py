@@ -18,6 +18,7 @@ from typing import Final
 from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanContext
 
+from etf_otel.core._history import Drift
 from etf_otel.core._identity import IdentityRules
 from etf_otel.core._linkage import Conversation, Finding
 from etf_otel.core._results import AssemblyResult
@@ -62,6 +63,7 @@ class ResponseObserver:
         "_base",
         "_conversation",
         "_done",
+        "_drift",
         "_findings",
         "_lock",
         "linkage_ambiguous",
@@ -96,6 +98,7 @@ class ResponseObserver:
         self._lock = threading.Lock()
         self._done = False
         self._findings: list[Finding] = []
+        self._drift: tuple[Drift, ...] = ()
         self._answered: tuple[str, ...] = ()
         self._at_eof: Callable[[], None] | None = None
         self._reported: list[Callable[[AssemblyResult, Mapping[tuple[int, int], SpanContext]], None]] = []
@@ -103,8 +106,9 @@ class ResponseObserver:
         """Set by an integration whose request carried results it could link to no single response."""
         if conversation is not None:
             with internal_errors_swallowed("settling the previous response"):
-                self._findings, self._answered = linkage.settle(conversation, tool_message_ids)
+                self._findings, self._answered, self._drift = linkage.settle(conversation, tool_message_ids)
                 telemetry.count_findings(self._findings, self._base)
+                telemetry.count_drift(self._drift, self._base)
 
     @property
     def finished(self) -> bool:
@@ -193,6 +197,7 @@ class ResponseObserver:
             self._answered,
             self.linkage_ambiguous,
             streamed,
+            self._drift,
         )
         open_calls.note(self.telemetry, result.calls, registered)  # what an MCP client matches call_tool to
         if self._positional:

@@ -68,6 +68,7 @@ def note(telemetry: Telemetry, result: AssemblyResult, call_spans: Mapping[tuple
                     call.name,
                     hash(call.arguments),
                     arguments_value_hash(call.arguments) if telemetry.guarding else None,
+                    call.index,
                 ),
             )
             for call in result.calls

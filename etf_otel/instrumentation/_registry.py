@@ -15,8 +15,9 @@ from opentelemetry.trace import SpanContext
 
 from etf_otel import attributes as A
 from etf_otel.core._vocabulary import ErrorCategory, Verdict
+from etf_otel.errors import GuardRefusedError
 
-__all__ = ["ProposalRecord", "ProposalRegistry", "ToolNameCap"]
+__all__ = ["ProposalRecord", "ProposalRegistry", "ToolNameCap", "guard_refusal"]
 
 
 class ProposalRecord(NamedTuple):
@@ -38,6 +39,8 @@ class ProposalRecord(NamedTuple):
     """``hash`` of the arguments' canonical JSON, kept only by setups that guard or while an integration
     matches framework runs (``_open_calls.tracking()``): a host may be handed the arguments as a parsed
     value (Anthropic's ``tool_use`` ``input``) or re-serialized, in another context than the response's."""
+    call_index: int | None = None
+    """The call's index in its response (``tool_calls[].index``, ``output_index``, block index), for a refusal."""
 
 
 _CANONICAL_JSON: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -57,6 +60,26 @@ def arguments_value_hash(arguments: str) -> int | None:
         return canonical_value_hash(json.loads(arguments))
     except (ValueError, RecursionError):
         return None
+
+
+_JOINED_CUTS: Final = 256
+"""How long a first id :meth:`ProposalRegistry.joined` looks for (provider ids are far shorter)."""
+
+
+def guard_refusal(
+    category: ErrorCategory,
+    name: str | None,
+    record: ProposalRecord | None,
+    call_id: str | None,
+    registry: ProposalRegistry | None,
+) -> GuardRefusedError:
+    """The error a guard raises for ``category``: the tool's name, the call's index, and the rules'
+    cause when the call's id is unknown because the rules rejected a second id of that call."""
+    cause = None
+    if record is None and call_id and registry is not None and category is ErrorCategory.ORPHANED_RESULT:
+        record = registry.joined(call_id)
+        cause = ErrorCategory.ID_CONFLICT if record is not None else None
+    return GuardRefusedError(category, tool=name, index=record.call_index if record is not None else None, cause=cause)
 
 
 class ProposalRegistry:
@@ -81,6 +104,18 @@ class ProposalRegistry:
     def get(self, call_id: str) -> ProposalRecord | None:
         with self._lock:  # ``add`` removes a re-proposed id before inserting it again
             return self._records.get(call_id)
+
+    def joined(self, call_id: str) -> ProposalRecord | None:
+        """The ``id_conflict`` call whose preserved id starts ``call_id``, if any: an SDK that appends
+        a call's second id to its first (the ``openai`` SDK's accumulators) hands the host both ids run
+        together, which no proposal has. Only the first :data:`_JOINED_CUTS` cuts are tried."""
+        records = self._records
+        with self._lock:
+            for cut in range(min(len(call_id) - 1, _JOINED_CUTS), 0, -1):
+                record = records.get(call_id[:cut])
+                if record is not None and record.first_category is ErrorCategory.ID_CONFLICT:
+                    return record
+        return None
 
     def clear(self) -> None:
         """Forget every record (guard mode then refuses every earlier call as orphaned)."""

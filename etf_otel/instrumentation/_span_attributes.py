@@ -14,6 +14,7 @@ from typing import Final
 from opentelemetry.util.types import AttributeValue
 
 from etf_otel import attributes as A
+from etf_otel.core._history import Drift
 from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult, Rejection
 from etf_otel.core._vocabulary import VALUE_OF, ErrorCategory, StreamState, Transition
@@ -26,6 +27,7 @@ __all__ = [
     "answered_attributes",
     "bounded",
     "count_compatibility",
+    "drift_attributes",
     "finding_attributes",
     "put_call_id",
     "put_tool_name",
@@ -142,6 +144,16 @@ def finding_attributes(finding: Finding) -> dict[str, AttributeValue]:
         attributes[A.ETF_LINKAGE_ORPHAN_REASON] = finding.reason
     if finding.name is not None:  # a protocol that links by name (Gemini): the only key of an id-less call
         put_tool_name(attributes, finding.name)
+    return attributes
+
+
+def drift_attributes(drift: Drift) -> dict[str, AttributeValue]:
+    """An ``etf.linkage.drift`` event: its kind, the proposal's preserved id (``id_replaced``) and the call's name."""
+    attributes: dict[str, AttributeValue] = {A.ETF_DIVERGENCE_KIND: drift.kind.value}
+    if drift.call_id is not None:  # only ever a preserved, proposed id
+        put_call_id(attributes, drift.call_id)
+    if drift.name is not None:
+        put_tool_name(attributes, drift.name)
     return attributes
 
 

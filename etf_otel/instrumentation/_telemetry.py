@@ -21,6 +21,7 @@ from opentelemetry.util.types import AttributeValue
 
 from etf_otel import attributes as A
 from etf_otel._version import __version__
+from etf_otel.core._history import Drift
 from etf_otel.core._linkage import Conversation, Finding
 from etf_otel.core._results import AssemblyResult, ToolCall
 from etf_otel.core._vocabulary import VALUE_OF, ErrorCategory, StreamState, Verdict
@@ -35,6 +36,7 @@ from etf_otel.instrumentation._span_attributes import (
     answered_attributes,
     bounded,
     count_compatibility,
+    drift_attributes,
     finding_attributes,
     put_call_id,
     put_tool_name,
@@ -130,11 +132,13 @@ class Telemetry:
         answered: Sequence[str] = (),
         ambiguous: bool = False,
         streamed: bool = True,
+        drift: Sequence[Drift] = (),
     ) -> tuple[dict[str, ProposalRecord], dict[tuple[int, int], SpanContext]]:
         """Emit the spans and metrics of one finalized response; returns its proposal records by id (its own, whatever
         another thread registers) and each call's span context by ``(choice, index)`` (an id-less call's link).
         ``findings`` (counted) and ``answered`` settled the previous response (``etf.linkage.answered_ids``);
-        ``ambiguous``: not judged; ``protocol``: span and ``etf.streams``; ``streamed``: ``False`` for a body."""
+        ``ambiguous``: not judged; ``protocol``: span and ``etf.streams``; ``streamed``: ``False`` for a body;
+        ``drift``: what that request recorded instead of judging (``etf.linkage.drift`` events, counted already)."""
         ended_ns = time.time_ns()
         base = self._base if base is None else base
         registered: dict[str, ProposalRecord] = {}
@@ -156,9 +160,8 @@ class Telemetry:
             with internal_errors_swallowed("describing a response"):
                 if error_type is not None:
                     stream_span.set_status(Status(StatusCode.ERROR))
-                if findings and stream_span.is_recording():
-                    for finding in findings:
-                        stream_span.add_event(A.EVENT_INTEGRITY_VIOLATION, finding_attributes(finding))
+                if (findings or drift) and stream_span.is_recording():
+                    _add_linkage_events(stream_span, findings, drift)
             # The calls are children of the response span, itself a child of the current span:
             # one trace holds the response, its calls and (through links) their executions.
             in_response = trace.set_span_in_context(stream_span, parent)
@@ -240,6 +243,7 @@ class Telemetry:
                         name,
                         hash(call.arguments),
                         arguments_value_hash(call.arguments) if self.guarding or open_calls.tracking() else None,
+                        call.index,
                     )
                     self.proposals.add(call.id, record)
                     registered[call.id] = record
@@ -278,6 +282,12 @@ class Telemetry:
         provider = (self._base if base is None else base).get(A.GEN_AI_PROVIDER_NAME)
         for finding in findings:
             self.counters.add(_counters.INTEGRITY_VIOLATIONS, (finding.category.value, provider))
+
+    def count_drift(self, drift: Iterable[Drift], base: dict[str, AttributeValue] | None = None) -> None:
+        """Count drift records on ``etf.linkage.drift`` (never on ``etf.integrity.violations``)."""
+        provider = (self._base if base is None else base).get(A.GEN_AI_PROVIDER_NAME)
+        for entry in drift:
+            self.counters.add(_counters.LINKAGE_DRIFT, (entry.kind.value, provider))
 
     def record_findings(self, findings: Sequence[Finding], span: Span | None = None) -> None:
         """Count linkage findings and add one ``etf.integrity.violation`` event each to ``span``."""
@@ -371,3 +381,11 @@ class Telemetry:
             metric_attributes[A.ERROR_TYPE] = kind
         self.execute_duration.record(duration, metric_attributes)
         return kind
+
+
+def _add_linkage_events(span: Span, findings: Sequence[Finding], drift: Sequence[Drift]) -> None:
+    """A request's linkage on its response span: one violation event per finding, one drift event per record."""
+    for finding in findings:
+        span.add_event(A.EVENT_INTEGRITY_VIOLATION, finding_attributes(finding))
+    for entry in drift:
+        span.add_event(A.EVENT_LINKAGE_DRIFT, drift_attributes(entry))

@@ -23,18 +23,19 @@ asyncio tasks may share one instrumentor.
 
 from __future__ import annotations
 
-import hashlib
-import json
+import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, Final, Generic, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from etf_otel import attributes as A
+from etf_otel.core._history import Turn, judge_history
 from etf_otel.core._linkage import Conversation, Finding, concatenated
 from etf_otel.core._refused import NO_REFUSED, RefusedIds
 from etf_otel.core._vocabulary import ErrorCategory
+from etf_otel.integrations._fingerprints import LruIndex, digests, fingerprint, plain
 from etf_otel.protocols import field
 
 __all__ = [
@@ -45,7 +46,6 @@ __all__ = [
     "Linked",
     "LinkedConversation",
     "LruIndex",
-    "PrefixConversations",
     "concatenated",
     "digests",
     "fingerprint",
@@ -57,73 +57,14 @@ __all__ = [
 
 DEFAULT_MAX_CONVERSATIONS: Final = 1024
 
+MAX_PREFIX_TURNS: Final = 8
+"""A request's prefix is tried as evidence before at most this many of its last assistant turns with calls."""
+
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 
 FollowUp = tuple[int, list[str | None]]
 """``(position of the last assistant message, the result ids the request carries after it)``."""
-
-
-class LruIndex(Generic[_K, _V]):
-    """A bounded map, least recently used first out (e.g. a request's fingerprint to its conversation)."""
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._items: OrderedDict[_K, _V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: _K) -> _V | None:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
-
-    def put(self, key: _K, value: _V) -> None:
-        with self._lock:
-            self._put(key, value)
-
-    def claim(self, key: _K, value: _V, taken: Callable[[_V, _K], bool], ambiguous: _V) -> None:
-        """Map ``key`` to ``value``, or to ``ambiguous`` when another value still ``taken`` holds it."""
-        with self._lock:
-            held = self._items.get(key)
-            if held is not None and held is not value and (held is ambiguous or taken(held, key)):
-                value = ambiguous
-            self._put(key, value)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def _put(self, key: _K, value: _V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self._capacity:
-            self._items.popitem(last=False)
-
-
-def plain(value: Any) -> Any:
-    """A dict as it is; an SDK object as the fields it was given (``model_dump(exclude_unset=True)``)."""
-    if type(value) is dict:
-        return value
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(exclude_unset=True, warnings=False)
-    return value
-
-
-_CANONICAL_JSON: Final = json.JSONEncoder(sort_keys=True, default=str, separators=(",", ":"))
-"""One shared encoder: ``json.dumps`` with options builds a new encoder on every call."""
-
-
-def digests(items: Sequence[Any]) -> list[bytes]:
-    """One SHA-256 per message or input item (canonical JSON), so a prefix and the whole share the work."""
-    encode = _CANONICAL_JSON.encode
-    return [hashlib.sha256(encode(plain(item)).encode("utf-8", "surrogatepass")).digest() for item in items]
-
-
-def fingerprint(digests: Sequence[bytes]) -> bytes:
-    """The SHA-256 of a run of items, from their :func:`digests` (no content is kept)."""
-    return hashlib.sha256(b"".join(digests)).digest()
 
 
 def last_position(messages: Sequence[Any], role: str) -> int | None:
@@ -140,6 +81,8 @@ def string_or_none(value: object) -> str | None:
 
 
 class LinkedConversation(Conversation):
+    keeps_shapes = True
+
     """A conversation that tells its index the call ids of its latest response, and why a result is orphaned.
 
     ``open_ids``: the proposals of its latest response while they await settlement (empty once
@@ -328,6 +271,71 @@ class ConversationIndex:
                 return found, False, position
         return None, ambiguous, -1
 
+    def link_history(
+        self,
+        turns: Sequence[Turn],
+        item_digests: Sequence[bytes],
+        previous: object = None,
+        guarded: bool = False,
+        adjacent: bool = False,
+    ) -> Linked:
+        """The conversation whose latest response a request's history answers, and the results that settle it.
+
+        Evidence, first match wins: the call ids of each assistant turn, the latest first (a turn whose
+        ids no response proposed, a framework's own round, is passed over); ``previous`` (a Responses
+        ``previous_response_id``); else the items before each of the last :data:`MAX_PREFIX_TURNS`
+        assistant turns with calls as an earlier request's whole input, only when that turn carries the
+        conversation's calls. The results are the answered turn's (:func:`~etf_otel.core._history.judge_history`);
+        what it records as drift waits on the conversation for the request's span.
+        """
+        with_calls = [
+            position
+            for position in range(len(turns) - 1, -1, -1)
+            if turns[position].assistant and turns[position].calls
+        ]
+        by_prefix = with_calls[:MAX_PREFIX_TURNS]
+        has_previous = isinstance(previous, str) and bool(previous)
+        turn_ids = [ids for ids in _turn_ids(turns, with_calls) if ids]
+        decided_by_ids = len(turn_ids)
+        candidates: Iterable[Candidate] = (
+            self.by_ids(ids) if at == 0 else _unless_older(self.by_ids(ids)) for at, ids in enumerate(turn_ids)
+        )
+        if has_previous:
+            candidates = itertools.chain(candidates, (self.by_response(previous),))  # type: ignore[arg-type]
+        else:
+            candidates = itertools.chain(
+                candidates, (self.by_request(fingerprint(item_digests[: turns[at].at])) for at in by_prefix)
+            )
+        found, ambiguous, decided = self.first_match(candidates)
+        if found is None:
+            return Linked(None, None, ambiguous)
+        judgement = judge_history(
+            turns,
+            found.shapes,
+            known=lambda call_id: self._known(found, call_id),
+            rejected=lambda call_id: self._rejected_here(found, call_id),
+            refused=(lambda call_id: self._rejected_here(found, call_id)) if guarded else _never_id,
+            adjacent=adjacent,
+        )
+        by_prefix_turn = decided - decided_by_ids if not has_previous and decided >= decided_by_ids else None
+        if judgement is None or (by_prefix_turn is not None and judgement.answered != by_prefix[by_prefix_turn]):
+            if has_previous and decided == decided_by_ids:  # previous_response_id, no replayed calls: every result
+                return Linked(found, [result.call_id for turn in turns for result in turn.results])
+            found.claimed = False  # a prefix is evidence only when the turn after it carries the calls
+            return Linked(None, None, ambiguous)
+        found.drift = tuple(judgement.drift)
+        return Linked(found, judgement.result_ids)
+
+    def _rejected_here(self, conversation: LinkedConversation, call_id: str) -> bool:
+        """Whether the rules rejected a call with ``call_id`` or refused it as an incoming id."""
+        return call_id in conversation.refused or (self._rejected is not None and self._rejected(call_id))
+
+    def _known(self, conversation: LinkedConversation, call_id: str) -> bool:
+        """Whether ``call_id`` is the latest response's in another form: refused by its rules, its ids run together."""
+        if call_id in conversation.response_ids or self._rejected_here(conversation, call_id):
+            return True
+        return concatenated(call_id, conversation.response_ids, conversation.refused)
+
     def orphan_reason(self, call_id: object, calls: frozenset[str], refused: RefusedIds) -> str:
         """Why ``call_id`` answers none of the proposals (one of ``ORPHAN_REASONS``), first match wins.
 
@@ -349,49 +357,23 @@ def _never(conversation: LinkedConversation) -> bool:
     return False
 
 
-class PrefixConversations:
-    """Chat-shaped requests (Chat Completions, Anthropic Messages) linked to the response they answer.
+def _never_id(call_id: str) -> bool:
+    return False
 
-    ``split`` reads a request's :data:`FollowUp` (``None`` when it has no assistant message: it
-    starts a conversation); ``turn_ids`` the call ids of an assistant message.
-    """
 
-    def __init__(
-        self,
-        capacity: int,
-        split: Callable[[Sequence[Any]], FollowUp | None],
-        turn_ids: Callable[[Any], list[str]],
-        rejected: Callable[[str], bool] | None = None,
-    ) -> None:
-        self.index = ConversationIndex(capacity, rejected)
-        self._split = split
-        self._turn_ids = turn_ids
+def _unless_older(candidate: Candidate) -> Candidate:
+    """Evidence from a turn before the last one with calls: the response it names is an earlier one of a
+    stateless history unless it is the latest, so it decides only then (else the next evidence does)."""
+    found, latest = candidate
+    if found is None or found is AMBIGUOUS or latest(found):
+        return candidate
+    return None, _never
 
-    def link(self, messages: object) -> Linked:
-        """The conversation a request continues (a new one when none), and the results it is judged by.
 
-        Only a list or tuple is read: messages given as an iterator (a generator) would be
-        consumed before the SDK sends them, so that request gets no linkage.
-        """
-        if not isinstance(messages, (list, tuple)):
-            return Linked(None)
-        message_digests = digests(messages)
-        linked = Linked(None)
-        follow_up = self._split(messages)
-        if follow_up is not None:
-            position, result_ids = follow_up
-            index = self.index
-            found, ambiguous, _ = index.first_match(
-                (
-                    index.by_ids(self._turn_ids(messages[position])),
-                    index.by_request(fingerprint(message_digests[:position])),
-                )
-            )
-            linked = Linked(found, result_ids if found is not None else None, ambiguous)
-        if linked.conversation is None:
-            linked = Linked(self.index.new(), None, linked.ambiguous)
-        self.index.requested(linked.conversation, fingerprint(message_digests))  # type: ignore[arg-type]
-        return linked
+def _turn_ids(turns: Sequence[Turn], positions: Iterable[int]) -> Iterable[list[str]]:
+    """The call ids of each turn at ``positions``, lazily (evidence read only until a match)."""
+    for position in positions:
+        yield [call.call_id for call in turns[position].calls if call.call_id is not None]
 
 
 def string_ids(values: Iterable[object]) -> list[str]:

@@ -44,7 +44,7 @@ from etf_otel.core._linkage import Finding
 from etf_otel.core._vocabulary import ErrorCategory, Phase
 from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import _open_calls as open_calls
-from etf_otel.instrumentation._registry import ProposalRecord
+from etf_otel.instrumentation._registry import ProposalRecord, guard_refusal
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._setup import Instrumentation
 from etf_otel.instrumentation._span_attributes import put_call_id
@@ -175,7 +175,7 @@ def _refusal(call_id: str | None, proposal: Proposal | None) -> ErrorCategory | 
 class RunningTool:
     """One framework tool run between its start and its end: its span (if any) and the guard's refusal."""
 
-    __slots__ = ("_name", "_owned", "_span", "_started", "_telemetry", "_token", "refusal")
+    __slots__ = ("_call_id", "_name", "_owned", "_record", "_span", "_started", "_telemetry", "_token", "refusal")
 
     def __init__(
         self,
@@ -191,11 +191,14 @@ class RunningTool:
         self._owned = span is None
         self._token: object = None
         self._name = name
+        self._call_id = call_id
+        self._record: ProposalRecord | None = None
         self._telemetry = telemetry
         self._started = time.perf_counter()
         proposal: Proposal | None = None
         try:
             proposal = find_proposal(call_id, name, arguments)
+            self._record = proposal.record if proposal is not None else None
             if guard:
                 self.refusal = _refusal(call_id, proposal)
         except Exception:
@@ -205,6 +208,13 @@ class RunningTool:
             return
         with internal_errors_swallowed("starting a framework's tool run"):
             self._start(proposal, call_id, span)
+
+    def refused(self) -> GuardRefusedError:
+        """The error of this run's refusal: the tool, the call's index, the category (and the rules' cause)."""
+        category = self.refusal or ErrorCategory.ORPHANED_RESULT
+        with internal_errors_swallowed("describing a refusal"):
+            return guard_refusal(category, self._name, self._record, self._call_id, self._telemetry.proposals)
+        return GuardRefusedError(category, tool=self._name)
 
     def _start(self, proposal: Proposal | None, call_id: str | None, existing: trace.Span | None) -> None:
         telemetry = proposal.telemetry if proposal is not None else self._telemetry
@@ -302,7 +312,7 @@ class ToolRuns:
         running = self.start(call_id, name, arguments)
         if running.refusal is not None:
             running.end()
-            raise GuardRefusedError(running.refusal)
+            raise running.refused()
         return running.call(run)
 
     async def arun(
@@ -312,5 +322,5 @@ class ToolRuns:
         running = self.start(call_id, name, arguments)
         if running.refusal is not None:
             running.end()
-            raise GuardRefusedError(running.refusal)
+            raise running.refused()
         return await running.acall(run)

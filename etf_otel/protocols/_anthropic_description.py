@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from etf_otel.core._history import HistoryCall, HistoryResult, Turn
 from etf_otel.core._identity import ABSENT
 from etf_otel.protocols._anthropic_messages import EVENT_TYPES, AnthropicAssembler
 from etf_otel.protocols._base import CallFields, FollowUp, WireProtocol, field, last_position, typed_starts
@@ -48,6 +49,43 @@ def _result_ids(followup: object) -> list[object] | None:
                     tool_use_id = block.get("tool_use_id")
                     ids.append(tool_use_id if message is first_user and isinstance(tool_use_id, str) else None)
     return ids
+
+
+def _string(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _history(request: object) -> list[Turn] | None:
+    """The ``messages`` of a request as turns: an assistant message with its ``tool_use`` blocks, any other
+    message with its ``tool_result`` blocks (``is_error: true`` marks an error). Only the message right after
+    an assistant message may answer its calls (:attr:`~etf_otel.protocols.WireProtocol.answers_adjacent`)."""
+    messages = field(request, "messages") if isinstance(request, dict) else request
+    if not isinstance(messages, (list, tuple)):
+        return None
+    turns: list[Turn] = []
+    for at, message in enumerate(messages):
+        content = field(message, "content")
+        blocks = content if isinstance(content, (list, tuple)) else ()
+        if field(message, "role") == "assistant":
+            calls = tuple(
+                HistoryCall(_string(field(block, "id")), _string(field(block, "name")), _input(block))
+                for block in blocks
+                if field(block, "type") == "tool_use"
+            )
+            turns.append(Turn(True, calls, at=at))
+        else:
+            results = tuple(
+                HistoryResult(_string(field(block, "tool_use_id")), error=field(block, "is_error") is True)
+                for block in blocks
+                if field(block, "type") == "tool_result"
+            )
+            turns.append(Turn(False, results=results, at=at))
+    return turns
+
+
+def _input(block: object) -> object:
+    value = field(block, "input")
+    return None if value is ABSENT else value
 
 
 def _plain(value: object) -> object:
@@ -137,6 +175,8 @@ ANTHROPIC_MESSAGES: Final = WireProtocol(
     ),
     followup_shape="the messages list, or the request object holding it",
     follow_up=_follow_up,
+    history=_history,
+    answers_adjacent=True,
     complete_body=_complete_body,
     body_events=anthropic_body_events,
     later_responses=_later_responses,

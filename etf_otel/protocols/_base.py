@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from etf_otel.core._history import Drift, Turn
 from etf_otel.core._identity import IdentityRules
 from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult
@@ -112,6 +113,16 @@ def _states_nothing(event: object) -> bool:
     return False
 
 
+def _no_drift(result: AssemblyResult, followup: object) -> list[Drift]:
+    """A protocol linked by :attr:`WireProtocol.result_ids`: its drift comes from the history's scope."""
+    return []
+
+
+def _no_history(request: object) -> list[Turn] | None:
+    """A protocol that does not read its requests' histories: linkage by :attr:`WireProtocol.result_ids` alone."""
+    return None
+
+
 def _no_call(call: object) -> CallFields | None:
     """No call object of this protocol's own shape: hosts read ``id``, ``name``, ``arguments``."""
     return None
@@ -172,7 +183,16 @@ class WireProtocol:
     states_arguments: Callable[[object], bool] = _states_nothing
     """Whether an event restates a call's whole arguments (a snapshot mark on ``replay --html``)
     even when the slot model counts no new claim from it."""
+    history: Callable[[object], list[Turn] | None] = _no_history
+    """A next request's history as :class:`~etf_otel.core._history.Turn` s (the request as the protocol
+    sends it, the part of it that holds its turns, or the SDK's objects); ``None`` when it is not of
+    that shape. What a follow-up's judgement covers is decided on them (:mod:`etf_otel.core._history`)."""
+    answers_adjacent: bool = False
+    """Whether only the turn right after an assistant turn may answer its calls (Anthropic: the next user
+    message); otherwise every turn up to the next assistant turn may (Chat: the ``role: tool`` messages)."""
     link: Callable[[AssemblyResult, object], list[Finding] | None] | None = None
+    link_drift: Callable[[AssemblyResult, object], list[Drift]] = _no_drift
+    """With :attr:`link`: what the next request answers that is drift rather than ``result``'s to judge."""
     """The linkage findings of a next request (as :attr:`result_ids` takes it) against a response,
     for a protocol that links results by more than their ids (Gemini: by name and order too);
     ``None`` (the default): linkage by :attr:`result_ids`."""

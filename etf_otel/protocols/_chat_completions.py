@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
+from etf_otel.core._history import HistoryCall, HistoryResult, Turn
 from etf_otel.core._identity import ABSENT, CompatibilityRule, IdentityRules
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS, ResponseSlots
@@ -222,6 +223,45 @@ def _result_ids(followup: object) -> list[object] | None:
     return [message.get("tool_call_id") for message in messages[last_assistant + 1 :] if message.get("role") == "tool"]
 
 
+def _string(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _history(request: object) -> list[Turn] | None:
+    """The ``messages`` of a request as turns: an assistant message with its ``tool_calls``, a ``role: tool``
+    message with the ``tool_call_id`` it answers, any other message as a turn without results."""
+    messages = field(request, "messages") if isinstance(request, dict) else request
+    if not isinstance(messages, (list, tuple)):
+        return None
+    turns: list[Turn] = []
+    for at, message in enumerate(messages):
+        role = field(message, "role")
+        if role == "assistant":
+            calls = field(message, "tool_calls")
+            turns.append(
+                Turn(
+                    True,
+                    tuple(_history_call(call) for call in calls if call is not None)
+                    if isinstance(calls, (list, tuple))
+                    else (),
+                    at=at,
+                )
+            )
+        elif role == "tool":
+            turns.append(Turn(False, results=(HistoryResult(_string(field(message, "tool_call_id"))),), at=at))
+        else:
+            turns.append(Turn(False, at=at))
+    return turns
+
+
+def _history_call(call: object) -> HistoryCall:
+    function = field(call, "function")
+    arguments = field(function, "arguments")
+    return HistoryCall(
+        _string(field(call, "id")), _string(field(function, "name")), None if arguments is ABSENT else arguments
+    )
+
+
 def _follow_up(messages: Sequence[object]) -> FollowUp | None:
     """``(position of the last assistant message, tool_call_ids of the tool messages after it)``.
 
@@ -307,6 +347,7 @@ CHAT_COMPLETIONS: Final = WireProtocol(
     title="Chat Completions",
     finish_reasons=frozenset({"stop", "length", "tool_calls", "content_filter", "function_call", "error"}),
     followup_shape="the messages list, or the request object holding it",
+    history=_history,
     follow_up=_follow_up,
     complete_body=_complete_body,
     body_events=chat_body_events,

@@ -10,6 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from etf_otel.core._history import (
+    Drift,
+    DriftKind,
+    HistoryCall,
+    HistoryResult,
+    Shape,
+    Turn,
+    answered_turn,
+    shapes,
+)
 from etf_otel.core._identity import ABSENT
 from etf_otel.core._linkage import Finding
 from etf_otel.core._results import AssemblyResult
@@ -54,22 +64,136 @@ def _recognizes(event: object) -> bool:
     return "candidates" in event or "promptFeedback" in event or "prompt_feedback" in event
 
 
-def results(contents: Sequence[object]) -> list[tuple[object, bool]]:
-    """The ``functionResponse`` parts of the next request, in order, each with whether it is in scope.
+def results(contents: Sequence[object], result: AssemblyResult | None = None) -> list[tuple[object, bool]]:
+    """The ``functionResponse`` parts of the next request that ``result`` is judged by (:func:`scoped`)."""
+    return scoped(contents, result)[0]
 
-    In scope is the first content after the last ``role: model`` content (the first content
-    when there is no model turn): a result in any later content answers nothing.
+
+def drift(result: AssemblyResult, followup: object) -> list[Drift]:
+    """What the next request answers without it being ``result``'s to judge (:func:`scoped`), as drift."""
+    contents = _contents(followup)
+    return [] if contents is None else scoped(contents, result)[1]
+
+
+def scoped(
+    contents: Sequence[object], result: AssemblyResult | None = None, kept: Sequence[Shape] | None = None
+) -> tuple[list[tuple[object, bool]], list[Drift]]:
+    """The ``functionResponse`` parts of the next request that ``result`` is judged by, in order, each with
+    whether it is in scope.
+
+    In scope is the first content after the model content that carries ``result``'s calls (found by
+    ids, else by names and arguments: :func:`~etf_otel.core._history.answered_turn`), else after the
+    last ``role: model`` content (the first content when there is no model turn). Contents before it
+    belong to earlier responses and are not read; a result in a later content is out of scope (it
+    answers nothing), except one that answers a call of a later model content (a framework's own
+    round, answered in the same request) or a refused call of ``result`` answered with an error: those
+    are not ``result``'s to judge: they are drift (``call_fabricated``, ``refusal_answered``). ``kept``:
+    ``result``'s calls as a conversation keeps them (:func:`~etf_otel.core._history.shapes`), for a
+    ``result`` kept without its arguments.
     """
-    model = last_position(contents, _MODEL)
+    model = _answered(contents, result, kept) if result is not None else None
+    if model is None:
+        model = last_position(contents, _MODEL)
     scope = 0 if model is None else model + 1
+    rejected = {call.name for call in result.calls if not (result.dispatchable and call.proposed)} if result else set()
+    later_calls: set[object] = set()
     found: list[tuple[object, bool]] = []
+    drifted: list[Drift] = []
     for position in range(scope, len(contents)):
-        parts = field(contents[position], "parts")
+        content = contents[position]
+        parts = field(content, "parts")
+        if field(content, "role") == _MODEL:
+            later_calls.update(_calls_of(content))
+            continue
         for part in parts if isinstance(parts, list) else ():
             response = read(part, "functionResponse", "function_response")
-            if response is not ABSENT and response is not None:
+            if response is ABSENT or response is None:
+                continue
+            name = field(response, "name")
+            if name in later_calls:
+                drifted.append(Drift(DriftKind.CALL_FABRICATED, None, _string(name)))
+            elif name in rejected and _is_error(response):
+                drifted.append(Drift(DriftKind.REFUSAL_ANSWERED, None, _string(name)))
+            else:
                 found.append((response, position == scope))
-    return found
+    return found, drifted
+
+
+def _calls_of(content: object) -> list[object]:
+    parts = field(content, "parts")
+    calls = (
+        [read(part, "functionCall", "function_call") for part in parts if part is not None]
+        if isinstance(parts, list)
+        else []
+    )
+    return [field(call, "name") for call in calls if call is not ABSENT and call is not None]
+
+
+def _is_error(response: object) -> bool:
+    """A ``functionResponse`` whose ``response`` is an error (``{"error": ...}``)."""
+    body = field(response, "response")
+    return isinstance(body, dict) and "error" in body
+
+
+def _history(request: object) -> list[Turn] | None:
+    """The ``contents`` of a request as turns: a ``role: model`` content with its ``functionCall`` parts, any
+    other content with its ``functionResponse`` parts (a ``response`` holding ``error`` marks an error)."""
+    contents = _contents(request)
+    return None if contents is None else _turns(contents)
+
+
+def _turns(contents: Sequence[object]) -> list[Turn]:
+    turns: list[Turn] = []
+    for at, content in enumerate(contents):
+        parts = field(content, "parts")
+        parts = parts if isinstance(parts, list) else []
+        if field(content, "role") == _MODEL:
+            calls = [read(part, "functionCall", "function_call") for part in parts if part is not None]
+            found = tuple(
+                HistoryCall(_string(unset(field(call, "id"))), _string(field(call, "name")), _args(call))
+                for call in calls
+                if call is not ABSENT and call is not None
+            )
+            if turns and turns[-1].assistant:  # a streamed model turn: one content per chunk
+                turns[-1] = turns[-1]._replace(calls=turns[-1].calls + found)
+            else:
+                turns.append(Turn(True, found, at=at))
+        else:
+            responses = [read(part, "functionResponse", "function_response") for part in parts if part is not None]
+            turns.append(
+                Turn(
+                    False,
+                    results=tuple(
+                        HistoryResult(
+                            _string(unset(field(response, "id"))),
+                            _string(field(response, "name")),
+                            _is_error(response),
+                        )
+                        for response in responses
+                        if response is not ABSENT and response is not None
+                    ),
+                    at=at,
+                )
+            )
+    return turns
+
+
+def _args(call: object) -> object:
+    value = field(call, "args")
+    return None if value is ABSENT else value
+
+
+def _string(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _answered(contents: Sequence[object], result: AssemblyResult, kept: Sequence[Shape] | None) -> int | None:
+    """The position of the last model content of the turn that carries ``result``'s calls."""
+    turns = _turns(contents)
+    answered = answered_turn(turns, shapes(result) if kept is None else kept) if result.calls else None
+    if answered is None:
+        return None
+    return turns[answered + 1].at - 1 if answered + 1 < len(turns) else len(contents) - 1
 
 
 def _result_ids(followup: object) -> list[object] | None:
@@ -91,7 +215,7 @@ def _contents(followup: object) -> list[object] | None:
 def _link(result: AssemblyResult, followup: object) -> list[Finding] | None:
     """The findings of the next request's results against ``result``: by id, or by name and order."""
     contents = _contents(followup)
-    return None if contents is None else link_results(result, results(contents))
+    return None if contents is None else link_results(result, results(contents, result))
 
 
 def _ids(contents: Sequence[object]) -> list[str | None]:
@@ -171,12 +295,14 @@ GEMINI: Final = WireProtocol(
     title="Gemini",
     finish_reasons=FINISH_REASONS,
     followup_shape="the contents list, or the request object holding it",
+    history=_history,
     follow_up=_follow_up,
     later_responses=_later_responses,
     slot_label=_slot_label,
     call_fields=_call_fields,
     request_path=":streamGenerateContent",
     link=_link,
+    link_drift=drift,
     body_events=body_events,
 )
 """Gemini ``streamGenerateContent``: slot key ``(candidate, call ordinal)``; identity the optional call id."""

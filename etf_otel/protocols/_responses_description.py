@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from etf_otel.core._history import HistoryCall, HistoryResult, Turn
 from etf_otel.core._identity import ABSENT
 from etf_otel.protocols._base import CallFields, WireProtocol, field, typed_starts
 from etf_otel.protocols._bodies import responses_body_events
@@ -54,6 +55,59 @@ def _result_ids(followup: object) -> list[object] | None:
             call_id = field(item, "call_id")
             ids.append(None if call_id is ABSENT else call_id)
     return ids
+
+
+_OUTPUT_TYPES: Final = frozenset({"reasoning", "mcp_list_tools", "mcp_approval_request", "compaction"})
+"""Items a response outputs besides assistant messages and ``*_call`` items: part of an assistant turn."""
+
+
+def _string(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _history(request: object) -> list[Turn] | None:
+    """The ``input`` of a request as turns: each run of output items (assistant messages, reasoning,
+    ``*_call`` items) one assistant turn with its ``function_call`` items; a ``function_call_output``
+    item a turn with the result it carries; any other item a turn without results. A text ``input`` is
+    one user turn."""
+    items = field(request, "input") if isinstance(request, dict) else request
+    if isinstance(items, str):
+        return [Turn(False)]
+    if not isinstance(items, (list, tuple)):
+        return None
+    turns: list[Turn] = []
+    calls: list[HistoryCall] | None = None
+    start = 0
+    for at, item in enumerate(items):
+        if item is None or isinstance(item, NOT_OBJECTS):
+            continue
+        kind = field(item, "type")
+        if field(item, "role") == "assistant" or (
+            isinstance(kind, str) and (kind in _OUTPUT_TYPES or kind.endswith("_call"))
+        ):
+            if calls is None:
+                calls, start = [], at
+            if kind == "function_call":
+                call_id, arguments = _string(field(item, "call_id")), field(item, "arguments")
+                calls.append(
+                    HistoryCall(
+                        call_id,
+                        _string(field(item, "name")),
+                        None if arguments is ABSENT else arguments,
+                        call_id is not None and call_id == field(item, "id"),
+                    )
+                )
+            continue
+        if calls is not None:
+            turns.append(Turn(True, tuple(calls), at=start))
+            calls = None
+        if kind == "function_call_output":
+            turns.append(Turn(False, results=(HistoryResult(_string(field(item, "call_id"))),), at=at))
+        else:
+            turns.append(Turn(False, at=at))
+    if calls is not None:
+        turns.append(Turn(True, tuple(calls), at=start))
+    return turns
 
 
 def _complete_body(event: object) -> str | None:
@@ -102,6 +156,7 @@ RESPONSES: Final = WireProtocol(
     title="OpenAI Responses",
     finish_reasons=frozenset({"max_output_tokens", "content_filter"}),
     followup_shape="the input list, or the request object holding it",
+    history=_history,
     complete_body=_complete_body,
     body_events=responses_body_events,
     later_responses=_later_responses,

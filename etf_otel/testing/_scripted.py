@@ -22,7 +22,7 @@ from etf_otel.testing import responses as r
 from etf_otel.testing._quirks import QUIRK_TABLES
 from etf_otel.testing._server import RecordedRequest, Responder, Script
 
-__all__ = ["ANSWER", "GEMINI_PATH", "PATHS", "quirk_responder", "tool_turn_responder"]
+__all__ = ["ANSWER", "GEMINI_PATH", "PATHS", "quirk_protocols", "quirk_responder", "tool_turn_responder"]
 
 PATHS: Final[Mapping[str, str]] = MappingProxyType(
     {
@@ -173,7 +173,9 @@ def tool_turn_responder(request: RecordedRequest) -> Script | None:
 
 
 def quirk_responder(name: str) -> Responder:
-    """Every request gets the quirk stream ``name`` of its protocol's table (``404`` if that table has none)."""
+    """The quirk stream ``name`` of the request's protocol to a request that carries no tool result;
+    the follow-up that sends results back gets :func:`tool_turn_responder`'s text answer, so an agent
+    loop ends. A protocol whose table has no such stream answers ``404``."""
     if not any(name in table for table in QUIRK_TABLES.values()):
         raise KeyError(name)
 
@@ -185,6 +187,13 @@ def quirk_responder(name: str) -> Responder:
         if events is None:
             error = {"error": {"message": f"no {protocol} quirk stream named {name!r}", "type": "etf_local_sse"}}
             return Script(events=[error], status=404)
+        if _has_tool_result(protocol, request.body):
+            return tool_turn_responder(request)
         return Script(events=events, named=protocol in _NAMED)
 
     return respond
+
+
+def quirk_protocols(name: str) -> list[str]:
+    """The protocols whose quirk tables have a stream named ``name``."""
+    return [protocol for protocol, table in QUIRK_TABLES.items() if name in table]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -422,9 +423,8 @@ def test_other_signals_are_skipped_and_counted(
 @pytest.mark.parametrize(
     ("content", "reason"),
     [
-        pytest.param(None, ":2: truncated JSON line", id="truncated-line"),
-        pytest.param('{"hello": "world"}\n', ":1: not an OTLP trace export", id="json-not-otlp"),
-        pytest.param("this is a log file\nnot json at all\n", ":1: not valid JSON", id="text"),
+        pytest.param('{"hello": "world"}\n', "(line 1: not an OTLP trace export", id="json-not-otlp"),
+        pytest.param("this is a log file\nnot json at all\n", "(line 1: not valid JSON)", id="text"),
         pytest.param('{"resourceSpans": 3}\n', "resourceSpans is not a list", id="wrong-type"),
         pytest.param(
             '{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"x","spanId":"00f067aa0ba902b7"}]}]}]}\n',
@@ -445,22 +445,31 @@ def test_bad_input_exits_2_with_one_line(
     process: Callable[..., Process],
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
-    content: str | None,
+    content: str,
     reason: str,
 ) -> None:
     bad = tmp_path / "bad.jsonl"
-    if content is None:
-        proc = process()
-        inst = proc.instrumentation()
-        clean_turn(proc, inst)
-        proc.close()
-        text = proc.path.read_text()
-        bad.write_text(text[: text.index("\n") + 1 + 150])  # the second line cut in half
-    else:
-        bad.write_text(content)
+    bad.write_text(content)
     code, report, err = audit(capsys, bad)
     assert code == 2 and report == {}
     assert err.count("\n") == 1 and err.startswith("etf-otel audit: ") and reason in err, err
+
+
+def test_a_truncated_line_is_skipped_and_counted_as_on_standard_input(
+    process: Callable[..., Process], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A file is read by the rules of ``audit -``: a line cut in half (an exporter killed mid-write) is no export."""
+    proc = process()
+    clean_turn(proc, proc.instrumentation())
+    proc.close()
+    text = proc.path.read_text()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(text + text[: text.index("\n") // 2])
+    code, report, _ = audit(capsys, cut)
+    whole = audit(capsys, proc.path)[1]
+    assert code == 0
+    assert report["input"]["skipped_records"] == whole["input"]["skipped_records"] + 1
+    assert report["input"]["spans"] == whole["input"]["spans"]
 
 
 def test_truncated_gzip_and_missing_path(
@@ -557,3 +566,26 @@ def test_report_details_are_bounded() -> None:
     assert report.traces_with_findings == 7 and len(report.details) == 3 and report.details_dropped == 4
     summary = report.to_dict()["by_kind"][0]
     assert summary["count"] == 7 and len(summary["first_traces"]) == 5
+
+
+def test_the_progress_bar_counts_bytes_read_and_groups_of_traces_checked(
+    process: Callable[..., Process], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal: the checking row counts groups of traces, never bytes ("1/1 bytes" for a tiny input)."""
+    import io
+
+    from rich.console import Console
+
+    from etf_otel.cli import _audit
+
+    proc = process()
+    clean_turn(proc, proc.instrumentation())
+    proc.close()
+    terminal = io.StringIO()
+    monkeypatch.setattr(_audit, "Console", lambda stderr: Console(file=terminal, force_terminal=True, width=120))
+    assert run_audit([str(proc.path)], json_output=True, progress=True) == 0
+    capsys.readouterr()
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue())
+    size = proc.path.stat().st_size
+    assert f"{size}/{size} bytes" in shown or f"{size / 1000:.1f}/{size / 1000:.1f} kB" in shown, shown
+    assert "1/1 groups of traces" in shown and "1/1 bytes" not in shown, shown

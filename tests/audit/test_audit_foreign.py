@@ -271,6 +271,11 @@ def test_the_same_spans_exported_twice_are_counted_once(
     assert (code, code2, kinds(report2)) == (0, 0, {})
     assert report2["input"]["spans"] == report["input"]["spans"] == 10
     assert report2["input"]["duplicate_spans"] == 10
+    assert main(["audit", "--no-progress", *(["--engine", "chdb"] if engine == "chdb" else []), str(twice)]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.endswith(", 10 duplicate span(s) dropped (exported more than once)"), header
+    assert main(["audit", "--no-progress", *(["--engine", "chdb"] if engine == "chdb" else []), str(once)]) == 0
+    assert "duplicate" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("engine", ENGINES)

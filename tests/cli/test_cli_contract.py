@@ -38,6 +38,7 @@ from .test_cli_replay import ROOT, assert_report_shape, run, write_jsonl
 from .test_replay_protocols import CASE, FOLLOWUPS, SAMPLE_IDS, SAMPLES, column, refused
 
 ELLIPSIS = "…"
+REPO = Path(__file__).resolve().parents[2]
 BOX = set("━─┼╇┃│┏┓┗┛┡┩└┘")
 LONG_ID = "call_" + "x" * 70 + "_END"
 LONG_NAME = "a_really_long_function_name_" + "y" * 30 + "_END"
@@ -346,6 +347,21 @@ def test_every_help_states_the_exit_codes_and_an_example(
     assert re.search(r"^example:\n  etf-otel " + (command[0] if command else r"\w"), out, re.M), out
 
 
+@pytest.mark.parametrize("command", [[], ["replay"], ["audit"], ["demo"]])
+def test_every_help_points_at_docs_an_installed_user_can_open(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An installed package has no ``docs/``: the last line names the page at the project's source URL."""
+    from etf_otel.cli._exit_codes import CLI_DOCS
+
+    code, out, _ = run([*command, "--help"], capsys)
+    source = re.search(r'^Source = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.M)
+    assert source and CLI_DOCS == f"{source.group(1)}/blob/main/docs/cli.md"
+    assert (REPO / "docs" / "cli.md").is_file()
+    assert code == 0 and out.rstrip().splitlines()[-1].endswith(CLI_DOCS)
+    assert re.search(r"(?<![/\w])docs/", out.replace(CLI_DOCS, "")) is None, out
+
+
 # --- row 6: one shape, one name ----------------------------------------------------------------------------
 
 
@@ -368,7 +384,7 @@ def test_assembler_json_is_the_replay_document_plus_an_assembler_key(
     assembler = compared.pop("assembler")
     assert compared == plain, "the same keys and values as replay --json, nothing nested"
     assert_report_shape(
-        {k: v for k, v in compared.items() if k != "linkage"}, show_arguments="--show-arguments" in extra
+        {k: v for k, v in compared.items() if k not in ("linkage", "drift")}, show_arguments="--show-arguments" in extra
     )
     assert assembler == {
         "name": "reference",

@@ -309,3 +309,49 @@ def test_demo_export_writes_otlp_json_lines(tmp_path: Path) -> None:
     assert not {"fc_r1", "call_9"} & ids  # the item id is never the identity; call_9 was never proposed
     assert {"etf.tool_call.fragments", "etf.streams", "etf.integrity.violations", "etf.tool_calls"} <= metric_names
     assert "42" not in ids  # the rejected number id never becomes a span's call id
+
+
+# Ctrl-C in the last part of the demo, with a stream of the instrumented client left half-read in
+# the interrupted frame (it ends its span when that frame is released).
+INTERRUPTED_MID_STREAM = (
+    "import sys\n"
+    "import openai\n"
+    "from etf_otel.cli import main\n"
+    "from etf_otel.cli.demo import _chat as demo\n"
+    "from etf_otel.testing import Script, chat\n"
+    "def interrupted(part, *args):\n"
+    "    client = openai.OpenAI(base_url=part.server.base_url, api_key='x', max_retries=0)\n"
+    "    part.server.enqueue(Script(events=chat.finished(chat.chunk(chat.fragment(0, 'call_1', 'f', '{}')))))\n"
+    "    stream = client.chat.completions.create(model='m', messages=[], stream=True)\n"
+    "    next(iter(stream))\n"
+    "    raise KeyboardInterrupt\n"
+    "demo.run_gemini = interrupted\n"
+    "sys.exit(main(['demo']))"
+)
+# Ctrl-C landing in a finalizer, where Python prints the KeyboardInterrupt and goes on: the demo
+# must still give no verdict.
+INTERRUPTED_IN_A_FINALIZER = (
+    "import os, signal, sys, time\n"
+    "from etf_otel.cli import main\n"
+    "from etf_otel.cli.demo import _chat as demo\n"
+    "class Finalized:\n"
+    "    def __del__(self):\n"
+    "        os.kill(os.getpid(), signal.SIGINT)\n"
+    "        time.sleep(0.2)\n"
+    "def interrupted(*args):\n"
+    "    Finalized()\n"
+    "    return 'skipped'\n"
+    "demo.run_gemini = interrupted\n"
+    "sys.exit(main(['demo']))"
+)
+
+
+@pytest.mark.parametrize(
+    "script", [INTERRUPTED_MID_STREAM, INTERRUPTED_IN_A_FINALIZER], ids=["mid-stream", "finalizer"]
+)
+def test_demo_interrupted_near_its_end_exits_130_with_no_verdict_and_nothing_after(script: str) -> None:
+    run = _run("-c", script)
+    assert run.returncode == 130, run.stderr
+    assert "did not behave" not in run.stdout and "behaved as the rules say" not in run.stdout
+    assert run.stderr.endswith("etf-otel demo: interrupted\n"), run.stderr
+    assert "already shutdown" not in run.stderr

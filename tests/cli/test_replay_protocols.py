@@ -544,7 +544,7 @@ def test_followup_linkage_of_a_dispatchable_response(
     assert err == ""
     assert code == (1 if expected else 0)
     report = json.loads(out)
-    assert set(report) == {"dispatchable", "stream", "calls", "rejections", "diagnostics", "linkage"}
+    assert set(report) == {"dispatchable", "stream", "calls", "rejections", "diagnostics", "linkage", "drift"}
     assert report["linkage"] == expected
     assert CANARY not in out
 

@@ -813,8 +813,8 @@ def test_guard_refuses_the_calls_of_a_rejected_message(
     assert [span.attributes.get("etf.guard.refused") for span in refused] == [True] * len(calls)
 
     # What the host must send back (docs/protocols.md): an is_error result for every tool_use of the
-    # assistant message, in the first user message after it. The request goes out unchanged; as the
-    # refused calls were never proposals, linkage reports each result as orphaned (a rejected call's id).
+    # assistant message, in the first user message after it. The request goes out unchanged; the refusal
+    # answered is drift (refusal_answered, never a violation): only the rejection the stream caused is a finding.
     follow_up = [
         *USER,
         {"role": "assistant", "content": final.content},
@@ -824,9 +824,16 @@ def test_guard_refuses_the_calls_of_a_rejected_message(
     assert consume(client, follow_up).error is None
     assert server.requests[-1].body["messages"][-1]["content"][0]["is_error"] is True
     second = etf.captured.spans("assemble_response")[-1]
-    assert violations(second) == [
-        {"etf.error.category": "orphaned_result", "etf.linkage.orphan_reason": reason} for reason in reasons
-    ]
+    assert violations(second) == []
+    drift = [dict(event.attributes or {}) for event in second.events if event.name == "etf.linkage.drift"]
+    assert [entry["etf.divergence.kind"] for entry in drift] == ["refusal_answered"] * len(calls)
+    assert all(entry.get("gen_ai.tool.name") == calls[0].name for entry in drift[:1])
+    # the preserved id of each rejected call, as its own call span carries it (never an id the rules refused)
+    preserved = {span.attributes.get("gen_ai.tool.call.id") for span in etf.captured.spans("assemble_tool_call")}
+    assert drift[0].get("gen_ai.tool.call.id") == calls[0].id
+    assert {entry.get("gen_ai.tool.call.id") for entry in drift} - {None} <= preserved
+    assert etf.captured.metric_sum("etf.linkage.drift", etf__divergence__kind="refusal_answered") == len(calls)
+    assert reasons  # what linkage said of each result before drift was told apart
 
 
 def test_guard_lets_a_proposed_call_run(etf: Etf, server: LocalChatServer, client: Any) -> None:

@@ -251,6 +251,8 @@ def test_guard_refuses_on_the_client_and_nothing_reaches_the_server(tmp_path: Pa
         refused = [span for span in receiver.spans() if span.attributes.get(A.ETF_GUARD_REFUSED)]
         server_calls = [span for span in receiver.spans() if span.kind == "SERVER" and "tools/call" in span.name]
     assert [outcome["outcome"] for outcome in outcomes] == ["GuardRefusedError", "GuardRefusedError"]
+    assert "a tool call (tool 'read_page', index 0 of its response): id_conflict, " in outcomes[0]["text"]
+    assert "a tool call (tool 'meta_keys'): orphaned_result, " in outcomes[1]["text"]
     assert [span.attributes[A.ERROR_TYPE] for span in refused] == ["id_conflict", "orphaned_result"]
     assert server_calls == []
 

@@ -137,9 +137,11 @@ def test_guard_refuses_divergent_and_unknown_runs_before_they_run(captured: Capt
     with pytest.raises(GuardRefusedError) as refused:
         runs.run("call_X9", "read", {"page": 1}, lambda: ran.append("x"))
     assert refused.value.category.value == "divergent_assembly"
+    assert "a tool call (tool 'read', index 0 of its response): divergent_assembly, " in str(refused.value)
     with pytest.raises(GuardRefusedError) as unknown:
         runs.run("call-q", "read", {"page": 2}, lambda: ran.append("q"))
     assert unknown.value.category.value == "orphaned_result"
+    assert "a tool call (tool 'read'): orphaned_result, " in str(unknown.value)
     assert runs.run("call-a", "read", '{"page":1}', lambda: ran.append("a")) is None
     assert ran == ["a"]
     spans = captured.spans("execute_tool")

@@ -27,7 +27,7 @@ TOOLS: Any = [
 class Command:
     """One running server process and the lines it printed when it came up."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, lines: int = 5) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "etf_otel.testing", "--port", "0", *args],
             stdout=subprocess.PIPE,
@@ -36,12 +36,12 @@ class Command:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         try:
-            self.lines = self._first_lines(5)
+            self.lines = self._first_lines(lines)
         except BaseException:
             self.stop()
             raise
         self.base_url = self.lines[1].split("base_url=")[1].split()[0]
-        self.root_url = self.lines[3].split("base_url=")[1].split()[0]
+        self.root_url = self.lines[-1].split("base_url=")[1].split()[0].rstrip(",")
 
     def _first_lines(self, count: int, timeout: float = 20.0) -> list[str]:
         """The first ``count`` lines, read in a thread so that a silent server fails the test instead of hanging it."""
@@ -177,17 +177,55 @@ def test_a_request_without_stream_gets_the_same_turn_as_one_complete_body(comman
     ]
 
 
-def test_quirk_serves_the_named_stream_of_each_protocol() -> None:
-    server = Command("--quirk", "null continuations")
+def test_quirk_serves_the_named_stream_to_each_request_without_tool_results() -> None:
+    server = Command("--quirk", "null continuations", lines=2)
     try:
         client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
-        for _ in range(2):  # every request, not only the first
+        for _ in range(2):  # every request that starts a turn, not only the first
             chunks = list(client.chat.completions.create(model="m", messages=[], stream=True))
             fragments = [call for chunk in chunks for call in chunk.choices[0].delta.tool_calls or []]
             assert [(call.id, "id" in call.model_fields_set) for call in fragments] == [("call_1", True), (None, True)]
         with pytest.raises(openai.NotFoundError, match="no responses quirk stream named 'null continuations'"):
             client.responses.create(model="m", input="x", stream=True)
         assert "'null continuations'" in server.lines[0]
+    finally:
+        assert server.stop() == 0
+
+
+def test_quirk_answers_the_follow_up_with_the_tool_results_so_an_agent_loop_ends() -> None:
+    """An agent loop as people write it: call the model until it stops asking for tools."""
+    server = Command("--quirk", "conflicting ids", lines=2)
+    try:
+        client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": "Weather and time in Paris?"}]
+        requests = 0
+        while requests < 3:
+            requests += 1
+            with client.chat.completions.stream(model="m", messages=messages, tools=TOOLS) as stream:
+                message = stream.get_final_completion().choices[0].message
+            if not message.tool_calls:
+                break
+            messages.append(message.model_dump(exclude_none=True))
+            messages += [{"role": "tool", "tool_call_id": call.id, "content": "ok"} for call in message.tool_calls]
+        assert requests == 2 and "Paris" in (message.content or "")
+    finally:
+        assert server.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("quirk", "protocols"),
+    [
+        ("conflicting ids", ["chat_completions"]),
+        ("cut mid-arguments", ["chat_completions", "responses", "anthropic_messages"]),
+        ("args sent as a JSON string", ["gemini"]),
+        ("clean multi-call stream", ["chat_completions", "responses", "anthropic_messages"]),
+    ],
+)
+def test_the_quirk_banner_lists_only_the_protocols_that_have_that_quirk(quirk: str, protocols: list[str]) -> None:
+    assert [protocol for protocol, table in QUIRK_TABLES.items() if quirk in table] == protocols
+    server = Command("--quirk", quirk, lines=1 + len(protocols))
+    try:
+        assert [line.split()[0] for line in server.lines[1:]] == protocols
     finally:
         assert server.stop() == 0
 
@@ -205,13 +243,16 @@ def test_list_names_every_quirk_stream_under_its_protocol() -> None:
 
 def test_an_unknown_quirk_or_a_busy_port_exits_2_with_one_line(command: Command) -> None:
     port = command.base_url.split(":")[2].split("/")[0]
-    for args in (["--quirk", "no such quirk"], ["--port", port]):
+    for args in (["--quirk", "no such quirk"], ["--port", port], ["--port", "99999"], ["--port", "-1"]):
         started = time.monotonic()
         run = subprocess.run(
             [sys.executable, "-m", "etf_otel.testing", *args], capture_output=True, text=True, timeout=60
         )
         assert (run.returncode, run.stdout) == (2, "")
         assert run.stderr.splitlines()[-1].startswith("python -m etf_otel.testing: ")
+        assert "Traceback" not in run.stderr
+        if args[0] == "--port":
+            assert run.stderr.count("\n") == 1, run.stderr
         assert time.monotonic() - started < 30
 
 

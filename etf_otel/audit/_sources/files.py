@@ -17,7 +17,7 @@ __all__ = ["STDIN", "expand_inputs", "expand_paths", "open_input", "total_bytes"
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 
 STDIN: Final = "-"
-"""The path that reads standard input as a mixed stream (see :func:`_read_mixed`)."""
+"""The path that reads standard input as a mixed stream (see :func:`.otlp_json._read_source`)."""
 
 
 def expand_paths(paths: Iterable[str]) -> list[str]:

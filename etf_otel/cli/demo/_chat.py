@@ -12,8 +12,10 @@ OpenAI Responses, Anthropic and Gemini parts (``_responses``, ``_anthropic``, ``
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
+import signal
 import sys
 import tempfile
 import warnings
@@ -298,24 +300,33 @@ def run_demo(export: str | None = None, console: Console | None = None, *, otlp:
         skip_dep_check=True,
     )
     code, undelivered = EXIT_BAD_INPUT, ""
+    watch = _InterruptWatch()
     try:
-        instrumentation = instrumentor.instrumentation
-        if instrumentation is None:  # instrument() declined: the openai client is instrumented by another setup
-            print("etf-otel demo: the openai client is already instrumented by another setup", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        tracer = tracer_provider.get_tracer("etf_otel.demo")
-        with tempfile.TemporaryDirectory(prefix="etf-demo-") as workdir, LocalChatServer() as server:
-            client = openai.OpenAI(base_url=server.base_url, api_key="etf-demo", max_retries=0)
-            run, part = DemoRun(), Part(server, tracer, summary_exporter, DemoHost(Path(workdir)))
-            _run_chat(run, part, client, instrumentation, Path(workdir))
-            run.responses = run_responses(part, client, instrumentation)
-            run.anthropic = run_anthropic(part, tracer_provider, meter_provider, PROVIDER)
-            run.gemini = run_gemini(part, tracer_provider, meter_provider, PROVIDER)
-        spans = summary_exporter.get_finished_spans()
-        code, undelivered = _print_summary(console, run, spans, summary_reader, setup)
+        with watch:
+            instrumentation = instrumentor.instrumentation
+            if instrumentation is None:  # instrument() declined: the openai client is instrumented by another setup
+                print("etf-otel demo: the openai client is already instrumented by another setup", file=sys.stderr)
+                return EXIT_BAD_INPUT
+            tracer = tracer_provider.get_tracer("etf_otel.demo")
+            with tempfile.TemporaryDirectory(prefix="etf-demo-") as workdir, LocalChatServer() as server:
+                client = openai.OpenAI(base_url=server.base_url, api_key="etf-demo", max_retries=0)
+                run, part = DemoRun(), Part(server, tracer, summary_exporter, DemoHost(Path(workdir)))
+                _run_chat(run, part, client, instrumentation, Path(workdir))
+                run.responses = run_responses(part, client, instrumentation)
+                run.anthropic = run_anthropic(part, tracer_provider, meter_provider, PROVIDER)
+                run.gemini = run_gemini(part, tracer_provider, meter_provider, PROVIDER)
+            watch.check()
+            spans = summary_exporter.get_finished_spans()
+            code, undelivered = _print_summary(console, run, spans, summary_reader, setup, watch.check)
+    except KeyboardInterrupt:  # leaving this block releases the interrupted frames: their streams end their spans
+        watch.seen = True
     finally:
+        if watch.seen:
+            gc.collect()  # and those in reference cycles, while the providers still take spans
         instrumentor.uninstrument()
         setup.shutdown()
+    if watch.seen:  # no verdict on an interrupted run, even when the interrupt landed where Python ignores it
+        raise KeyboardInterrupt
     if undelivered:  # after the last export attempts and their log lines: the last line
         print(f"etf-otel demo: telemetry not delivered: {undelivered}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -349,8 +360,50 @@ def _metric_points(reader: InMemoryMetricReader) -> int:
     return sum(len(metric.data.data_points) for r in resources for scope in r.scope_metrics for metric in scope.metrics)
 
 
+class _InterruptWatch:
+    """Remembers a Ctrl-C (SIGINT) for the length of the demo, wherever it lands.
+
+    Python raises ``KeyboardInterrupt`` where the main thread happens to be, and one raised in a
+    finalizer or a ``__del__`` (an abandoned stream's) is printed and ignored: the run would go on
+    and end with a verdict on cases it cut short. The handler keeps raising as the default one does,
+    and also sets :attr:`seen`, which :meth:`check` and the demo read before giving a verdict. In a
+    thread other than the main one (the demo embedded in a test) signals cannot be handled: nothing
+    is installed.
+    """
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._installed = False
+        self._previous: Any = signal.SIG_DFL
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.seen:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> None:
+        try:
+            previous = signal.signal(signal.SIGINT, self._handler)
+        except ValueError:  # not the main thread
+            return
+        self._installed = True
+        self._previous = signal.SIG_DFL if previous is None else previous  # None: not set from Python
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+
+
 def _print_summary(
-    console: Console, run: DemoRun, spans: Sequence[ReadableSpan], reader: InMemoryMetricReader, setup: SdkSetup
+    console: Console,
+    run: DemoRun,
+    spans: Sequence[ReadableSpan],
+    reader: InMemoryMetricReader,
+    setup: SdkSetup,
+    check_interrupt: Callable[[], None] = lambda: None,
 ) -> tuple[int, str]:
     """Print every part; the exit code by the rules, and what was not delivered to the destination (``""``: nothing)."""
     console.print(Text.assemble(("etf-otel demo", "bold"), ": a synthetic agent reads a source and saves a report"))
@@ -386,6 +439,7 @@ def _print_summary(
     cases: list[Any] = [*run.chat, *run.responses, *(case for p in parts if isinstance(p, list) for case in p)]
     all_ok = all(case.ok for case in cases) and same_ids and same_report
     verdict = "all cases behaved as the rules say" if all_ok else "some cases did not behave as expected"
+    check_interrupt()
     console.print()
     console.print(Text(verdict, style="bold green" if all_ok else "bold red"))
     return EXIT_OK if all_ok else EXIT_FOUND, undelivered

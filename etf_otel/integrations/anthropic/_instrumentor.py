@@ -44,7 +44,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from etf_otel.instrumentation._switches import _disabled
-from etf_otel.integrations._conversation import FollowUp, PrefixConversations, string_ids
+from etf_otel.integrations._conversation import FollowUp, string_ids
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
@@ -53,6 +53,7 @@ from etf_otel.integrations._instrumentor_base import (
     instrumented,
     rejected_by,
 )
+from etf_otel.integrations._prefix_conversations import PrefixConversations
 from etf_otel.integrations._sdk_hooks import SdkHooks, request_body, request_route
 from etf_otel.protocols import ANTHROPIC_MESSAGES, field
 
@@ -115,7 +116,7 @@ class AnthropicInstrumentor(ClientInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         instrumentation, capacity = self._set_up(kwargs)
         self._conversations = PrefixConversations(
-            capacity, split_follow_up, turn_call_ids, rejected_by(instrumentation)
+            capacity, ANTHROPIC_MESSAGES, rejected_by(instrumentation), guarded=bool(instrumentation.guard)
         )
         self._hooks = SdkHooks("anthropic", self._prepare, self._observe, _checked_version)
         self._hooks.install()

@@ -39,6 +39,8 @@ from etf_otel.integrations._conversation import (
 from etf_otel.protocols import GEMINI, field
 from etf_otel.protocols._gemini import unset
 from etf_otel.protocols._gemini_arguments import read
+from etf_otel.protocols._gemini_description import scoped
+from etf_otel.protocols._gemini_linkage import link_results
 
 __all__ = ["GeminiConversation", "GeminiConversations", "contents_of", "without_content"]
 
@@ -63,9 +65,9 @@ class GeminiConversation(LinkedConversation):
         if followup is None or latest is None:
             return super().settle(tool_message_ids)
         super().settle(())  # clears the pending ids; the protocol's linkage judges instead
-        findings = GEMINI.link(latest, followup) if GEMINI.link is not None else None
-        if findings is None:
-            return [], ()
+        found, drift = scoped(followup, latest, self.shapes)
+        self.drift = tuple(drift)
+        findings = link_results(latest, found)
         unanswered = {finding.call_id for finding in findings if finding.category is ErrorCategory.UNANSWERED_CALL}
         answered = tuple(
             call.id for call in latest.proposals if call.id is not None and call.id not in unanswered
@@ -120,20 +122,15 @@ class GeminiConversations:
             return Linked(None)
         item_digests = digests(items)
         linked = Linked(None)
-        model = last_position(items, _MODEL)
-        if model is not None:
-            start = model
-            while start > 0 and field(items[start - 1], "role") == _MODEL:
-                start -= 1
-            index = self.index
-            found, ambiguous, _ = index.first_match(
-                (index.by_ids(_call_ids(items[start : model + 1])), index.by_request(fingerprint(item_digests[:start])))
-            )
-            if isinstance(found, GeminiConversation):
-                found.followup = [plain(item) for item in items]  # the protocol reads JSON-shaped contents
-                linked = Linked(found, [], ambiguous)
+        if last_position(items, _MODEL) is not None:
+            contents = [plain(item) for item in items]  # the protocol reads JSON-shaped contents
+            turns = GEMINI.history(contents)
+            found = self.index.link_history(turns, item_digests) if turns else Linked(None)
+            if isinstance(found.conversation, GeminiConversation):
+                found.conversation.followup = contents
+                linked = Linked(found.conversation, [], found.ambiguous)
             else:
-                linked = Linked(None, None, ambiguous)
+                linked = Linked(None, None, found.ambiguous)
         if linked.conversation is None:
             linked = Linked(self.index.new(), None, linked.ambiguous)
         self.index.requested(linked.conversation, fingerprint(item_digests))  # type: ignore[arg-type]

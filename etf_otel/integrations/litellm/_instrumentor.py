@@ -42,7 +42,6 @@ import wrapt
 
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _disabled
-from etf_otel.integrations._conversation import PrefixConversations
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
@@ -52,8 +51,9 @@ from etf_otel.integrations._instrumentor_base import (
     rejected_by,
     remove_own_wrapper,
 )
+from etf_otel.integrations._prefix_conversations import PrefixConversations
 from etf_otel.integrations._sdk_hooks import recorded_above
-from etf_otel.integrations.openai._instrumentor import split_follow_up, turn_call_ids
+from etf_otel.protocols import CHAT_COMPLETIONS
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -153,7 +153,7 @@ class LiteLLMInstrumentor(ClientInstrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         instrumentation, capacity = self._set_up(kwargs)
         self._conversations = PrefixConversations(
-            capacity, split_follow_up, turn_call_ids, rejected_by(instrumentation)
+            capacity, CHAT_COMPLETIONS, rejected_by(instrumentation), guarded=bool(instrumentation.guard)
         )
         with self._lock:
             self._generation += 1

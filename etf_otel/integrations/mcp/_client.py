@@ -90,6 +90,8 @@ class Match:
     record: ProposalRecord | None = None
     telemetry: Telemetry | None = None
     refusal: ErrorCategory | None = None
+    refused_index: int | None = None
+    """The index in its response of the refused proposal the call repeats (for the refusal's message)."""
 
 
 @dataclass(slots=True)
@@ -167,12 +169,13 @@ def match_call(
         return Match(UNIQUE, valid[0][0], valid[0][1], latest.telemetry)
     if valid:
         return Match(AMBIGUOUS, telemetry=latest.telemetry)
-    refusal = None
+    refusal = index = None
     if guard:  # the category of a refused proposal it repeats, else no proposal at all
         refused = [record for _, record in same if record is not None]
         refusal = (refused[0].first_category or ErrorCategory.TRUNCATED_STREAM) if refused else None
+        index = refused[0].call_index if refused else None
         refusal = refusal or ErrorCategory.ORPHANED_RESULT
-    return Match(UNMATCHED, telemetry=latest.telemetry, refusal=refusal)
+    return Match(UNMATCHED, telemetry=latest.telemetry, refusal=refusal, refused_index=index)
 
 
 def outgoing_meta(match: Match, meta: object) -> object:

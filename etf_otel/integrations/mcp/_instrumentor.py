@@ -142,7 +142,8 @@ class MCPInstrumentor(ClientInstrumentor):
                 telemetry = self._instrumentation.telemetry
             if telemetry is not None:
                 record_refusal(telemetry, match, name)
-            raise GuardRefusedError(match.refusal)
+            index = match.record.call_index if match.record is not None else match.refused_index
+            raise GuardRefusedError(match.refusal, tool=name, index=index)
         sent = dict(kwargs)
         with internal_errors_swallowed("adding the call id to an MCP call"):
             meta = outgoing_meta(match, kwargs.get("meta"))

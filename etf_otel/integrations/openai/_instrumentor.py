@@ -51,7 +51,7 @@ from urllib.parse import urlsplit
 from etf_otel.instrumentation._observer import ResponseObserver
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._streams import observer_of
-from etf_otel.integrations._conversation import FollowUp, PrefixConversations, string_ids
+from etf_otel.integrations._conversation import FollowUp, string_ids
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
@@ -59,6 +59,7 @@ from etf_otel.integrations._instrumentor_base import (
     instrumented,
     rejected_by,
 )
+from etf_otel.integrations._prefix_conversations import PrefixConversations
 from etf_otel.integrations._sdk_hooks import SdkHooks, request_body, request_route
 from etf_otel.integrations.openai._responses import ResponsesLinkage
 from etf_otel.protocols import CHAT_COMPLETIONS, RESPONSES, field
@@ -143,7 +144,7 @@ class OpenAIInstrumentor(ClientInstrumentor):
         instrumentation, capacity = self._set_up(kwargs)
         self._last_provider: tuple[object, object, str] | None = None
         self._conversations = PrefixConversations(
-            capacity, split_follow_up, turn_call_ids, rejected_by(instrumentation)
+            capacity, CHAT_COMPLETIONS, rejected_by(instrumentation), guarded=bool(instrumentation.guard)
         )
         self._responses = ResponsesLinkage(instrumentation, capacity)
         self._hooks = SdkHooks("openai", self._prepare, self._observe)

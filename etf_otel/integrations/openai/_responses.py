@@ -44,7 +44,6 @@ from typing import Any, Final
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._setup import Instrumentation
 from etf_otel.integrations._conversation import (
-    Candidate,
     ConversationIndex,
     Linked,
     LinkedConversation,
@@ -131,22 +130,15 @@ class ResponsesLinkage:
         )
 
     def _link(self, items: list[Any], item_digests: list[bytes], previous: object) -> Linked:
-        """The evidence of a request, in order: the call ids of its last run of output items, its
-        ``previous_response_id``, then each run of output items (the latest first) as the end of an
-        earlier request's input."""
-        index = self.index
-        starts = output_run_starts(items)
-        evidence: list[tuple[Candidate, int]] = []  # where the results it decides start
-        if starts:
-            evidence.append((index.by_ids(function_call_ids(items[starts[-1] :])), starts[-1]))
-        if isinstance(previous, str) and previous:
-            evidence.append((index.by_response(previous), 0))
-        else:
-            evidence.extend((index.by_request(fingerprint(item_digests[:start])), start) for start in reversed(starts))
-        found, ambiguous, position = index.first_match(candidate for candidate, _ in evidence)
-        if found is None:
-            return Linked(None, None, ambiguous)
-        return Linked(found, result_call_ids(items[evidence[position][1] :]))
+        """The evidence of a request (:meth:`ConversationIndex.link_history`): the call ids of its runs of
+        output items, the latest first, its ``previous_response_id``, then the items before each run as an
+        earlier request's whole input."""
+        turns = RESPONSES.history(items)
+        if not turns:
+            return Linked(None)
+        instrumentation = self._instrumentation
+        guarded = instrumentation is not None and bool(instrumentation.guard)
+        return self.index.link_history(turns, item_digests, previous, guarded)
 
     def prepare_replay(self, provider: str | None, query: Mapping[str, Any]) -> Prepared | None:
         """``GET /responses/{id}?stream=true``: a stored response streamed again from its first event,

@@ -157,7 +157,7 @@ class OpenAIAgentsInstrumentor(ClientInstrumentor):
             return await _through_mcp(wrapped, args, kwargs, call_id, name)
         running = runs.start(call_id, name, kwargs.get("arguments"))
         if running.refusal is not None:
-            return await _refuse(running, GuardRefusedError(running.refusal), kwargs)
+            return await _refuse(running, running.refused(), kwargs)
         failure = _Failure()
         token = _failure.set(failure)
         try:

@@ -43,7 +43,6 @@ import wrapt
 from opentelemetry import trace
 
 from etf_otel import attributes as A
-from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import _open_calls as open_calls
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _disabled
@@ -206,7 +205,7 @@ class PydanticAIInstrumentor(ClientInstrumentor):
         if running is None:
             return await wrapped(*args, **kwargs)
         if running.refusal is not None:
-            wrapped = _refused(wrapped, instance, str(GuardRefusedError(running.refusal)))
+            wrapped = _refused(wrapped, instance, str(running.refused()))
         return await running.acall(wrapped, *args, **kwargs)
 
     async def _execute_tool_call(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
