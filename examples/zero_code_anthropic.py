@@ -5,7 +5,7 @@ OpenTelemetry launcher, which loads every installed instrumentor through the
 ``opentelemetry_instrumentor`` entry point (etf-otel's for this client is named
 ``etf_otel_anthropic``; ``etf_otel`` is the one for ``openai``)::
 
-    pip install 'etf-otel[anthropic]' opentelemetry-distro
+    pip install '/path/to/etf-otel[anthropic]' opentelemetry-distro  # a clone: etf-otel is on no package index
     OTEL_SERVICE_NAME=zero-code-example \\
     opentelemetry-instrument --traces_exporter console --metrics_exporter none --logs_exporter none \\
         python examples/zero_code_anthropic.py

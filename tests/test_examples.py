@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -313,3 +314,20 @@ def test_mcp_agent_example_reports_a_call_run_by_two_servers(tmp_path: Path) -> 
     )
     assert done.returncode == 1, done.stderr[-3000:]
     assert "duplicate_execution" in done.stdout
+
+
+INDEX_INSTALL = re.compile(r"pip install (['\"]?)etf-otel\[[^\]]*\]\1(?! @)")
+"""``pip install 'etf-otel[extra]'`` with no path and no VCS URL: it asks a package index, which has no etf-otel."""
+
+
+def test_every_install_line_installs_etf_otel_from_a_path_or_a_clone() -> None:
+    pages = [*EXAMPLES.rglob("*.py"), *EXAMPLES.rglob("*.md"), ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    found = [
+        f"{path.relative_to(ROOT)}: {match.group(0)}"
+        for path in pages
+        for match in INDEX_INSTALL.finditer(path.read_text(encoding="utf-8"))
+    ]
+    assert found == []
+    assert INDEX_INSTALL.search("pip install 'etf-otel[openai]' opentelemetry-distro")
+    assert not INDEX_INSTALL.search("pip install '/path/to/etf-otel[openai]' opentelemetry-distro")
+    assert not INDEX_INSTALL.search("pip install 'etf-otel[openai] @ git+https://github.com/etf-otel/etf-otel'")

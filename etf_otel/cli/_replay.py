@@ -4,8 +4,10 @@ The recording is read once (:mod:`etf_otel.recordings`; ``-`` is standard input)
 wire protocol is taken from ``--protocol`` or detected from the first event by the
 registry (:mod:`etf_otel.protocols`), and the protocol's adapter assembles it by the
 identity rules. With ``--followup NEXT`` the next request's results are checked against
-the response's proposals (linkage). Exit codes: 0 nothing found, 1 a rejection or a
-linkage finding, 2 unusable input or usage (one line on stderr, never a traceback).
+the response's proposals (linkage), and its history as its provider pairs calls and results
+(pairing; ``--target`` adds the provider's id limits). Exit codes: 0 nothing found, 1 a
+rejection, a linkage finding or a pairing problem, 2 unusable input or usage (one line on
+stderr, never a traceback).
 """
 
 from __future__ import annotations
@@ -23,15 +25,24 @@ from typing import TYPE_CHECKING, Final
 from etf_otel import protocols
 from etf_otel.cli._exit_codes import CLI_DOCS, EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
 from etf_otel.cli._replay_input import Recording, load, next_request
-from etf_otel.cli._replay_report import build_report, render_drift, render_linkage, render_report
+from etf_otel.cli._replay_report import (
+    ReplayReport,
+    build_report,
+    render_drift,
+    render_linkage,
+    render_pairing,
+    render_report,
+)
 from etf_otel.cli._text import console_for, displayable, write_json
 from etf_otel.cli.html._page import HtmlWriteError, write_page
 from etf_otel.core._history import Drift, judge_history, shapes
 from etf_otel.core._identity import DEFAULT_RULES, CompatibilityRule, IdentityRules
 from etf_otel.core._linkage import DEFAULT_MAX_PENDING, Conversation, Finding, concatenated
+from etf_otel.core._pairing import TARGETS, PairingCheck, PairingMemory
 from etf_otel.core._results import AssemblyResult
+from etf_otel.core._vocabulary import StreamState
 from etf_otel.errors import RecordingError
-from etf_otel.protocols import WireProtocol
+from etf_otel.protocols import WireProtocol, check_request
 from etf_otel.protocols._bodies import judge_body
 from etf_otel.protocols._chat_completions import DONE
 from etf_otel.recordings import STDIN, display_name
@@ -39,14 +50,14 @@ from etf_otel.recordings import STDIN, display_name
 if TYPE_CHECKING:
     from etf_otel.cli._replay_assemblers import AssemblerComparison
 
-__all__ = ["add_replay_arguments", "followup_linkage", "linkage", "run_replay"]
+__all__ = ["add_replay_arguments", "followup_linkage", "followup_pairing", "linkage", "run_replay"]
 
 EPILOG: Final = f"""\
 exit codes:
   0  nothing found: no call rejected, the stream ended properly, and (with
      --followup) each proposed call answered exactly once and nothing else
   1  integrity problems found: a rejection, a truncated stream, a divergence
-     (--assembler) or a linkage finding (--followup)
+     (--assembler), a linkage finding or a pairing problem (--followup)
   2  unusable input or usage, with a one-line reason on stderr: unreadable or
      empty input, not a recording of any supported protocol, a --followup that
      is no next request of that protocol
@@ -88,6 +99,11 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
         "--followup",
         metavar="NEXT",
         help="the next request (JSON), to check that its results answer exactly the proposed calls; - reads stdin",
+    )
+    replay.add_argument(
+        "--target",
+        choices=TARGETS,
+        help="the provider the --followup request goes to: also check its call ids against that provider's limits",
     )
     replay.add_argument("--json", action="store_true", help="print one JSON document for machines")
     replay.add_argument(
@@ -183,6 +199,23 @@ def followup_linkage(
     return linkage(result, judgement.result_ids), judgement.drift
 
 
+def followup_pairing(
+    protocol: WireProtocol, result: AssemblyResult, document: object, target: str | None = None
+) -> PairingCheck | None:
+    """What the provider refuses in the next request ``document``, as it pairs calls and results; ``None``
+    when the protocol states no pairing rules. The response is the conversation's memory (a result for one
+    of its calls, without that call, was trimmed away with it); with ``previous_response_id`` the provider
+    holds its calls, known when the stream ended properly. Only proposed ids are named."""
+    ids = [call.id for call in result.calls if call.id is not None]
+    memory = PairingMemory()
+    memory.responded(ids, result.refused_ids)
+    proposed = {call.id for call in result.proposals if call.id is not None}
+    held = ids if result.state is StreamState.COMPLETED else None
+    return check_request(
+        protocol, document, target=target, memory=memory, held_calls=held, preserved=proposed.__contains__
+    )
+
+
 def run_replay(args: argparse.Namespace) -> int:
     if args.file == STDIN and args.followup == STDIN:
         return _refuse("FILE and --followup cannot both read standard input (-)")
@@ -212,9 +245,10 @@ def run_replay(args: argparse.Namespace) -> int:
         judged = judge_body(protocol, recording.body, IdentityRules.for_rules(args.allow, deny=deny))
         assert judged is not None  # _load judged it a complete body
         result = judged
-    findings = drift = None
+    findings = drift = pairing = None
     if followup is not None:
         findings, drift = followup_linkage(protocol, result, *followup)
+        pairing = followup_pairing(protocol, result, followup[0], getattr(args, "target", None)) or PairingCheck()
     if args.export:
         try:
             _export(recording, args)
@@ -225,16 +259,23 @@ def run_replay(args: argparse.Namespace) -> int:
             _write_html(args, protocol, events)
         except HtmlWriteError as error:
             return _refuse(str(error))
-    if args.assembler:
-        return _compare(args, protocol, events, result, findings, drift or [])
+    container = protocol.pairing.container if protocol.pairing is not None else "messages"
     report = build_report(
-        result, show_arguments=args.show_arguments, linkage=findings, streamed=streamed, drift=drift or ()
+        result,
+        show_arguments=args.show_arguments,
+        linkage=findings,
+        streamed=streamed,
+        drift=drift or (),
+        pairing=pairing,
+        container=container,
     )
+    if args.assembler:
+        return _compare(args, protocol, events, result, report)
     if args.json:
         write_json(report.to_dict(show_arguments=args.show_arguments))
     else:
         render_report(report, console_for(), show_arguments=args.show_arguments)
-    return EXIT_FOUND if result.rejections or findings else EXIT_OK
+    return EXIT_FOUND if result.rejections or findings or (pairing and pairing.broken) else EXIT_OK
 
 
 def _write_html(args: argparse.Namespace, protocol: WireProtocol, events: list[object]) -> None:
@@ -252,8 +293,7 @@ def _compare(
     protocol: WireProtocol,
     events: list[object],
     result: AssemblyResult,
-    findings: list[Finding] | None,
-    drift: list[Drift],
+    report: ReplayReport,
 ) -> int:
     """``--assembler``: the replay report of ``result``, plus what the assembler made of the recording."""
     from etf_otel.cli._replay_assemblers import render_comparison, run_assembler
@@ -263,7 +303,6 @@ def _compare(
     except ImportError as error:
         return _refuse(str(error) or f"--assembler {args.assembler} needs {error.name or 'its library'}")
     comparison = dataclasses.replace(comparison, rules=result)  # the very result replay reports
-    report = build_report(result, show_arguments=args.show_arguments, linkage=findings, drift=drift)
     if args.json:
         document = report.to_dict(show_arguments=args.show_arguments)
         document["assembler"] = comparison.assembler_dict(show_arguments=args.show_arguments)
@@ -274,7 +313,8 @@ def _compare(
         if report.linkage is not None:
             render_linkage(report.linkage, console, dispatchable=result.dispatchable)
             render_drift(report.drift or (), console)
-    found = result.rejections or comparison.divergences or findings
+            render_pairing(report, console)
+    found = result.rejections or comparison.divergences or report.linkage or report.pairing
     return EXIT_FOUND if found else EXIT_OK
 
 

@@ -20,14 +20,16 @@ from typing import Any
 from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from etf_otel.cli._text import displayable, json_text, print_table, shown
 from etf_otel.core._history import Drift
 from etf_otel.core._linkage import Finding
+from etf_otel.core._pairing import PairingCheck, Problem
 from etf_otel.core._results import AssemblyResult
 from etf_otel.protocols import bounded_finish_reason
 
-__all__ = ["ReplayReport", "add_call_columns", "build_report", "render_report"]
+__all__ = ["ReplayReport", "add_call_columns", "build_report", "render_pairing", "render_report"]
 
 
 def add_call_columns(table: Table, headers: Sequence[str]) -> None:
@@ -94,6 +96,25 @@ class DriftReport(BaseModel):
     name: str | None = None
 
 
+class PairingReport(BaseModel):
+    kind: str
+    """What the provider refuses: ``result_without_call``, ``call_without_result``, ``duplicate_result``,
+    ``duplicate_call_id``, ``id_rejected_by_target``."""
+    reason: str
+    """``history_trimmed``, ``id_rewritten``, ``concatenated_ids`` or ``unknown``."""
+    position: str | None
+    """Where in the request: ``messages[3]``, ``input[3]``, ``contents[3]`` (the message, item or content the
+    turn starts at); ``None`` for a call the provider holds (``previous_response_id``)."""
+    at: int | None
+    """The number in :attr:`position`."""
+    index: int | None
+    """Which call or result (``item``) of the turn at :attr:`position`, from 0."""
+    item: str
+    """``call`` or ``result``."""
+    id: str | None
+    """The call id, only when it is a preserved, proposed id."""
+
+
 class ReplayReport(BaseModel):
     dispatchable: bool
     stream: StreamSummary
@@ -105,6 +126,10 @@ class ReplayReport(BaseModel):
     document without ``--followup`` (also nested as ``rules`` by ``--assembler``) keeps its shape."""
     drift: list[DriftReport] | None = Field(default=None, exclude=True)
     """How the next request's history differs from the proposals without breaking anything (``--followup``)."""
+    pairing: list[PairingReport] | None = Field(default=None, exclude=True)
+    """What the provider refuses in the next request's history (``--followup``), in its order."""
+    pairing_omitted: int = Field(default=0, exclude=True)
+    """Pairing problems past the bound, counted only."""
 
     def to_dict(self, *, show_arguments: bool) -> dict[str, Any]:
         exclude = None if show_arguments else {"calls": {"__all__": {"arguments"}}}
@@ -114,6 +139,8 @@ class ReplayReport(BaseModel):
                 finding.model_dump(exclude={"name"} if finding.name is None else None) for finding in self.linkage
             ]
             document["drift"] = [entry.model_dump() for entry in self.drift or ()]
+            document["pairing"] = [problem.model_dump() for problem in self.pairing or ()]
+            document["pairing_omitted"] = self.pairing_omitted
         return document
 
     def to_json(self, *, show_arguments: bool, ascii_only: bool = False) -> str:
@@ -126,6 +153,18 @@ def linkage_report(findings: Sequence[Finding]) -> list[LinkageReport]:
     ]
 
 
+def pairing_report(problem: Problem, container: str) -> PairingReport:
+    return PairingReport(
+        kind=problem.kind.value,
+        reason=problem.reason.value,
+        position=None if problem.at is None else f"{container}[{problem.at}]",
+        at=problem.at,
+        index=problem.index,
+        item="call" if problem.call else "result",
+        id=problem.call_id,
+    )
+
+
 def build_report(
     result: AssemblyResult,
     *,
@@ -133,6 +172,8 @@ def build_report(
     linkage: Sequence[Finding] | None = None,
     streamed: bool = True,
     drift: Sequence[Drift] = (),
+    pairing: PairingCheck | None = None,
+    container: str = "messages",
 ) -> ReplayReport:
     """The docs/cli.md document for ``result``; arguments only when asked for."""
     return ReplayReport(
@@ -176,6 +217,8 @@ def build_report(
         ],
         linkage=linkage_report(linkage) if linkage is not None else None,
         drift=[DriftReport(kind=entry.kind.value, id=entry.call_id, name=entry.name) for entry in drift],
+        pairing=[pairing_report(problem, container) for problem in pairing.problems] if pairing is not None else None,
+        pairing_omitted=pairing.omitted if pairing is not None else 0,
     )
 
 
@@ -199,6 +242,7 @@ def render_report(report: ReplayReport, console: Console, *, show_arguments: boo
             row.append(shown(call.arguments or ""))
         table.add_row(*row)
     print_table(console, table)
+    _print_causes(report, console)
     unslotted = [r for r in report.rejections if r.index is None]
     for rejection in unslotted:
         where = f"choice {rejection.choice}" if rejection.choice is not None else "response"
@@ -215,6 +259,29 @@ def render_report(report: ReplayReport, console: Console, *, show_arguments: boo
     if report.linkage is not None:
         render_linkage(report.linkage, console, dispatchable=report.dispatchable)
         render_drift(report.drift or (), console)
+        render_pairing(report, console)
+
+
+def render_pairing(report: ReplayReport, console: Console) -> None:
+    """What the provider refuses in the next request: one row a problem, with its position and reason."""
+    problems = report.pairing or ()
+    if not problems:
+        console.print("pairing: every call and result of the next request pairs as its provider requires")
+        return
+    table = Table(title="pairing (the next request, as its provider pairs it)", title_justify="left")
+    for header in ("problem", "position", "reason"):  # closed vocabularies and numbers: always whole
+        table.add_column(header)
+    table.add_column("id", overflow="fold")
+    for problem in problems:
+        where = (
+            "a call the provider holds"
+            if problem.position is None
+            else f"{problem.position} {problem.item} {problem.index}"
+        )
+        table.add_row(problem.kind, where, problem.reason, shown(problem.id))
+    print_table(console, table)
+    if report.pairing_omitted:
+        console.print(f"pairing: {report.pairing_omitted} more problems not shown")
 
 
 def render_drift(drift: Sequence[DriftReport], console: Console) -> None:
@@ -222,6 +289,29 @@ def render_drift(drift: Sequence[DriftReport], console: Console) -> None:
     for entry in drift:
         about = " ".join(shown(value) for value in (entry.id, entry.name) if value is not None)
         console.print(f"drift (not a finding): {entry.kind}" + (f" ({about})" if about else ""))
+
+
+_CAUSE_NAME_LIMIT = 32
+"""A tool name in a cause line is cut past this many characters, with a marker (`--json` has it whole)."""
+
+
+def _print_causes(report: ReplayReport, console: Console) -> None:
+    """Which calls the rejections came from, when other calls carry their category too.
+
+    A response that is not dispatchable proposes none of its calls: each carries the category
+    that blocked it, so the table alone cannot tell the call that broke the rules from the others.
+    """
+    slotted = [rejection for rejection in report.rejections if rejection.index is not None]
+    causes = {(rejection.choice, rejection.index) for rejection in slotted}
+    if not any(call.categories and (call.choice, call.index) not in causes for call in report.calls):
+        return
+    names: dict[tuple[int | None, int | None], str | None] = {(c.choice, c.index): c.name for c in report.calls}
+    for rejection in slotted:
+        name = names.get((rejection.choice, rejection.index))
+        named = f" ({shown(name, _CAUSE_NAME_LIMIT)})" if name else ""
+        cause = f"caused by choice {rejection.choice}, index {rejection.index}{named}: {rejection.category}"
+        console.print(Text(cause))  # the name is input: never markup; wrapped at spaces to the terminal
+    console.print("the other calls carry it: a response with a rejected call proposes none of its calls")
 
 
 def render_linkage(findings: Sequence[LinkageReport], console: Console, *, dispatchable: bool) -> None:

@@ -31,7 +31,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 if TYPE_CHECKING:
     from etf_otel.core._results import AssemblyResult
@@ -67,7 +67,7 @@ class HistoryCall(NamedTuple):
 
     call_id: str | None
     name: str | None
-    arguments: object
+    arguments: Any  # not ``object``: a NamedTuple compiled by mypyc fails at import on it (KeyError: 'object')
     item_id: bool = False
 
 
@@ -228,12 +228,32 @@ def judge_history(
     answered = answered_turn(turns, shapes, known)
     if answered is None:
         return None
-    turn = turns[answered]
     proposal_ids = {shape.call_id for shape in shapes if shape.proposed and shape.call_id is not None}
     all_ids = {shape.call_id for shape in shapes if shape.call_id is not None}
     drift: list[Drift] = []
+    replaced, standing = _answered_calls(turns[answered], shapes, proposal_ids, known, drift)
+    result_ids: list[str | None] = []
+    position = answered + 1
+    while position < len(turns) and not turns[position].assistant:
+        for result in turns[position].results:
+            if adjacent and position > answered + 1:
+                result_ids.append(None)
+            else:
+                result_ids.extend(_answer(result, replaced, standing, all_ids, (known, rejected, refused), drift))
+        position += 1
+    skipped = proposal_ids | set(replaced)
+    result_ids += _later_turns(turns[position:], all_ids, skipped, known, drift)
+    return Judgement(answered, result_ids, drift)
+
+
+def _answered_calls(
+    turn: Turn, shapes: Sequence[Shape], proposal_ids: set[str], known: Callable[[str], bool], drift: list[Drift]
+) -> tuple[dict[str, str], dict[str, tuple[Shape | None, str | None]]]:
+    """The answered turn's calls that are no proposal: the ids replaced (history id -> proposal id, recorded
+    as ``id_replaced``) and the others, each with the response's call it matches by position, name and
+    arguments (``None``: none) and its name."""
     replaced: dict[str, str] = {}
-    standing: dict[str, tuple[Shape | None, str | None]] = {}  # calls of the history that are no proposal
+    standing: dict[str, tuple[Shape | None, str | None]] = {}
     for position, call in enumerate(turn.calls):
         if call.call_id is None or call.call_id in proposal_ids:
             continue
@@ -252,18 +272,7 @@ def judge_history(
             drift.append(Drift(DriftKind.ID_REPLACED, matched.call_id, call.name))
         else:
             standing[call.call_id] = (matched, call.name)
-    result_ids: list[str | None] = []
-    position = answered + 1
-    while position < len(turns) and not turns[position].assistant:
-        for result in turns[position].results:
-            if adjacent and position > answered + 1:
-                result_ids.append(None)
-            else:
-                result_ids.extend(_answer(result, replaced, standing, all_ids, (known, rejected, refused), drift))
-        position += 1
-    skipped = proposal_ids | set(replaced)
-    result_ids += _later_turns(turns[position:], all_ids, skipped, known, drift)
-    return Judgement(answered, result_ids, drift)
+    return replaced, standing
 
 
 def _later_turns(

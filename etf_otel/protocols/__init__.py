@@ -19,6 +19,7 @@ from etf_otel.protocols._anthropic_description import ANTHROPIC_MESSAGES
 from etf_otel.protocols._base import CallFields, FollowUp, StreamAssembler, WireProtocol, field
 from etf_otel.protocols._chat_completions import CHAT_COMPLETIONS
 from etf_otel.protocols._gemini_description import GEMINI
+from etf_otel.protocols._pairing import check_request
 from etf_otel.protocols._responses_description import RESPONSES
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "StreamAssembler",
     "WireProtocol",
     "bounded_finish_reason",
+    "check_request",
     "detect",
     "field",
     "get",

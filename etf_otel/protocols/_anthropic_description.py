@@ -13,6 +13,7 @@ from typing import Final
 
 from etf_otel.core._history import HistoryCall, HistoryResult, Turn
 from etf_otel.core._identity import ABSENT
+from etf_otel.core._pairing_model import Answers, PairingRules, UniqueIds
 from etf_otel.protocols._anthropic_messages import EVENT_TYPES, AnthropicAssembler
 from etf_otel.protocols._base import CallFields, FollowUp, WireProtocol, field, last_position, typed_starts
 from etf_otel.protocols._bodies import anthropic_body_events
@@ -177,6 +178,7 @@ ANTHROPIC_MESSAGES: Final = WireProtocol(
     follow_up=_follow_up,
     history=_history,
     answers_adjacent=True,
+    pairing=PairingRules(Answers.NEXT_TURN, unique_call_ids=UniqueIds.REQUEST),
     complete_body=_complete_body,
     body_events=anthropic_body_events,
     later_responses=_later_responses,

@@ -22,6 +22,7 @@ from typing import Protocol
 from etf_otel.core._history import Drift, Turn
 from etf_otel.core._identity import IdentityRules
 from etf_otel.core._linkage import Finding
+from etf_otel.core._pairing_model import PairingRules
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import ResponseSlots
 from etf_otel.protocols._fields import field, last_position, typed_starts
@@ -123,6 +124,11 @@ def _no_history(request: object) -> list[Turn] | None:
     return None
 
 
+def _holds_nothing(request: object) -> bool | None:
+    """The provider keeps no turns of its own: every request carries its whole history."""
+    return False
+
+
 def _no_call(call: object) -> CallFields | None:
     """No call object of this protocol's own shape: hosts read ``id``, ``name``, ``arguments``."""
     return None
@@ -190,6 +196,14 @@ class WireProtocol:
     answers_adjacent: bool = False
     """Whether only the turn right after an assistant turn may answer its calls (Anthropic: the next user
     message); otherwise every turn up to the next assistant turn may (Chat: the ``role: tool`` messages)."""
+    pairing: PairingRules | None = None
+    """How the protocol's provider pairs the calls and results of a request's :attr:`history` (where it looks
+    for a call's results, by id or by name, where it refuses two calls with one id): the pairing check
+    (:func:`etf_otel.protocols.check_request`) applies it. ``None`` (the default): requests are not checked."""
+    holds_calls: Callable[[object], bool | None] = _holds_nothing
+    """Whether the provider holds earlier turns of a request (Responses: ``previous_response_id`` or a
+    ``conversation``), so a result may answer a call the request does not carry; ``None`` when the part of
+    the request given cannot tell (a bare ``input`` list)."""
     link: Callable[[AssemblyResult, object], list[Finding] | None] | None = None
     link_drift: Callable[[AssemblyResult, object], list[Drift]] = _no_drift
     """With :attr:`link`: what the next request answers that is drift rather than ``result``'s to judge."""

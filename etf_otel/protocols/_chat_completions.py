@@ -22,6 +22,7 @@ from typing import Final
 
 from etf_otel.core._history import HistoryCall, HistoryResult, Turn
 from etf_otel.core._identity import ABSENT, CompatibilityRule, IdentityRules
+from etf_otel.core._pairing_model import Answers, PairingRules
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS, ResponseSlots
 from etf_otel.protocols._base import CallFields, FollowUp, WireProtocol, field, last_position
@@ -348,6 +349,7 @@ CHAT_COMPLETIONS: Final = WireProtocol(
     finish_reasons=frozenset({"stop", "length", "tool_calls", "content_filter", "function_call", "error"}),
     followup_shape="the messages list, or the request object holding it",
     history=_history,
+    pairing=PairingRules(Answers.RUN),
     follow_up=_follow_up,
     complete_body=_complete_body,
     body_events=chat_body_events,

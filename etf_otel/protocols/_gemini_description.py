@@ -22,6 +22,7 @@ from etf_otel.core._history import (
 )
 from etf_otel.core._identity import ABSENT
 from etf_otel.core._linkage import Finding
+from etf_otel.core._pairing_model import Answers, PairingRules
 from etf_otel.core._results import AssemblyResult
 from etf_otel.protocols._base import CallFields, FollowUp, WireProtocol, field, last_position
 from etf_otel.protocols._gemini import GeminiAssembler, finish_reason, unset
@@ -296,6 +297,7 @@ GEMINI: Final = WireProtocol(
     finish_reasons=FINISH_REASONS,
     followup_shape="the contents list, or the request object holding it",
     history=_history,
+    pairing=PairingRules(Answers.NEXT_TURN, by_name=True, container="contents"),
     follow_up=_follow_up,
     later_responses=_later_responses,
     slot_label=_slot_label,

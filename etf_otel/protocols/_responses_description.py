@@ -13,6 +13,7 @@ from typing import Final
 
 from etf_otel.core._history import HistoryCall, HistoryResult, Turn
 from etf_otel.core._identity import ABSENT
+from etf_otel.core._pairing_model import Answers, PairingRules
 from etf_otel.protocols._base import CallFields, WireProtocol, field, typed_starts
 from etf_otel.protocols._bodies import responses_body_events
 from etf_otel.protocols._responses import NOT_OBJECTS, ResponsesAssembler
@@ -110,6 +111,14 @@ def _history(request: object) -> list[Turn] | None:
     return turns
 
 
+def _holds_calls(request: object) -> bool | None:
+    """A request with a ``previous_response_id`` or a ``conversation`` continues what the API stored: its
+    outputs may answer calls it does not carry. A bare ``input`` list cannot tell (``None``)."""
+    if not isinstance(request, dict):
+        return None
+    return any(request.get(key) not in (None, "") for key in ("previous_response_id", "conversation"))
+
+
 def _complete_body(event: object) -> str | None:
     """``object: "response"`` without a ``type``: every stream event has one."""
     if isinstance(event, dict) and event.get("object") == "response" and event.get("type") is None:
@@ -157,6 +166,8 @@ RESPONSES: Final = WireProtocol(
     finish_reasons=frozenset({"max_output_tokens", "content_filter"}),
     followup_shape="the input list, or the request object holding it",
     history=_history,
+    pairing=PairingRules(Answers.ANYWHERE, container="input"),
+    holds_calls=_holds_calls,
     complete_body=_complete_body,
     body_events=responses_body_events,
     later_responses=_later_responses,

@@ -106,3 +106,15 @@ def test_the_console_exporters_output_is_named_with_what_to_use_instead(
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.count("\n") == 1, done.stderr
     assert "console exporter" in done.stderr and "OTEL_TRACES_EXPORTER=otlp_json_file" in done.stderr
+
+
+@pytest.mark.parametrize("where", ["file", "stdin"])
+def test_an_app_that_prints_an_opening_brace_first_is_still_read_as_lines(tmp_path: Path, where: str) -> None:
+    """A first line that opens JSON which never decodes is the app's output, not a pretty-printed document."""
+    lines = _export(tmp_path)
+    mixed = "\n".join(["{", "  config: loaded", *lines, ""])
+    path = tmp_path / "out.jsonl"
+    path.write_text(mixed)
+    done = _audit_file(path) if where == "file" else _audit_stdin(mixed)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert json.loads(done.stdout)["input"]["spans"] > 0

@@ -384,7 +384,8 @@ def test_assembler_json_is_the_replay_document_plus_an_assembler_key(
     assembler = compared.pop("assembler")
     assert compared == plain, "the same keys and values as replay --json, nothing nested"
     assert_report_shape(
-        {k: v for k, v in compared.items() if k not in ("linkage", "drift")}, show_arguments="--show-arguments" in extra
+        {k: v for k, v in compared.items() if k not in ("linkage", "drift", "pairing", "pairing_omitted")},
+        show_arguments="--show-arguments" in extra,
     )
     assert assembler == {
         "name": "reference",
@@ -539,7 +540,7 @@ def test_piped_replay_tables_print_one_record_per_line_with_ids_whole(columns: s
         env["COLUMNS"] = columns
     path = write_jsonl(tmp_path / "r.jsonl", finished(chunk(fragment(0, LONG_ID, LONG_NAME, "{}"))))
     followup = tmp_path / "next.json"
-    followup.write_text(json.dumps(FOLLOWUPS["chat_completions"]([LONG_ID, LONG_ID])))
+    followup.write_text(json.dumps(FOLLOWUPS["chat_completions"]([LONG_ID, LONG_ID], [LONG_ID])))
 
     done = python_m("replay", str(path), env=env)
     assert (done.returncode, done.stderr) == (0, "")
@@ -553,8 +554,9 @@ def test_piped_replay_tables_print_one_record_per_line_with_ids_whole(columns: s
 
     done = python_m("replay", str(path), "--followup", str(followup), env=env)
     assert (done.returncode, done.stderr) == (1, "")
-    linkage = done.stdout.split("linkage (next request)")[1]
+    linkage, pairing = done.stdout.split("linkage (next request)")[1].split("pairing (the next request")
     assert row_with(linkage, LONG_ID) == [LONG_ID, "duplicate_result"]
+    assert row_with(pairing, LONG_ID) == ["duplicate_result", "messages[2] result 0", "unknown", LONG_ID]
 
 
 def test_on_a_terminal_replay_tables_fold_ids_and_cut_names_with_a_marker(tmp_path: Path) -> None:

@@ -117,6 +117,32 @@ def assert_report_shape(report: dict[str, Any], *, show_arguments: bool) -> None
         assert all(call["verdict"] == "proposed" for call in report["calls"])
 
 
+FOLLOWUP_KEYS = {"linkage", "drift", "pairing", "pairing_omitted"}
+"""The keys ``--followup`` adds to the document."""
+PAIRING_KEYS = {"kind", "reason", "position", "at", "index", "item", "id"}
+PAIRING_KINDS = {"result_without_call", "call_without_result", "duplicate_result", "duplicate_call_id"}
+PAIRING_KINDS |= {"id_rejected_by_target"}
+PAIRING_REASONS = {"history_trimmed", "id_rewritten", "concatenated_ids", "unknown"}
+
+
+def assert_followup_shape(report: dict[str, Any], *, show_arguments: bool = False) -> None:
+    """The document of ``replay --followup`` (docs/cli.md): the replay document plus its next request's keys."""
+    assert_report_shape({k: v for k, v in report.items() if k not in FOLLOWUP_KEYS}, show_arguments=show_arguments)
+    assert FOLLOWUP_KEYS <= set(report)
+    assert type(report["linkage"]) is list and type(report["drift"]) is list
+    assert type(report["pairing"]) is list and type(report["pairing_omitted"]) is int
+    for problem in report["pairing"]:
+        assert set(problem) == PAIRING_KEYS
+        assert problem["kind"] in PAIRING_KINDS and problem["reason"] in PAIRING_REASONS
+        assert problem["item"] in ("call", "result")
+        if problem["position"] is None:  # a call the provider holds (previous_response_id)
+            assert problem["at"] is None and problem["index"] is None and problem["item"] == "call"
+        else:
+            assert type(problem["at"]) is int and type(problem["index"]) is int
+            assert problem["position"].endswith(f"[{problem['at']}]")
+        assert problem["id"] is None or type(problem["id"]) is str
+
+
 def test_id_kinds_are_the_spec_set() -> None:
     assert {kind.value for kind in IdKind} == ID_KINDS
 
@@ -480,3 +506,21 @@ def test_unknown_allow_value_exits_2_from_a_shell() -> None:
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1 and "lenient" in done.stderr
+
+
+def test_the_table_says_which_call_caused_the_rejection_the_others_carry(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/images/parallel-calls.jsonl: the third call's id changed; all three are rejected id_conflict."""
+    code, out, _ = run(["replay", str(ROOT / "docs" / "images" / "parallel-calls.jsonl")], capsys)
+    assert code == 1
+    rows = [line.split("\t") for line in out.splitlines() if line.startswith("0\t")]
+    assert [(row[1], row[-1]) for row in rows] == [("0", "id_conflict"), ("1", "id_conflict"), ("2", "id_conflict")]
+    assert "caused by choice 0, index 2 (get_news): id_conflict\n" in out
+    assert "the other calls carry it" in out
+
+
+def test_a_call_that_caused_its_own_rejection_alone_needs_no_cause_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(tmp_path / "cut.jsonl", [chunk(fragment(0, "call-a", "read_page", '{"page":'))])
+    code, out, _ = run(["replay", str(path)], capsys)
+    assert code == 1 and "caused by" not in out

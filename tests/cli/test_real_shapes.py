@@ -433,3 +433,43 @@ def test_a_real_mistake_says_why_its_result_is_orphaned(shape: Shape, capsys: py
         assert reason in ORPHAN_REASONS
     else:
         assert reason == shape.reason
+
+
+# --- the request before it is sent: the provider's pairing rules (issue 37, 11.8) ---------------------------
+
+PAIRING_OF_MISTAKES: dict[str, list[tuple[str, str | None, str, str | None]]] = {
+    # each a (kind, position, reason, id) the provider refuses; a history that pairs its own ids consistently
+    # (a concatenated id, an id made up for an empty one, an item id as call_id in both items) is accepted
+    "real_mistakes/concatenated_id": [],
+    "real_mistakes/empty_id_replaced": [],
+    "real_mistakes/item_id_as_call_id": [],
+    "real_mistakes/item_id_in_output": [
+        ("call_without_result", "input[1]", "id_rewritten", "call_M1capitalQ"),
+        ("result_without_call", "input[2]", "id_rewritten", None),
+    ],
+    "real_mistakes/unknown_id": [
+        ("call_without_result", "messages[1]", "id_rewritten", "call_U1pick"),
+        ("result_without_call", "messages[2]", "id_rewritten", None),
+    ],
+}
+
+
+def pairing(document: dict[str, Any]) -> list[tuple[str, str | None, str, str | None]]:
+    return [(problem["kind"], problem["position"], problem["reason"], problem["id"]) for problem in document["pairing"]]
+
+
+@pytest.mark.parametrize("shape", HABITS, ids=lambda shape: shape.case)
+def test_a_framework_habit_breaks_no_pairing_rule_of_its_provider(
+    shape: Shape, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every habit is a request the provider accepted: predicting a refusal for one is a false alarm."""
+    _, document = replay(["replay", str(shape.response), "--json", "--followup", str(shape.next_request)], capsys)
+    assert pairing(document) == []
+
+
+@pytest.mark.parametrize("shape", MISTAKES, ids=lambda shape: shape.case)
+def test_a_real_mistake_breaks_the_pairing_rules_only_where_the_provider_would_refuse_it(
+    shape: Shape, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, document = replay(["replay", str(shape.response), "--json", "--followup", str(shape.next_request)], capsys)
+    assert pairing(document) == PAIRING_OF_MISTAKES[shape.case]

@@ -100,13 +100,16 @@ def test_a_followup_answers_by_id_and_by_name_and_order(tmp_path: Path, capsys: 
     assert (code, err) == (1, "")
     assert json.loads(out)["linkage"] == [{"id": None, "category": "orphaned_result", "name": "f"}]
 
-    answers = [{"functionResponse": {"name": name, "response": {}}} for name in ("get_time", "get_weather")]
-    followup.write_text(json.dumps([{"role": "model", "parts": []}, {"role": "user", "parts": answers}]))
+    names = ("get_time", "get_weather")
+    model = {"role": "model", "parts": [{"functionCall": {"name": name, "args": {}}} for name in names]}
+    answers = [{"functionResponse": {"name": name, "response": {}}} for name in names]
+    followup.write_text(json.dumps([model, {"role": "user", "parts": answers}]))
     code, out, err = run(["replay", str(VERTEX), "--followup", str(followup), "--json"], capsys)
-    assert (code, err, json.loads(out)["linkage"]) == (0, "", [])  # id-less calls answered by name
-    followup.write_text(json.dumps([{"role": "model", "parts": []}, {"role": "user", "parts": answers[:1] * 2}]))
+    assert (code, err, json.loads(out)["linkage"], json.loads(out)["pairing"]) == (0, "", [], [])  # by name
+    followup.write_text(json.dumps([model, {"role": "user", "parts": answers[:1] * 2}]))
     code, out, err = run(["replay", str(VERTEX), "--followup", str(followup)], capsys)
     assert code == 1 and "duplicate_result" in out and "unanswered_call" in out and "get_weather" in out
+    assert "call_without_result" in out and "contents[0] call 1" in out
 
 
 def test_the_google_genai_sdk_keeps_each_part_as_it_came(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -26,7 +26,7 @@ from etf_otel.testing import anthropic, gemini, responses
 from etf_otel.testing.chat import chunk, finished, fragment
 
 from ._terminal import in_terminal
-from .test_cli_replay import RECORDINGS, ROOT, assert_report_shape, run, run_json, write_jsonl
+from .test_cli_replay import RECORDINGS, ROOT, assert_followup_shape, assert_report_shape, run, run_json, write_jsonl
 
 CASE = RECORDINGS / "case-target.jsonl"  # proposes call-a (read_page)
 CANARY = "call-CANARY-9f3e1"
@@ -147,23 +147,38 @@ SAMPLE_IDS = {
     "anthropic_messages": "toolu_01",
     "gemini": "k3xq9ab2",
 }
-FOLLOWUPS: dict[str, Callable[[list[str]], Any]] = {
-    "chat_completions": lambda ids: {
-        "messages": [{"role": "assistant", "tool_calls": []}]
+FOLLOWUPS: dict[str, Callable[..., Any]] = {
+    "chat_completions": lambda ids, calls=("call-a",): {
+        "messages": [
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": i, "type": "function", "function": {"name": "read_page", "arguments": '{"page":1}'}}
+                    for i in calls
+                ],
+            }
+        ]
         + [{"role": "tool", "tool_call_id": i, "content": "ok"} for i in ids]
     },
-    "responses": lambda ids: {
+    "responses": lambda ids, calls=("call_r1",): {
+        "previous_response_id": "resp_1",  # the calls are the stored response's
         "input": [{"type": "function_call_output", "call_id": i, "output": "ok"} for i in ids],
     },
-    "anthropic_messages": lambda ids: {
+    "anthropic_messages": lambda ids, calls=("toolu_01",): {
         "messages": [
-            {"role": "assistant", "content": []},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": i, "name": "read_page", "input": {"page": 1}} for i in calls],
+            },
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": i, "content": "ok"} for i in ids]},
         ]
     },
-    "gemini": lambda ids: {
+    "gemini": lambda ids, calls=("k3xq9ab2",): {
         "contents": [
-            {"role": "model", "parts": []},
+            {
+                "role": "model",
+                "parts": [{"functionCall": {"id": i, "name": "read_page", "args": {"page": 1}}} for i in calls],
+            },
             {
                 "role": "user",
                 "parts": [{"functionResponse": {"id": i, "name": "read_page", "response": {}}} for i in ids],
@@ -171,6 +186,8 @@ FOLLOWUPS: dict[str, Callable[[list[str]], Any]] = {
         ]
     },
 }
+"""A next request per protocol: an assistant turn carrying ``calls`` (the sample's by default), then results
+for ``ids``; a Responses request continues the stored response (``previous_response_id``)."""
 
 
 def test_every_registered_protocol_has_a_sample_here() -> None:
@@ -208,18 +225,21 @@ def test_each_registered_protocol_links_its_next_request(
     recording = write_jsonl(tmp_path / "r.jsonl", SAMPLES[name])
     call_id = SAMPLE_IDS[name]
     cases = {
-        "clean": ([call_id], []),
-        "orphaned": ([call_id, CANARY], [{"id": None, "category": "orphaned_result"}]),
-        "duplicate": ([call_id, call_id], [{"id": call_id, "category": "duplicate_result"}]),
-        "unanswered": ([], [{"id": call_id, "category": "unanswered_call"}]),
+        "clean": ([call_id], [], []),
+        "orphaned": ([call_id, CANARY], [{"id": None, "category": "orphaned_result"}], ["result_without_call"]),
+        "duplicate": ([call_id, call_id], [{"id": call_id, "category": "duplicate_result"}], ["duplicate_result"]),
+        "unanswered": ([], [{"id": call_id, "category": "unanswered_call"}], ["call_without_result"]),
     }
-    for case, (ids, expected) in cases.items():
+    for case, (ids, expected, pairing) in cases.items():
         followup = tmp_path / f"{case}.json"
         followup.write_text(json.dumps(FOLLOWUPS[name](ids)))
         code, out, err = run(["replay", str(recording), "--followup", str(followup), "--json"], capsys)
         assert (code, err) == ((1 if expected else 0), ""), case
-        found = [{k: v for k, v in f.items() if k != "name"} for f in json.loads(out)["linkage"]]
+        document = json.loads(out)
+        assert_followup_shape(document)
+        found = [{k: v for k, v in f.items() if k != "name"} for f in document["linkage"]]
         assert found == expected, case  # Gemini adds each finding's function name
+        assert [problem["kind"] for problem in document["pairing"]] == pairing, case
         assert CANARY not in out
 
     cut = write_jsonl(tmp_path / "cut.jsonl", SAMPLES[name][:-2])  # no proper end: not dispatchable
@@ -449,7 +469,7 @@ def test_standard_input_that_is_no_recording_is_refused_naming_stdin() -> None:
 
 
 def test_a_followup_piped_into_standard_input() -> None:
-    followup = json.dumps([{"role": "assistant"}, {"role": "tool", "tool_call_id": "call-a"}]).encode()
+    followup = json.dumps([ASSISTANT, {"role": "tool", "tool_call_id": "call-a"}]).encode()
     done = cli("replay", str(CASE), "--followup", "-", "--json", stdin=followup)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["linkage"] == []
@@ -512,6 +532,8 @@ def tool(call_id: Any) -> dict[str, Any]:
 
 
 ASSISTANT = {"role": "assistant", "tool_calls": [{"id": "call-a", "type": "function"}]}
+FOLLOWUP_KEYS = {"dispatchable", "stream", "calls", "rejections", "diagnostics", "linkage", "drift", "pairing"}
+FOLLOWUP_KEYS |= {"pairing_omitted"}
 CHAT_FOLLOWUPS: dict[str, tuple[Any, list[dict[str, Any]]]] = {
     "clean": ([{"role": "user", "content": "hi"}, ASSISTANT, tool("call-a")], []),
     "clean_request_object": ({"model": "m", "messages": [ASSISTANT, tool("call-a")]}, []),
@@ -544,8 +566,10 @@ def test_followup_linkage_of_a_dispatchable_response(
     assert err == ""
     assert code == (1 if expected else 0)
     report = json.loads(out)
-    assert set(report) == {"dispatchable", "stream", "calls", "rejections", "diagnostics", "linkage", "drift"}
+    assert set(report) == FOLLOWUP_KEYS
+    assert_followup_shape(report)
     assert report["linkage"] == expected
+    assert bool(report["pairing"]) is (case not in ("clean", "clean_request_object")), report["pairing"]
     assert CANARY not in out
 
     code, out, err = run(["replay", str(CASE), "--followup", str(path)], capsys)

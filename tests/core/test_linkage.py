@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from etf_otel import Conversation, ErrorCategory, Finding
+from etf_otel.core._history import Drift, DriftKind
 
 E = ErrorCategory
 
@@ -82,3 +83,11 @@ def test_settling_without_tool_messages_answers_with_host_results() -> None:
     assert conversation.result("call-b") is None
     conversation.proposed(["call-c"])  # call-a forgotten: never reported, never answered
     assert conversation.settle() == ([Finding(E.UNANSWERED_CALL, "call-c")], ("call-b",))
+
+
+def test_the_drift_a_settling_request_recorded_is_taken_once() -> None:
+    conversation = Conversation()
+    drift = (Drift(DriftKind.ID_REPLACED, "call_0", "read"),)
+    conversation.drift = drift
+    assert conversation.take_drift() == drift
+    assert conversation.take_drift() == ()

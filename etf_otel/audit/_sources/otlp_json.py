@@ -29,6 +29,7 @@ read, while going through ``google.protobuf.json_format`` was several times slow
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import sys
@@ -187,8 +188,9 @@ def _read_source(
     writes both to one stdout, redirected to a file or piped): every line that is an OTLP JSON
     trace export is read, every other line (text, a metric or log record, broken JSON) is
     skipped and counted. A first line that opens a JSON value without closing it starts whole
-    documents instead (pretty-printed, several in a row, or an array). An input with no OTLP
-    record at all is an :class:`OtlpInputError` saying what its first line is.
+    documents instead (pretty-printed, several in a row, or an array), unless no JSON value
+    starts there at all (the application printed a brace): then lines again. An input with no
+    OTLP record at all is an :class:`OtlpInputError` saying what its first line is.
     """
     seen = _Seen()
     line_number = 0
@@ -201,8 +203,13 @@ def _read_source(
     value = _decoded(line)
     seen.first = (line_number, line, value)
     if value is None and line.lstrip()[:1] in (b"{", b"["):
-        yield from _documents(label, line + source.read(), line_number, stats)
-        return
+        data = line + source.read()
+        try:
+            yield from _documents(label, data, line_number, stats)
+            return
+        except _NoDocument:  # nothing read yet: the rest is read as lines
+            source = io.BytesIO(data)
+            source.readline()
     while True:
         yield from _spans_of_line(label, line_number, line, value, stats, seen)
         progressed()
@@ -334,6 +341,10 @@ def _spans_of_value(value: object, stats: InputStats) -> Iterator[SpanData]:
             yield span
 
 
+class _NoDocument(Exception):
+    """The first value of what looked like whole documents does not decode (nothing was read)."""
+
+
 def _documents(path: str, data: bytes, first_line: int, stats: InputStats) -> Iterator[SpanData]:
     try:
         text = data.decode("utf-8")
@@ -342,6 +353,7 @@ def _documents(path: str, data: bytes, first_line: int, stats: InputStats) -> It
     decoder = json.JSONDecoder()
     position = 0
     length = len(text)
+    first = len(text) - len(text.lstrip(" \t\r\n"))
     while True:
         while position < length and text[position] in " \t\r\n":
             position += 1
@@ -354,6 +366,8 @@ def _documents(path: str, data: bytes, first_line: int, stats: InputStats) -> It
         except ValueError as error:
             if _CONSOLE_ID.search(data):  # the console exporter's spans, the application's output between them
                 raise OtlpInputError(f"{path}: {CONSOLE_HINT}") from None
+            if position == first:
+                raise _NoDocument from None
             line = first_line + text.count("\n", 0, getattr(error, "pos", position))
             raise OtlpInputError(f"{path}:{line}: not valid JSON (truncated or not OTLP JSON)") from None
         line = first_line + text.count("\n", 0, position)

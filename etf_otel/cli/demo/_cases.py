@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
+from rich import box
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
@@ -172,6 +173,10 @@ Group = tuple[str, Sequence["ProtocolCase"]]
 """A heading and its cases."""
 
 
+_GAP: Final = 2
+"""Spaces between two columns of a compact table (padding collapsed, no rule)."""
+
+
 def _widths(total: int, rows: Sequence[Sequence[str]]) -> list[int]:
     """Column widths for a ``total``-column console: each column's longest word first, then its longest line."""
     words = [max(cell_len(word) for cell in column for word in cell.split()) for column in zip(*rows, strict=True)]
@@ -179,7 +184,7 @@ def _widths(total: int, rows: Sequence[Sequence[str]]) -> list[int]:
         max(cell_len(line) for cell in column for line in cell.split("\n")) for column in zip(*rows, strict=True)
     ]
     widths = [max(min(longest, least), word) for longest, least, word in zip(natural, MIN_WIDTHS, words, strict=True)]
-    spare = total - 3 * 3 - sum(widths)  # three rules of " │ "
+    spare = total - 3 * _GAP - sum(widths)  # three gaps between the four columns
     while spare > 0 and any(width < longest for width, longest in zip(widths, natural, strict=True)):
         for index, longest in enumerate(natural):
             if spare > 0 and widths[index] < longest:
@@ -201,7 +206,15 @@ def print_part(console: Console, title: str, groups: Sequence[Group]) -> None:
     console.print()
     console.print(Text(title, style="bold"))
     for number, (heading, group) in enumerate(groups):
-        table = Table(title=heading, title_justify="left", show_edge=False, pad_edge=False, show_header=number == 0)
+        table = Table(
+            title=heading,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,  # compact, as the other tables (cli/_table.py): a rule under the header
+            show_edge=False,
+            pad_edge=False,
+            collapse_padding=True,
+            show_header=number == 0,
+        )
         for column, width in zip(COLUMNS, widths, strict=True):
             table.add_column(column, width=width, overflow="fold")
         for case in group:

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -312,8 +313,11 @@ def run_demo(export: str | None = None, console: Console | None = None, *, otlp:
                 client = openai.OpenAI(base_url=server.base_url, api_key="etf-demo", max_retries=0)
                 run, part = DemoRun(), Part(server, tracer, summary_exporter, DemoHost(Path(workdir)))
                 _run_chat(run, part, client, instrumentation, Path(workdir))
+                watch.check()
                 run.responses = run_responses(part, client, instrumentation)
+                watch.check()
                 run.anthropic = run_anthropic(part, tracer_provider, meter_provider, PROVIDER)
+                watch.check()
                 run.gemini = run_gemini(part, tracer_provider, meter_provider, PROVIDER)
             watch.check()
             spans = summary_exporter.get_finished_spans()
@@ -364,11 +368,11 @@ class _InterruptWatch:
     """Remembers a Ctrl-C (SIGINT) for the length of the demo, wherever it lands.
 
     Python raises ``KeyboardInterrupt`` where the main thread happens to be, and one raised in a
-    finalizer or a ``__del__`` (an abandoned stream's) is printed and ignored: the run would go on
-    and end with a verdict on cases it cut short. The handler keeps raising as the default one does,
-    and also sets :attr:`seen`, which :meth:`check` and the demo read before giving a verdict. In a
-    thread other than the main one (the demo embedded in a test) signals cannot be handled: nothing
-    is installed.
+    finalizer or a ``__del__`` (an abandoned stream's, an SDK client's) is printed with a traceback
+    and ignored: the run would go on and end with a verdict on cases it cut short. The handler
+    raises as the default one does, except in a ``__del__``, and always sets :attr:`seen`, which
+    :meth:`check` (between the parts) and the demo read before giving a verdict. In a thread other
+    than the main one (the demo embedded in a test) signals cannot be handled: nothing is installed.
     """
 
     def __init__(self) -> None:
@@ -376,8 +380,10 @@ class _InterruptWatch:
         self._installed = False
         self._previous: Any = signal.SIG_DFL
 
-    def _handler(self, signum: int, frame: object) -> None:
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.seen = True
+        if frame is not None and frame.f_code.co_name == "__del__":
+            return  # Python would print it as ignored, with a traceback: the next check() raises it
         raise KeyboardInterrupt
 
     def check(self) -> None:
