@@ -299,7 +299,7 @@ def _write_html(args: argparse.Namespace, protocol: WireProtocol, events: list[o
     from etf_otel.cli.html._replay import replay_timeline
     from etf_otel.cli.html._replay_page import render_replay
 
-    timeline = replay_timeline(protocol, events, args.allow)
+    timeline = replay_timeline(protocol, events, args.allow, args.deny)
     document = render_replay(timeline, source=display_name(args.file), show_arguments=args.show_arguments)
     write_page(args.html, document)
 

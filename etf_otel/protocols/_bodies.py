@@ -31,12 +31,17 @@ from etf_otel.protocols._base import StreamAssembler, WireProtocol, field
 
 __all__ = [
     "CALL_TRANSITIONS",
+    "WHOLE",
     "anthropic_body_events",
     "assemble_whole",
     "chat_body_events",
     "judge_body",
     "responses_body_events",
 ]
+
+WHOLE: Final = "etf_whole"
+"""Key of the ``output_item.done`` events of a complete Responses body: the item is stated whole, so a
+``function_call`` without an ``arguments`` key has none (:data:`BODY_WITHOUT_ARGUMENTS`, read by the adapter)."""
 
 CALL_TRANSITIONS: Final = frozenset({Transition.POSITIONAL, Transition.ABSENT_ARGUMENTS})
 """Transitions that decide about a call as a whole, not about a fragment: a body keeps them."""
@@ -124,8 +129,7 @@ def responses_body_events(body: object) -> list[object] | None:
     events: list[object] = [{"type": "response.created", "response": started}]
     for position, item in enumerate(output):
         events.append({"type": "response.output_item.added", "output_index": position, "item": item})
-        done = _without_arguments(item) if field(item, "type") == "function_call" else item
-        events.append({"type": "response.output_item.done", "output_index": position, "item": done})
+        events.append({"type": "response.output_item.done", "output_index": position, "item": item, WHOLE: True})
     # The items were each stated whole already: the terminal event restates no output, which with
     # duplicate call ids would be matched to the wrong item (a false snapshot_mismatch).
     ending = dict(started)
@@ -134,24 +138,6 @@ def responses_body_events(body: object) -> list[object] | None:
         ending["incomplete_details"] = details
     events.append({"type": end, "response": ending})
     return events
-
-
-_FUNCTION_CALL_FIELDS: Final = ("type", "id", "call_id", "name", "status")
-
-
-def _without_arguments(item: object) -> object:
-    """A ``function_call`` item as its ``output_item.done`` states it: itself, or, when it has no
-    ``arguments`` key at all, a copy whose arguments are :data:`BODY_WITHOUT_ARGUMENTS` (``{}`` under
-    ``absent_arguments_in_body``; the slots decide). Only the done event carries the marker: it is
-    counted once."""
-    if field(item, "arguments") is not ABSENT:
-        return item
-    copy: dict[str, object] = {"arguments": BODY_WITHOUT_ARGUMENTS}
-    for name in _FUNCTION_CALL_FIELDS:
-        value = field(item, name)
-        if value is not ABSENT:
-            copy[name] = value
-    return copy
 
 
 def anthropic_body_events(body: object) -> list[object] | None:

@@ -28,13 +28,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from etf_otel.core._identity import ABSENT, CompatibilityRule, IdentityRules
+from etf_otel.core._identity import ABSENT, BODY_WITHOUT_ARGUMENTS, CompatibilityRule, IdentityRules
 from etf_otel.core._lifecycle import SCOPE, LifecycleSlots
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._slots import DEFAULT_MAX_ARGUMENT_CHARS
 from etf_otel.core._validation import resolved_arguments, same_arguments
 from etf_otel.core._vocabulary import ResponseEnd, Transition
 from etf_otel.protocols._base import field
+from etf_otel.protocols._bodies import WHOLE
 
 __all__ = ["NOT_OBJECTS", "ResponsesAssembler"]
 
@@ -292,6 +293,8 @@ class ResponsesAssembler:
         arguments = field(item, "arguments")
         if arguments is not ABSENT and arguments is not None:
             slots.snapshot(key, arguments)
+        elif arguments is ABSENT and type(event) is dict and event.get(WHOLE) is True:  # a body's call: no key
+            slots.snapshot(key, BODY_WITHOUT_ARGUMENTS)
         if field(item, "status") == "incomplete":
             slots.mark_incomplete(key)
         slots.close_slot(key)

@@ -237,3 +237,5 @@ def test_a_body_call_without_arguments_renders_its_compatibility_decision(
     code, document = page_of(path, tmp_path, capsys)
     assert code == 0
     assert "read as {} (compatibility rule)" in document
+    code, document = page_of(path, tmp_path, capsys, "--deny", "absent_arguments_in_body")
+    assert code == 1

@@ -25,7 +25,7 @@ from etf_otel.core._slots import ResponseSlots
 from etf_otel.core._unslotted import COMPATIBILITY
 from etf_otel.core._vocabulary import Transition
 from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, GEMINI, RESPONSES, WireProtocol
-from etf_otel.protocols._bodies import assemble_whole, judge_body
+from etf_otel.protocols._bodies import WHOLE, assemble_whole, judge_body
 
 RULES = IdentityRules()
 MISSING_ID = ErrorCategory.MISSING_ID
@@ -531,13 +531,14 @@ def test_the_marker_after_arguments_adds_nothing() -> None:
     assert (call.arguments, call.verdict, call.transitions) == ('{"x":1}', Verdict.PROPOSED, ())
 
 
-def test_a_responses_item_without_arguments_keeps_only_the_fields_it_had() -> None:
-    """The done event's copy of an item without arguments states no field the item left out."""
+def test_a_responses_body_marks_its_done_events_whole() -> None:
+    """Only a body's ``output_item.done`` says its item is whole: there, and only there, a missing arguments
+    key is no arguments (a stream's item without arguments stays invalid)."""
     item = {"type": "function_call", "call_id": "a", "name": "now"}
     events = RESPONSES.body_events(response("completed", item))
     assert events is not None
-    done = [event for event in events if event["type"] == "response.output_item.done"]  # type: ignore[index]
-    assert done[0]["item"] == {**item, "arguments": BODY_WITHOUT_ARGUMENTS}  # type: ignore[index]
+    marked = [event for event in events if WHOLE in event]  # type: ignore[operator]
+    assert [event["type"] for event in marked] == ["response.output_item.done"]  # type: ignore[index]
     assert repr(BODY_WITHOUT_ARGUMENTS) == "BODY_WITHOUT_ARGUMENTS"
     (call,) = assemble_whole(RESPONSES.assembler(rules=RULES), events).calls
     assert (call.id, call.arguments, call.verdict) == ("a", "{}", Verdict.PROPOSED)

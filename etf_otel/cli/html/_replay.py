@@ -130,9 +130,11 @@ def _stream_events(slots: object, reasons_before: int, ended_before: object) -> 
     return kinds
 
 
-def replay_timeline(protocol: WireProtocol, events: Sequence[object], allow: Sequence[str]) -> ReplayTimeline:
+def replay_timeline(
+    protocol: WireProtocol, events: Sequence[object], allow: Sequence[str], deny: Sequence[str] = ()
+) -> ReplayTimeline:
     """Assemble ``events`` one at a time and note where each fragment and each other event falls."""
-    assembler = protocol.assembler(rules=IdentityRules.for_rules(allow))
+    assembler = protocol.assembler(rules=IdentityRules.for_rules(allow, deny=deny))
     slots = assembler.slots
     spans: list[tuple[int, int, int, list[tuple[Lane, str]]]] = []  # (event, first fragment, last, others)
     for number, event in enumerate(events, start=1):
