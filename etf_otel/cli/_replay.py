@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import errno
-import io
-import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from etf_otel import protocols
 from etf_otel.cli._exit_codes import CLI_DOCS, EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
-from etf_otel.cli._replay_input import Recording, load, next_request
+from etf_otel.cli._replay_export import export_telemetry
+from etf_otel.cli._replay_input import load, next_request
 from etf_otel.cli._replay_report import (
     ReplayReport,
     build_report,
@@ -110,6 +107,27 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
     replay.add_argument(
         "--show-arguments", action="store_true", help="include the assembled arguments (raw model output)"
     )
+    _add_rule_arguments(replay)
+    replay.add_argument(
+        "--assembler",
+        choices=ASSEMBLER_NAMES,
+        help="also run this assembler (one that reads the recording's protocol), wrapped, and show where it"
+        " diverges from the rules",
+    )
+    replay.add_argument(
+        "--html",
+        metavar="OUT",
+        help="also write a self-contained HTML page: a swimlane per call, each fragment a mark",
+    )
+    replay.add_argument(
+        "--export",
+        metavar="PATH",
+        help="also write the telemetry the instrumentation would emit for this stream (OTLP JSON lines)",
+    )
+
+
+def _add_rule_arguments(replay: argparse.ArgumentParser) -> None:
+    """``--allow``, ``--deny`` and ``--require-call-id``: the identity rules the replay assembles by."""
     replay.add_argument(
         "--allow",
         action="append",
@@ -129,22 +147,6 @@ def add_replay_arguments(replay: argparse.ArgumentParser) -> None:
         "--require-call-id",
         action="store_true",
         help="Gemini: every call without an id is missing_id (by default such calls are identified by position)",
-    )
-    replay.add_argument(
-        "--assembler",
-        choices=ASSEMBLER_NAMES,
-        help="also run this assembler (one that reads the recording's protocol), wrapped, and show where it"
-        " diverges from the rules",
-    )
-    replay.add_argument(
-        "--html",
-        metavar="OUT",
-        help="also write a self-contained HTML page: a swimlane per call, each fragment a mark",
-    )
-    replay.add_argument(
-        "--export",
-        metavar="PATH",
-        help="also write the telemetry the instrumentation would emit for this stream (OTLP JSON lines)",
     )
 
 
@@ -235,10 +237,7 @@ def followup_pairing(
 def run_replay(args: argparse.Namespace) -> int:
     if args.file == STDIN and args.followup == STDIN:
         return _refuse("FILE and --followup cannot both read standard input (-)")
-    if getattr(args, "require_call_id", False):
-        args.allow = [*args.allow, CompatibilityRule.REQUIRE_CALL_ID.value]
-    deny: list[str] = getattr(args, "deny", None) or []  # None when --deny is not given
-    args.deny, args.allow = deny, [rule for rule in args.allow if rule not in deny]  # --deny wins
+    deny = _rule_options(args)
     try:
         recording = load(args.file, args.protocol)
         protocol, events = recording.protocol, recording.events
@@ -267,7 +266,7 @@ def run_replay(args: argparse.Namespace) -> int:
         pairing = followup_pairing(protocol, result, followup[0], getattr(args, "target", None)) or PairingCheck()
     if args.export:
         try:
-            _export(recording, args)
+            export_telemetry(recording, args)
         except OSError as error:
             return _refuse(f"--export: cannot write {display_name(args.export)}: {error.strerror or error}")
     if args.html is not None:
@@ -292,6 +291,15 @@ def run_replay(args: argparse.Namespace) -> int:
     else:
         render_report(report, console_for(), show_arguments=args.show_arguments)
     return EXIT_FOUND if result.rejections or findings or (pairing and pairing.broken) else EXIT_OK
+
+
+def _rule_options(args: argparse.Namespace) -> list[str]:
+    """``args.allow`` and ``args.deny`` as the rules take them (``--require-call-id`` allows it); the deny list."""
+    if getattr(args, "require_call_id", False):
+        args.allow = [*args.allow, CompatibilityRule.REQUIRE_CALL_ID.value]
+    deny: list[str] = getattr(args, "deny", None) or []  # None when --deny is not given
+    args.deny, args.allow = deny, [rule for rule in args.allow if rule not in deny]  # --deny wins
+    return deny
 
 
 def _write_html(args: argparse.Namespace, protocol: WireProtocol, events: list[object]) -> None:
@@ -354,46 +362,3 @@ def _displayable_comparison(comparison: AssemblerComparison) -> AssemblerCompari
         calls=theirs,  # type: ignore[arg-type]  # still (id, name, arguments) triples
         rules=dataclasses.replace(rules, calls=calls),
     )
-
-
-def _export(recording: Recording, args: argparse.Namespace) -> None:
-    """Run the recording through the real instrumentation; append its telemetry to ``args.export``.
-
-    The telemetry is collected in memory and written here, in one go: a path that cannot be
-    written (a directory, a full disk) is an ``OSError`` for the caller, never the SDK
-    exporters' logged tracebacks.
-    """
-    path = Path(args.export)
-    if not path.parent.is_dir():  # as --html: a typo in the directory must not create a tree somewhere
-        raise FileNotFoundError(errno.ENOENT, f"no directory {os.fspath(path.parent) or '.'}")
-    text = _telemetry(recording, args.allow, args.deny)
-    with open(path, "a", encoding="utf-8") as out:  # the OTLP JSON file exporters append too
-        out.write(text)
-
-
-def _telemetry(recording: Recording, allow: Sequence[str], deny: Sequence[str] = ()) -> str:
-    """What the instrumentation emits for the recording, as OTLP JSON lines (spans, then metrics)."""
-    from opentelemetry.exporter.otlp.json.file import FileMetricExporter, FileSpanExporter
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    from etf_otel.instrumentation import Instrumentation
-
-    buffer = io.StringIO()
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "etf-otel-replay"})
-    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-    tracer_provider.add_span_processor(BatchSpanProcessor(FileSpanExporter(stream=buffer)))
-    reader = PeriodicExportingMetricReader(FileMetricExporter(stream=buffer), export_interval_millis=60_000)
-    meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
-    instrumentation = Instrumentation(tracer_provider, meter_provider, allow=allow, deny=deny)
-    if recording.body is not None:
-        instrumentation.response(recording.body, protocol=recording.protocol)
-    else:
-        for _ in instrumentation.stream(iter(recording.events), protocol=recording.protocol):
-            pass
-    tracer_provider.shutdown()  # exports every span left
-    meter_provider.shutdown()  # collects and exports the metrics once
-    return buffer.getvalue()

@@ -13,13 +13,11 @@ OpenAI Responses, Anthropic and Gemini parts (``_responses``, ``_anthropic``, ``
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import signal
 import sys
 import tempfile
 import warnings
-from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -27,14 +25,11 @@ from types import FrameType
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from rich.console import Console
-from rich.text import Text
 
-from etf_otel import attributes as A
-from etf_otel.cli._exit_codes import EXIT_BAD_INPUT, EXIT_FOUND, EXIT_OK
+from etf_otel.cli._exit_codes import EXIT_BAD_INPUT
 from etf_otel.cli._sdk_setup import SdkSetup, setup_sdk
 from etf_otel.cli._text import console_for
 from etf_otel.cli.demo._anthropic import run_anthropic
@@ -47,13 +42,11 @@ from etf_otel.cli.demo._cases import (
     ProtocolCase,
     describe_call,
     hand_to_host,
-    print_part,
-    print_protocols,
     run_case,
-    span_words,
 )
 from etf_otel.cli.demo._gemini import run_gemini
 from etf_otel.cli.demo._responses import run_responses
+from etf_otel.cli.demo._summary import print_summary
 from etf_otel.core._results import AssemblyResult
 from etf_otel.integrations.openai._state import completion_calls
 from etf_otel.protocols._chat_completions import ReferenceAssembler
@@ -321,7 +314,7 @@ def run_demo(export: str | None = None, console: Console | None = None, *, otlp:
                 run.gemini = run_gemini(part, tracer_provider, meter_provider, PROVIDER)
             watch.check()
             spans = summary_exporter.get_finished_spans()
-            code, undelivered = _print_summary(console, run, spans, summary_reader, setup, watch.check)
+            code, undelivered = print_summary(console, run, spans, summary_reader, setup, watch.check)
     except KeyboardInterrupt:  # leaving this block releases the interrupted frames: their streams end their spans
         watch.seen = True
     finally:
@@ -356,12 +349,6 @@ def _run_chat(run: DemoRun, part: Part, client: Any, instrumentation: Any, workd
         run.chat.append(run_case(part, "chat", case, partial(_single_turn, guarded, part.server, script)))
     for n, (case, edit) in enumerate(_linkage_cases(), 1):
         run.chat.append(run_case(part, "chat", case, partial(_linkage_case, guarded, part.server, f"call-l{n}", edit)))
-
-
-def _metric_points(reader: InMemoryMetricReader) -> int:
-    data = reader.get_metrics_data()
-    resources = data.resource_metrics if data is not None else []
-    return sum(len(metric.data.data_points) for r in resources for scope in r.scope_metrics for metric in scope.metrics)
 
 
 class _InterruptWatch:
@@ -401,51 +388,3 @@ class _InterruptWatch:
     def __exit__(self, *exc_info: object) -> None:
         if self._installed:
             signal.signal(signal.SIGINT, self._previous)
-
-
-def _print_summary(
-    console: Console,
-    run: DemoRun,
-    spans: Sequence[ReadableSpan],
-    reader: InMemoryMetricReader,
-    setup: SdkSetup,
-    check_interrupt: Callable[[], None] = lambda: None,
-) -> tuple[int, str]:
-    """Print every part; the exit code by the rules, and what was not delivered to the destination (``""``: nothing)."""
-    console.print(Text.assemble(("etf-otel demo", "bold"), ": a synthetic agent reads a source and saves a report"))
-    title = "Chat Completions: real openai client, its accumulator ChatCompletionStreamState"
-    chat = run.chat
-    groups = [
-        ("the case study: read a source, save a report (two ids, three fragments each)", chat[:2]),
-        ("where the SDK alone goes wrong and the rules accept the call", chat[2:5]),
-        ("rejections: the rules catch the call, the guarded host refuses it", chat[5:-3]),
-        ("the next request: results checked against the proposals", chat[-3:]),
-    ]
-    print_part(console, title, groups)
-    same_ids = run.ids["control"] == run.ids["target"] and bool(run.ids["control"])
-    reports = run.reports
-    same_report = bool(reports.get("control")) and reports.get("control") == reports.get("target")
-    digest = hashlib.sha256(reports.get("target", "").encode()).hexdigest()[:12]
-    console.print(
-        f"control vs target: preserved ids {'identical' if same_ids else 'DIFFER'} ({', '.join(run.ids['target'])}); "
-        f"report {'identical' if same_report else 'DIFFERS'} (sha256 {digest}…)"
-    )
-    print_protocols(console, run.responses, run.anthropic, run.gemini)
-    names = Counter(span.name.split(" ")[0] for span in spans)
-    span_counts = ", ".join(f"{count} {name}" for name, count in sorted(names.items()))
-    console.print(f"\ntelemetry: {len(spans)} spans ({span_counts}), {_metric_points(reader)} metric series")
-    where, undelivered = setup.delivery(len(spans))
-    console.print(where)
-    target_spans = [s for s in spans if (s.attributes or {}).get(A.GEN_AI_TOOL_CALL_ID) == "call-read-1"]
-    if target_spans:
-        console.print("\ncall-read-1 in the telemetry (control run, then target run):")
-        for span in target_spans:
-            console.print(f"  {span.name}: {span_words(dict(span.attributes or {}))}")
-    parts = (run.anthropic, run.gemini)
-    cases: list[Any] = [*run.chat, *run.responses, *(case for p in parts if isinstance(p, list) for case in p)]
-    all_ok = all(case.ok for case in cases) and same_ids and same_report
-    verdict = "all cases behaved as the rules say" if all_ok else "some cases did not behave as expected"
-    check_interrupt()
-    console.print()
-    console.print(Text(verdict, style="bold green" if all_ok else "bold red"))
-    return EXIT_OK if all_ok else EXIT_FOUND, undelivered
