@@ -561,7 +561,9 @@ WITH
         SELECT m.trace_id AS trace_id, m.span_id AS span_id, m.start_ns AS start_ns, m.message AS message,
                if(length(n.named) > 0, n.named, tc.ids) AS calls,
                if(length(n.named) > 0,
-                  arrayFilter(a -> has(tc.valid_ids, a) OR NOT has(tc.ids, a), n.named), tc.valid_ids) AS good,
+                  arrayFilter(a -> has(tc.valid_ids, a) OR NOT has(tc.ids, a), n.named),
+                  -- no assistant turn (previous_response_id): a proposal of any trace answers
+                  if(pr.spans > 0, arrayPushBack(tc.valid_ids, m.message), tc.valid_ids)) AS good,
                multiIf(n.several, 'unjudged', has(good, m.message), 'answered', 'orphaned') AS state,
                multiIf(
                    lengthUTF8(m.message) <= 4096
@@ -574,6 +576,7 @@ WITH
         FROM messages AS m
         LEFT JOIN named AS n ON n.trace_id = m.trace_id AND n.span_id = m.span_id
         LEFT JOIN trace_calls AS tc ON tc.trace_id = m.trace_id
+        LEFT JOIN proposers AS pr ON pr.call_id = m.message
     )
 SELECT trace_id AS group_trace, 'orphaned_tool_message' AS kind, trace_id,
        first.1 AS span_id, 'orphaned_result' AS category, message AS call_id, '' AS detail, first.2 AS reason
