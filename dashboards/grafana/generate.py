@@ -171,7 +171,8 @@ LAYOUT: tuple[RowSpec | PanelSpec, ...] = (
     PanelSpec(
         14,
         "Stream end states by protocol",
-        "Streams per second by etf.protocol (chat_completions, responses, anthropic_messages, gemini) and "
+        "Streams per second by etf.protocol (chat_completions, responses, anthropic_messages, gemini, "
+        "bedrock_converse) and "
         "etf.stream.state. Each protocol has its own terminal events, so truncation in one protocol and not "
         "the others points at that protocol's client, gateway or server.",
         "cps",
