@@ -13,6 +13,7 @@ from typing import Final
 
 from etf_otel.core._history import HistoryCall, HistoryResult, Turn
 from etf_otel.core._identity import ABSENT
+from etf_otel.core._pairing_model import Answers, PairingRules
 from etf_otel.protocols._base import CallFields, FollowUp, WireProtocol, field, last_position
 from etf_otel.protocols._bedrock_converse import (
     EVENT_TYPES,
@@ -190,6 +191,7 @@ BEDROCK_CONVERSE: Final = WireProtocol(
     follow_up=_follow_up,
     history=_history,
     answers_adjacent=True,
+    pairing=PairingRules(Answers.NEXT_TURN),  # toolResult blocks in the user message right after the toolUse
     complete_body=_complete_body,
     body_events=_body_events,
     later_responses=_later_responses,

@@ -189,9 +189,12 @@ FOLLOWUPS: dict[str, Callable[..., Any]] = {
             },
         ]
     },
-    "bedrock_converse": lambda ids: {
+    "bedrock_converse": lambda ids, calls=("tooluse_01",): {
         "messages": [
-            {"role": "assistant", "content": []},
+            {
+                "role": "assistant",
+                "content": [{"toolUse": {"toolUseId": i, "name": "read_page", "input": {"page": 1}}} for i in calls],
+            },
             {"role": "user", "content": [{"toolResult": {"toolUseId": i, "content": [{"text": "ok"}]}} for i in ids]},
         ]
     },
@@ -255,8 +258,7 @@ def test_each_registered_protocol_links_its_next_request(
         if name == "gemini":  # it links by name and order: an orphan says no reason (and adds its name)
             expected = [{k: v for k, v in f.items() if k != "reason"} for f in expected]
         assert found == expected, case
-        checked = protocols.get(name).pairing is not None  # Bedrock Converse: no pairing rule stated yet
-        assert [problem["kind"] for problem in document["pairing"]] == (pairing if checked else []), case
+        assert [problem["kind"] for problem in document["pairing"]] == pairing, case
         assert CANARY not in out
 
     cut = write_jsonl(tmp_path / "cut.jsonl", SAMPLES[name][:-2])  # no proper end: not dispatchable
