@@ -40,11 +40,10 @@ fails with ``tool_use ids were found without tool_result blocks immediately afte
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Final
 
 from etf_otel.instrumentation._switches import _disabled
-from etf_otel.integrations._conversation import FollowUp, string_ids
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
@@ -55,7 +54,7 @@ from etf_otel.integrations._instrumentor_base import (
 )
 from etf_otel.integrations._prefix_conversations import PrefixConversations
 from etf_otel.integrations._sdk_hooks import SdkHooks, request_body, request_route
-from etf_otel.protocols import ANTHROPIC_MESSAGES, field
+from etf_otel.protocols import ANTHROPIC_MESSAGES
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -65,7 +64,6 @@ __all__ = [
     "AnthropicInstrumentor",
     "instrument_anthropic",
     "provider_of_client",
-    "split_follow_up",
 ]
 
 
@@ -85,19 +83,6 @@ def provider_of_client(client: object) -> str:
     """
     name = getattr(client, "_gen_ai_provider_name", None)
     return name if isinstance(name, str) and name else FALLBACK_PROVIDER
-
-
-def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
-    """The Anthropic Messages follow-up of a request's messages (:attr:`WireProtocol.follow_up`)."""
-    return ANTHROPIC_MESSAGES.follow_up(messages)
-
-
-def turn_call_ids(message: Any) -> list[str]:
-    """The ``id`` of each ``tool_use`` block of an assistant message (the evidence of the response it answers)."""
-    content = field(message, "content")
-    if not isinstance(content, (list, tuple)):
-        return []
-    return string_ids(field(block, "id") for block in content if field(block, "type") == "tool_use")
 
 
 class AnthropicInstrumentor(ClientInstrumentor):

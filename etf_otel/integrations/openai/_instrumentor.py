@@ -44,14 +44,13 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from etf_otel.instrumentation._observer import ResponseObserver
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._streams import observer_of
-from etf_otel.integrations._conversation import FollowUp, string_ids
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
@@ -62,7 +61,7 @@ from etf_otel.integrations._instrumentor_base import (
 from etf_otel.integrations._prefix_conversations import PrefixConversations
 from etf_otel.integrations._sdk_hooks import SdkHooks, request_body, request_route
 from etf_otel.integrations.openai._responses import ResponsesLinkage
-from etf_otel.protocols import CHAT_COMPLETIONS, RESPONSES, field
+from etf_otel.protocols import CHAT_COMPLETIONS, RESPONSES
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -111,17 +110,6 @@ def provider_of_client(client: object) -> str:
     if any(cls.__name__ in _AZURE_CLIENTS and cls.__module__.startswith("openai") for cls in type(client).__mro__):
         return _AZURE_PROVIDER
     return FALLBACK_PROVIDER
-
-
-def split_follow_up(messages: Sequence[Any]) -> FollowUp | None:
-    """The Chat Completions follow-up of a request's messages (:attr:`WireProtocol.follow_up`)."""
-    return CHAT_COMPLETIONS.follow_up(messages)
-
-
-def turn_call_ids(message: Any) -> list[str]:
-    """The ``tool_calls[].id`` of an assistant message (the evidence of the response it answers)."""
-    calls = field(message, "tool_calls")
-    return string_ids(field(call, "id") for call in calls) if isinstance(calls, (list, tuple)) else []
 
 
 class OpenAIInstrumentor(ClientInstrumentor):

@@ -49,29 +49,16 @@ from etf_otel.integrations._conversation import (
     LinkedConversation,
     digests,
     fingerprint,
-    string_ids,
     string_or_none,
 )
 from etf_otel.integrations._instrumentor_base import Prepared, rejected_by
 from etf_otel.protocols import RESPONSES, field
 
-__all__ = ["ResponsesLinkage", "function_call_ids", "output_run_starts", "result_call_ids"]
+__all__ = ["ResponsesLinkage", "output_run_starts", "result_call_ids"]
 
 _CREATED: Final = "response.created"
 
-# Items that a response outputs and the next request repeats; everything else in an input
-# (user, system and developer messages, ``*_call_output`` items, references) is not.
-_OUTPUT_TYPES: Final = frozenset({"reasoning", "mcp_list_tools", "mcp_approval_request", "compaction"})
-
-
 # --- input items ------------------------------------------------------------------------------------------
-
-
-def _is_output_item(item: object) -> bool:
-    kind = field(item, "type")
-    if field(item, "role") == "assistant":
-        return True
-    return isinstance(kind, str) and (kind in _OUTPUT_TYPES or kind.endswith("_call"))
 
 
 def input_items(value: object) -> list[Any]:
@@ -84,25 +71,14 @@ def input_items(value: object) -> list[Any]:
 
 
 def output_run_starts(items: Sequence[Any]) -> list[int]:
-    """Positions where a run of output items begins (never 0: an empty prefix links nothing)."""
-    starts: list[int] = []
-    previous = True
-    for position, item in enumerate(items):
-        output = _is_output_item(item)
-        if output and not previous:
-            starts.append(position)
-        previous = output
-    return starts
+    """Positions where a run of output items begins (never 0: an empty prefix links nothing), as the
+    protocol's reading of a request into turns has them (:attr:`~etf_otel.protocols.WireProtocol.history`)."""
+    return [turn.at for turn in RESPONSES.history(list(items)) or () if turn.assistant and turn.at > 0]
 
 
 def result_call_ids(items: Sequence[Any]) -> list[str | None]:
     """The ``call_id`` of every ``function_call_output`` item, in order (``None`` when not a string)."""
     return [string_or_none(call_id) for call_id in RESPONSES.result_ids(list(items)) or ()]
-
-
-def function_call_ids(items: Sequence[Any]) -> list[str]:
-    """The ``call_id`` of every ``function_call`` item (the evidence of the response they came from)."""
-    return string_ids(field(item, "call_id") for item in items if field(item, "type") == "function_call")
 
 
 class ResponsesLinkage:
