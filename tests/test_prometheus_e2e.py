@@ -13,8 +13,10 @@ expressions are unchanged). The workload replays the case study's rejection and 
 * per round, through a second wire protocol with explicit open and close events (the test adapter
   ``LIFECYCLE_TEST`` over the slot model the Responses and Anthropic adapters use): one response
   that ends incomplete (``incomplete_response``) and one with a stray delta (``unknown_slot``);
+* per round, a conversation linked as the Chat integrations link it, whose follow-up answers its call
+  and a round the framework made up (``call_fabricated``: drift on ``etf.linkage.drift``, no violation);
 * one round first (every series exists and is scraped), then ``ROUNDS`` more, so that ``increase()``
-  sees traffic: 9 streams per round, 7 Chat Completions streams of which 1 truncated (14 %) and 2
+  sees traffic: 11 streams per round, 9 Chat Completions streams of which 1 truncated (11 %) and 2
   completed ones of the other protocol of which 1 incomplete (50 %).
 
 Nothing produces ``empty_after_established``, ``divergent_assembly``, ``duplicate_result`` or a
@@ -44,6 +46,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from etf_otel.core._linkage import Conversation
 from etf_otel.instrumentation import Instrumentation
 from etf_otel.instrumentation._safety import set_strict
+from etf_otel.integrations._prefix_conversations import PrefixConversations
+from etf_otel.protocols import CHAT_COMPLETIONS
 from etf_otel.testing.chat import MISSING, case_stream, chunk, finished, fragment
 from tests.instrumentation.test_telemetry_contract import LIFECYCLE_TEST, lifecycle_call
 from tests.support.prometheus import PROMETHEUS, PrometheusServer, free_port
@@ -57,7 +61,7 @@ JOB = "etf-e2e"
 SERVICE = "etf-e2e-service"
 PROVIDER = "etf.e2e"
 ROUNDS = 12  # after the first round: 84 Chat streams, 24 of the other protocol (>= 20), >= 100 fragments
-CHAT_STREAMS_PER_ROUND = 7
+CHAT_STREAMS_PER_ROUND = 9
 LIFECYCLE_STREAMS_PER_ROUND = 2
 STREAMS_PER_ROUND = CHAT_STREAMS_PER_ROUND + LIFECYCLE_STREAMS_PER_ROUND
 SCOPE_LABELS = {"otel_scope_name", "otel_scope_version"}  # otel_scope_schema_url is "" and dropped
@@ -145,6 +149,22 @@ def run_round(instrumentation: Instrumentation, n: int) -> None:
     _consume(stream(iter(cut), protocol=LIFECYCLE_TEST))  # incomplete_response
     stray = [*lifecycle_call(0, f"call-s{n}"), {"delta": 0, "text": "}"}, {"end": "complete"}]
     _consume(stream(iter(stray), protocol=LIFECYCLE_TEST))  # unknown_slot: a delta after its call closed
+
+    # drift, never a violation: the follow-up answers the call and a round the framework made up itself
+    chats = PrefixConversations(8, CHAT_COMPLETIONS)
+    user = [{"role": "user", "content": "read page 1"}]
+    first = chats.link(user)
+    one = finished(chunk(fragment(0, f"call-d{n}", "read_page", "{}")))
+    _consume(stream(iter(one), conversation=first.conversation))
+    history = [
+        *user,
+        {"role": "assistant", "tool_calls": [_call(f"call-d{n}", "read_page")]},
+        {"role": "tool", "tool_call_id": f"call-d{n}", "content": "page"},
+        {"role": "assistant", "tool_calls": [_call(f"own-{n}", "search_tools")]},  # call_fabricated
+        {"role": "tool", "tool_call_id": f"own-{n}", "content": "tools"},
+    ]
+    follow_up = chats.link(history)
+    _consume(stream(iter(finished()), conversation=follow_up.conversation, tool_message_ids=follow_up.result_ids))
 
 
 # --- the live setup ----------------------------------------------------------------------------------

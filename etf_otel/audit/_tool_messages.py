@@ -51,9 +51,9 @@ def tool_message_findings(index: TraceIndex, evidence: Evidence | None = None) -
                 frozenset(named),
                 {call_id for call_id in named if call_id in valid or call_id not in trace_ids},
             )
-        elif evidence is not None:  # no assistant turn (previous_response_id): a proposal of any trace answers
-            calls = trace_ids
-            good = valid | {call_id for call_id in record.tool_messages if call_id in evidence.proposals}
+        elif evidence is not None:  # no assistant turn (previous_response_id): a proposal of any trace answers,
+            calls = trace_ids  # unless it is this trace's own call the rules rejected (judged here)
+            good = valid | {m for m in record.tool_messages if m in evidence.proposals and m not in trace_ids}
         else:
             calls, good = trace_ids, valid
         for message_id in record.tool_messages:

@@ -562,8 +562,9 @@ WITH
                if(length(n.named) > 0, n.named, tc.ids) AS calls,
                if(length(n.named) > 0,
                   arrayFilter(a -> has(tc.valid_ids, a) OR NOT has(tc.ids, a), n.named),
-                  -- no assistant turn (previous_response_id): a proposal of any trace answers
-                  if(pr.spans > 0, arrayPushBack(tc.valid_ids, m.message), tc.valid_ids)) AS good,
+                  -- no assistant turn (previous_response_id): a proposal of any trace answers, unless
+                  -- it is this trace's own call the rules rejected (judged here)
+                  if(pr.spans > 0 AND NOT has(tc.ids, m.message), arrayPushBack(tc.valid_ids, m.message), tc.valid_ids)) AS good,
                multiIf(n.several, 'unjudged', has(good, m.message), 'answered', 'orphaned') AS state,
                multiIf(
                    lengthUTF8(m.message) <= 4096
