@@ -19,6 +19,7 @@ __all__ = [
     "ENV_DENY",
     "ENV_DISABLED_INSTRUMENTATIONS",
     "ENV_GUARD",
+    "ENV_GUARD_REQUESTS",
     "ENV_MAX_CONVERSATIONS",
     "ENV_PROVIDER_NAME",
     "ERROR_TYPE",
@@ -44,7 +45,13 @@ __all__ = [
     "ETF_LINKAGE_ORPHAN_REASON",
     "ETF_MCP_MATCH",
     "ETF_MCP_META_REJECTED",
+    "ETF_PAIRING_PROBLEM",
+    "ETF_PAIRING_REASON",
     "ETF_PROTOCOL",
+    "ETF_REQUEST_PAIRING",
+    "ETF_REQUEST_PAIRING_PROBLEMS",
+    "ETF_REQUEST_PAIRING_REASONS",
+    "ETF_REQUEST_PAIRING_REFUSED",
     "ETF_RESPONSE_STREAMED",
     "ETF_STREAM_DISPATCHABLE",
     "ETF_STREAM_FRAGMENTS",
@@ -84,6 +91,7 @@ __all__ = [
     "METRIC_ID_TRANSITIONS",
     "METRIC_INTEGRITY_VIOLATIONS",
     "METRIC_LINKAGE_DRIFT",
+    "METRIC_REQUEST_PAIRING_PROBLEMS",
     "METRIC_STREAMS",
     "METRIC_TOOL_CALLS",
     "OPERATION_EXECUTE_TOOL",
@@ -92,6 +100,8 @@ __all__ = [
     "ORPHAN_REJECTED_CALL",
     "ORPHAN_REJECTED_INCOMING_ID",
     "ORPHAN_UNKNOWN",
+    "PAIRING_BROKEN",
+    "PAIRING_REFUSED_UNEXPLAINED",
     "SPAN_ASSEMBLE_RESPONSE",
     "SPAN_ASSEMBLE_TOOL_CALL",
     "SPAN_EXECUTE_TOOL",
@@ -198,6 +208,25 @@ ORPHAN_UNKNOWN: Final = "unknown"
 """None of the above (an id the model or the application made up)."""
 ORPHAN_REASONS: Final = (ORPHAN_CONCATENATED_IDS, ORPHAN_REJECTED_CALL, ORPHAN_REJECTED_INCOMING_ID, ORPHAN_UNKNOWN)
 
+# --- the request before it is sent: pairing (docs/telemetry.md, docs/protocols.md) ------------------
+ETF_REQUEST_PAIRING: Final = "etf.request.pairing"
+"""On the ``assemble_response`` span of a request: :data:`PAIRING_BROKEN` when the provider's pairing rules
+refuse its history, :data:`PAIRING_REFUSED_UNEXPLAINED` when the provider refused it for pairing and the check
+found nothing; absent when consistent."""
+PAIRING_BROKEN: Final = "broken"
+PAIRING_REFUSED_UNEXPLAINED: Final = "refused_unexplained"
+ETF_REQUEST_PAIRING_PROBLEMS: Final = "etf.request.pairing_problems"
+"""The problems of a broken request, each once, sorted (``result_without_call``, ``call_without_result``,
+``duplicate_result``, ``duplicate_call_id``, ``id_rejected_by_target``)."""
+ETF_REQUEST_PAIRING_REASONS: Final = "etf.request.pairing_reasons"
+"""Why, each once, sorted (``history_trimmed``, ``id_rewritten``, ``concatenated_ids``, ``unknown``)."""
+ETF_REQUEST_PAIRING_REFUSED: Final = "etf.request.pairing_refused"
+"""``true`` when the provider refused a request the check had found broken: the refusal was predicted."""
+ETF_PAIRING_PROBLEM: Final = "etf.pairing.problem"
+"""Metric label of ``etf.request.pairing_problems``: one problem kind."""
+ETF_PAIRING_REASON: Final = "etf.pairing.reason"
+"""Metric label of ``etf.request.pairing_problems``: that problem's reason."""
+
 # --- tool hosts in other processes: MCP (docs/mcp.md) ------------------------------------------
 MCP_META_TOOL_CALL_ID: Final = "io.github.etf-otel/tool_call_id"
 """``params._meta`` key of a ``tools/call`` request: the preserved id of the proposal it executes.
@@ -235,6 +264,8 @@ METRIC_INTEGRITY_VIOLATIONS: Final = "etf.integrity.violations"
 METRIC_LINKAGE_DRIFT: Final = "etf.linkage.drift"
 METRIC_TOOL_CALLS: Final = "etf.tool_calls"
 METRIC_STREAMS: Final = "etf.streams"
+METRIC_REQUEST_PAIRING_PROBLEMS: Final = "etf.request.pairing_problems"
+"""Broken requests' problems, by ``etf.pairing.problem``, ``etf.pairing.reason`` and ``gen_ai.provider.name``."""
 METRIC_EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"
 
 EXECUTE_TOOL_DURATION_BUCKETS: Final = (
@@ -269,5 +300,8 @@ ENV_DENY: Final = "OTEL_INSTRUMENTATION_ETF_DENY"
 """``deny``: compatibility rule names to turn off (a default one too), comma-separated; wins over ``allow``."""
 ENV_GUARD: Final = "OTEL_INSTRUMENTATION_ETF_GUARD"
 """``guard``: ``true`` or ``false``, the default of the hosts a setup wraps."""
+ENV_GUARD_REQUESTS: Final = "ETF_OTEL_GUARD_REQUESTS"
+"""``guard_requests``: ``true`` makes an instrumented SDK refuse a request whose pairing is broken
+(``RequestPairingError``) before it is sent (AGENT-STACKS 11.8 names this variable)."""
 ENV_MAX_CONVERSATIONS: Final = "OTEL_INSTRUMENTATION_ETF_MAX_CONVERSATIONS"
 """``max_conversations``: the conversations each instrumentor's indexes remember (a positive integer)."""
