@@ -45,6 +45,7 @@ COUNTERS = {
     "etf_linkage_drift_total",
     "etf_tool_calls_total",
     "etf_streams_total",
+    "etf_request_pairing_problems_total",
 }
 HISTOGRAM = "gen_ai_execute_tool_duration_seconds"
 ALLOWED_METRICS = COUNTERS | {f"{HISTOGRAM}{suffix}" for suffix in ("_bucket", "_sum", "_count")}
@@ -66,6 +67,7 @@ METRIC_LABELS: dict[str, set[str]] = {
     "etf_linkage_drift_total": {"etf_divergence_kind", "gen_ai_provider_name"},
     "etf_tool_calls_total": {"etf_tool_call_verdict", "gen_ai_tool_name", "gen_ai_provider_name"},
     "etf_streams_total": {"etf_stream_state", "etf_protocol", "gen_ai_provider_name"},
+    "etf_request_pairing_problems_total": {"etf_pairing_problem", "etf_pairing_reason", "gen_ai_provider_name"},
     f"{HISTOGRAM}_bucket": {"gen_ai_tool_name", "error_type", "le"},
     f"{HISTOGRAM}_sum": {"gen_ai_tool_name", "error_type"},
     f"{HISTOGRAM}_count": {"gen_ai_tool_name", "error_type"},
@@ -97,6 +99,14 @@ ERROR_CATEGORIES = {
 LABEL_VALUES: dict[str, set[str]] = {
     "etf_error_category": ERROR_CATEGORIES,
     "etf_stream_state": {"completed", "truncated", "abandoned", "failed"},
+    "etf_pairing_problem": {
+        "result_without_call",
+        "call_without_result",
+        "duplicate_result",
+        "duplicate_call_id",
+        "id_rejected_by_target",
+    },
+    "etf_pairing_reason": {"history_trimmed", "id_rewritten", "concatenated_ids", "unknown"},
     "etf_tool_call_verdict": {"proposed", "rejected"},
     "etf_id_kind": {"absent", "null", "string", "number", "boolean", "array", "object"},
     "etf_id_transition": {

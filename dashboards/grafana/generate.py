@@ -213,6 +213,22 @@ LAYOUT: tuple[RowSpec | PanelSpec, ...] = (
         ),
     ),
     PanelSpec(
+        17,
+        "Requests the provider will refuse (tool pairing)",
+        "Problems per second in requests whose history breaks the provider's tool pairing rules, found before "
+        "the request was sent (etf.request.pairing_problems), by problem and reason: result_without_call, "
+        "call_without_result, duplicate_result, duplicate_call_id, id_rejected_by_target; history_trimmed, "
+        "id_rewritten, concatenated_ids, unknown. Each such request gets the provider's 400; the span says which "
+        "turn and call (etf.request.pairing_problems on assemble_response).",
+        "cps",
+        (
+            Query(
+                f"sum by (etf_pairing_problem, etf_pairing_reason) ({_rate('etf_request_pairing_problems_total')})",
+                "{{etf_pairing_problem}} ({{etf_pairing_reason}})",
+            ),
+        ),
+    ),
+    PanelSpec(
         15,
         "Incomplete responses",
         "Share of completed Responses and Anthropic streams that ended incomplete (incomplete_response: a "
