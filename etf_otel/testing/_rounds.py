@@ -115,7 +115,7 @@ def _streamed(protocol: str, n: int, calls: list[tuple[str, str, str]], text: st
     if protocol == BEDROCK_CONVERSE.name:
         if not calls:
             return b.stream(stop_reason="end_turn", text=text)
-        return b.stream(*(b.tool_call(i + 1, *call[:2], "", *_halves(call[2])) for i, call in enumerate(calls)))
+        return b.stream(*(b.tool_call(i, *call[:2], "", *_halves(call[2])) for i, call in enumerate(calls)), text=None)
     if not calls:
         return a.stream(a.text_block(0, text), stop_reason="end_turn", message_id=f"msg_{n}")
     blocks = [a.tool_call(i, call_id, name, *_halves(arguments)) for i, (call_id, name, arguments) in enumerate(calls)]
@@ -141,7 +141,8 @@ def _body(protocol: str, n: int, calls: list[tuple[str, str, str]], text: str) -
     if protocol == BEDROCK_CONVERSE.name:
         if not calls:
             return b.body(stop_reason="end_turn", text=text)
-        return b.body(*(b.tool_use(call_id, name, json.loads(arguments)) for call_id, name, arguments in calls))
+        calls_made = (b.tool_use(call_id, name, json.loads(arguments)) for call_id, name, arguments in calls)
+        return b.body(*calls_made, text=None)
     content = [
         {"type": "tool_use", "id": call_id, "name": name, "input": json.loads(arguments)}
         for call_id, name, arguments in calls
