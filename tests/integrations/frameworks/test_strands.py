@@ -182,6 +182,18 @@ def test_a_guarded_refusal_is_an_error_result_the_agent_survives(world: World) -
 
 
 @only(ETF_OTEL)
+def test_running_both_calls_of_one_id_is_found_live_and_by_the_audit(world: World) -> None:
+    """Unguarded, Strands runs both calls that share one id: the response was rejected (``duplicate_call_id``)
+    and the audit says its calls were executed (exit 1)."""
+    first_round(world, "duplicate")
+    assert str(agent_of(world)("Weather and time?")).strip() == ANSWER
+    assert len(world.ran) == 2
+    code, findings = world.audit()
+    assert code == 1
+    assert {(kind, category) for kind, category, _ in findings} >= {("executed_rejected", "duplicate_call_id")}
+
+
+@only(ETF_OTEL)
 @pytest.mark.parametrize("guard", [True], indirect=True)
 def test_a_direct_tool_call_is_the_applications_and_never_refused(world: World) -> None:
     world.model()
