@@ -79,7 +79,7 @@ BASE_DEPENDENCIES = {"opentelemetry", "wrapt", "typing_extensions"}
 SDK_PACKAGES = ("opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry.proto")  # the cli extra's
 LAZY_DEPENDENCIES = {
     "integrations": {"openai", "anthropic", "mcp", "langchain_core", "langchain_openai", "pydantic"}
-    | {"agents", "pydantic_ai", "langgraph", "litellm", "google"},  # the frameworks and google-genai
+    | {"agents", "pydantic_ai", "langgraph", "litellm", "google", "strands"},  # the frameworks and google-genai
     "recordings": {"sseclient"},  # SSE text, with the cli extra; JSON lines need nothing
     "audit": {"chdb", "clickhouse_connect"},  # the SQL engines, each its own extra
 }

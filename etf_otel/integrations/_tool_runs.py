@@ -51,7 +51,7 @@ from etf_otel.instrumentation._span_attributes import put_call_id
 from etf_otel.instrumentation._switches import _suppressed
 from etf_otel.instrumentation._telemetry import Telemetry
 
-__all__ = ["Proposal", "RunningTool", "ToolRuns", "find_proposal"]
+__all__ = ["Proposal", "RunningTool", "ToolRuns", "find_proposal", "framework_span"]
 
 _T = TypeVar("_T")
 
@@ -146,6 +146,18 @@ def find_proposal(call_id: str | None, name: str | None, arguments: object) -> P
         if found is None:
             return None
     return _by_id(call_id, name, handed, latest, found)
+
+
+def framework_span(call_id: object) -> trace.Span | None:
+    """The framework's own ``execute_tool`` span for the call ``call_id``, when it is the current span and
+    recording (pydantic-ai's, Strands'): the one to enrich rather than open a second execution span."""
+    span = trace.get_current_span()
+    attributes = getattr(span, "attributes", None)
+    if not span.is_recording() or attributes is None:
+        return None
+    if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_EXECUTE_TOOL:
+        return None
+    return span if attributes.get(A.GEN_AI_TOOL_CALL_ID) == call_id else None
 
 
 def _enrich(span: trace.Span, proposal: Proposal | None) -> None:

@@ -11,8 +11,9 @@ The round a request is at is read from the ids of the results it carries: every 
 responder makes says its round (``call_0007r2c1``: the 7th response, round 2, call 1), so a
 request whose newest result answers round ``k`` gets round ``k + 1``, whether it repeats the whole
 history or continues a stored response. Ids are unique per response, as real providers make them.
-Chat Completions, Responses and Anthropic Messages, streamed when the request asks for a stream,
-else as one complete body; Gemini (positional identity, no ids to read a round from) is not served.
+Chat Completions, Responses, Anthropic Messages and Bedrock Converse, streamed when the request asks
+for a stream (Converse: its ``/converse-stream`` path), else as one complete body; Gemini (positional
+identity, no ids to read a round from) is not served.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
-from etf_otel.protocols import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, RESPONSES
+from etf_otel.protocols import ANTHROPIC_MESSAGES, BEDROCK_CONVERSE, CHAT_COMPLETIONS, RESPONSES
 from etf_otel.testing import anthropic as a
+from etf_otel.testing import bedrock as b
 from etf_otel.testing import chat
 from etf_otel.testing import responses as r
 from etf_otel.testing._scripted import ANSWER, _protocol_of, _typed
@@ -65,10 +67,16 @@ def _result_ids(protocol: str, body: Mapping[str, Any]) -> Iterator[object]:
         for block in content if isinstance(content, list) else ():
             if _typed(block, "tool_result"):
                 yield block.get("tool_use_id")
+            elif isinstance(block, Mapping) and isinstance(block.get("toolResult"), Mapping):
+                yield block["toolResult"].get("toolUseId")
+
+
+_SERVED: Final = (CHAT_COMPLETIONS.name, RESPONSES.name, ANTHROPIC_MESSAGES.name, BEDROCK_CONVERSE.name)
+_PREFIXES: Final = {ANTHROPIC_MESSAGES.name: "toolu", BEDROCK_CONVERSE.name: "tooluse"}
 
 
 def _calls(protocol: str, n: int, round_number: int, calls: Round) -> list[tuple[str, str, str]]:
-    prefix = "toolu" if protocol == ANTHROPIC_MESSAGES.name else "call"
+    prefix = _PREFIXES.get(protocol, "call")
     return [
         (f"{prefix}_{n:04d}r{round_number}c{i + 1}", name, json.dumps(arguments, separators=(",", ":")))
         for i, (name, arguments) in enumerate(calls)
@@ -104,6 +112,10 @@ def _streamed(protocol: str, n: int, calls: list[tuple[str, str, str]], text: st
             pieces.append(r.call(i, call_id, name, _halves(arguments), f"fc_{n}_{i + 1}"))
             items.append(r.function_call(call_id, name, arguments, f"fc_{n}_{i + 1}", "completed"))
         return r.stream(*pieces, end=r.completed(items, f"resp_{n}"), id=f"resp_{n}")
+    if protocol == BEDROCK_CONVERSE.name:
+        if not calls:
+            return b.stream(stop_reason="end_turn", text=text)
+        return b.stream(*(b.tool_call(i, *call[:2], "", *_halves(call[2])) for i, call in enumerate(calls)), text=None)
     if not calls:
         return a.stream(a.text_block(0, text), stop_reason="end_turn", message_id=f"msg_{n}")
     blocks = [a.tool_call(i, call_id, name, *_halves(arguments)) for i, (call_id, name, arguments) in enumerate(calls)]
@@ -126,6 +138,11 @@ def _body(protocol: str, n: int, calls: list[tuple[str, str, str]], text: str) -
             for i, (call_id, name, arguments) in enumerate(calls)
         ] or [{**r.message_item(f"msg_{n}", text), "status": "completed"}]
         return r.response(f"resp_{n}", "completed", output)
+    if protocol == BEDROCK_CONVERSE.name:
+        if not calls:
+            return b.body(stop_reason="end_turn", text=text)
+        calls_made = (b.tool_use(call_id, name, json.loads(arguments)) for call_id, name, arguments in calls)
+        return b.body(*calls_made, text=None)
     content = [
         {"type": "tool_use", "id": call_id, "name": name, "input": json.loads(arguments)}
         for call_id, name, arguments in calls
@@ -154,7 +171,12 @@ def _call_turns(protocol: str, body: Mapping[str, Any]) -> int:
         if isinstance(message, Mapping) and message.get("role") == "assistant":
             content = message.get("content")
             blocks = content if isinstance(content, list) else ()
-            turns += bool(message.get("tool_calls") or any(_typed(block, "tool_use") for block in blocks))
+            turns += bool(
+                message.get("tool_calls")
+                or any(
+                    _typed(block, "tool_use") or (isinstance(block, Mapping) and "toolUse" in block) for block in blocks
+                )
+            )
     return turns
 
 
@@ -171,11 +193,9 @@ def tool_rounds_responder(rounds: Sequence[Round], answer: str = ANSWER, *, reus
     lock = threading.Lock()
 
     def respond(request: RecordedRequest) -> Script | None:
-        protocol = _protocol_of(request.path)[0]
+        protocol, streamed = _protocol_of(request.path)
         body = request.body
-        if protocol not in (CHAT_COMPLETIONS.name, RESPONSES.name, ANTHROPIC_MESSAGES.name) or not isinstance(
-            body, Mapping
-        ):
+        if protocol not in _SERVED or not isinstance(body, Mapping):
             return None
         n = next(_RESPONSES)
         if reused_ids:
@@ -187,7 +207,7 @@ def tool_rounds_responder(rounds: Sequence[Round], answer: str = ANSWER, *, reus
         calls = _calls(protocol, n, answered + 1, rounds[answered]) if answered < len(rounds) else []
         if reused_ids:
             calls = [(f"call_{i}", name, arguments) for i, (_, name, arguments) in enumerate(calls)]
-        if body.get("stream") is not True:
+        if not (streamed if protocol == BEDROCK_CONVERSE.name else body.get("stream") is True):
             return Script(body=_body(protocol, n, calls, answer))
         return Script(events=_streamed(protocol, n, calls, answer), named=protocol != CHAT_COMPLETIONS.name)
 

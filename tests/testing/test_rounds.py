@@ -1,5 +1,6 @@
 """``tool_rounds_responder``: a scripted model that goes several tool rounds before its answer, driven by the
-real ``openai`` and ``anthropic`` clients, stateless and along a ``previous_response_id`` chain."""
+real ``openai``, ``anthropic`` and ``boto3`` (Bedrock Converse) clients, stateless and along a
+``previous_response_id`` chain."""
 
 from __future__ import annotations
 
@@ -93,6 +94,53 @@ def test_an_anthropic_history_gets_each_round_then_the_answer(server: LocalChatS
         messages += [{"role": "assistant", "content": final.content}, {"role": "user", "content": results}]
     assert seen == EXPECTED and final.stop_reason == "end_turn" and final.content[0].text == ANSWER  # type: ignore[union-attr]
     assert len(ids) == 3 and all(call_id.startswith("toolu_") for call_id in ids)
+
+
+def converse_turn(client: Any, messages: list[Any], stream: bool) -> tuple[list[Any], str, str]:
+    """The calls ``(toolUseId, name, input)``, the text and the stop reason of one Converse turn."""
+    if not stream:
+        answer = client.converse(modelId="m", messages=messages)
+        content = answer["output"]["message"]["content"]
+        uses = [block["toolUse"] for block in content if "toolUse" in block]
+        text = "".join(block.get("text", "") for block in content)
+        return [(use["toolUseId"], use["name"], use["input"]) for use in uses], text, answer["stopReason"]
+    calls: dict[int, list[Any]] = {}
+    text, stop = "", ""
+    for event in client.converse_stream(modelId="m", messages=messages)["stream"]:
+        if "contentBlockStart" in event:
+            use = event["contentBlockStart"]["start"]["toolUse"]
+            calls[event["contentBlockStart"]["contentBlockIndex"]] = [use["toolUseId"], use["name"], ""]
+        elif "contentBlockDelta" in event:
+            delta = event["contentBlockDelta"]["delta"]
+            text += delta.get("text", "")
+            if "toolUse" in delta:
+                calls[event["contentBlockDelta"]["contentBlockIndex"]][2] += delta["toolUse"]["input"]
+        elif "messageStop" in event:
+            stop = event["messageStop"]["stopReason"]
+    return [(call_id, name, json.loads(pieces)) for call_id, name, pieces in calls.values()], text, stop
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["converse", "converse_stream"])
+def test_a_bedrock_converse_history_gets_each_round_then_the_answer(server: LocalChatServer, stream: bool) -> None:
+    boto3 = pytest.importorskip("boto3")
+    client = boto3.client(
+        "bedrock-runtime",
+        endpoint_url=server.root_url,
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+    )
+    messages: list[Any] = [{"role": "user", "content": [{"text": "weather?"}]}]
+    seen, ids = [], []
+    for _ in EXPECTED:
+        calls, text, stop = converse_turn(client, messages, stream)
+        seen.append(proposed(calls))
+        ids += [call[0] for call in calls]
+        uses = [{"toolUse": {"toolUseId": i, "name": n, "input": a}} for i, n, a in calls]
+        results = [{"toolResult": {"toolUseId": call[0], "content": [{"text": "ok"}]}} for call in calls]
+        messages += [{"role": "assistant", "content": uses or [{"text": text}]}, {"role": "user", "content": results}]
+    assert seen == EXPECTED and stop == "end_turn" and text == ANSWER
+    assert len(ids) == 3 and all(call_id.startswith("tooluse_") for call_id in ids)
 
 
 def test_ids_never_repeat_across_responders() -> None:

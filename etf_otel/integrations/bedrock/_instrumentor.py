@@ -15,6 +15,11 @@ through untouched.
 * An error before the response (an HTTP error status, after botocore's retries) raises as it would
   without etf-otel; the request was linked all the same.
 
+The asynchronous client of ``aiobotocore`` (hence ``aioboto3``, whose clients are aiobotocore's)
+overrides that method with a coroutine, ``aiobotocore.client.AioBaseClient._make_api_call``; it is
+wrapped the same way, when the application imports ``aiobotocore.client``. Its ``stream`` is an
+``AioEventStream``, read with ``async for``, observed the same way.
+
 Linkage across turns: the request's ``messages`` are read into turns by
 :data:`~etf_otel.protocols.BEDROCK_CONVERSE` (``toolUse`` blocks of assistant messages, ``toolResult``
 blocks of the others, ``status: "error"`` an answer), and only the first message after the answered
@@ -22,14 +27,16 @@ assistant message may hold its results, as Converse requires.
 
 ``gen_ai.provider.name`` is ``aws.bedrock`` unless ``provider_name=`` or
 ``OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME`` says another. Instrumenting never imports ``botocore``:
-the wrapper is put in place when the application imports ``botocore.client`` (a post-import hook).
-The asynchronous client (``aiobotocore``) is not instrumented yet.
+the wrappers are put in place when the application imports ``botocore.client`` or
+``aiobotocore.client`` (post-import hooks), so a process that never uses the asynchronous client never
+imports ``aiobotocore``.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Mapping
+from functools import partial
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -56,7 +63,8 @@ __all__ = ["PROVIDER", "BedrockInstrumentor", "instrument_bedrock"]
 PROVIDER: Final = "aws.bedrock"
 """``gen_ai.provider.name`` of a ``bedrock-runtime`` client."""
 
-_MODULE: Final = "botocore.client"
+_MODULES: Final = {"botocore.client": "BaseClient", "aiobotocore.client": "AioBaseClient"}
+"""The module of each client class whose ``_make_api_call`` is wrapped, and the class."""
 _METHOD: Final = "_make_api_call"
 _SERVICE: Final = "bedrock-runtime"
 _STREAMED: Final = "ConverseStream"
@@ -72,7 +80,8 @@ class BedrockInstrumentor(ClientInstrumentor):
 
     _conversations: PrefixConversations | None = None
     _generation = 0
-    _installed: Any = None
+    _installed: dict[str, Any] | None = None
+    """The classes wrapped, by module (one instrumentor instance: set in ``_instrument``)."""
     _lock: Final = threading.RLock()  # BaseInstrumentor makes one instance: no __init__ of ours
 
     def instrumentation_dependencies(self) -> Collection[str]:
@@ -87,26 +96,31 @@ class BedrockInstrumentor(ClientInstrumentor):
         with self._lock:
             self._generation += 1
             generation = self._generation
-        wrapt.register_post_import_hook(lambda module: self._wrap(module, generation), _MODULE)
+            self._installed = {}
+        for name in _MODULES:
+            wrapt.register_post_import_hook(partial(self._wrap, generation=generation), name)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         with self._lock:
             self._generation += 1
-            if self._installed is not None:
-                remove_own_wrapper(self._installed, self._call, _METHOD)
-                self._installed = None
+            for name, owner in (self._installed or {}).items():
+                remove_own_wrapper(owner, self._acall if name.startswith("aio") else self._call, _METHOD)
+            self._installed = None
         self._instrumentation = None
         self._conversations = None
 
     def _wrap(self, module: ModuleType, generation: int) -> None:
-        with self._lock, internal_errors_swallowed("instrumenting botocore"):
-            if generation != self._generation or self._installed is not None:
+        """Wrap the client class of ``module`` (``botocore.client`` or ``aiobotocore.client``) once."""
+        with self._lock, internal_errors_swallowed(f"instrumenting {module.__name__}"):
+            installed = self._installed
+            if generation != self._generation or installed is None or module.__name__ in installed:
                 return
-            base = getattr(module, "BaseClient", None)
-            if base is None or not callable(getattr(base, _METHOD, None)):
-                raise TypeError("botocore does not have the layout this version of etf-otel knows")
-            wrapt.wrap_function_wrapper(base, _METHOD, self._call)
-            self._installed = base
+            base = getattr(module, _MODULES.get(module.__name__, ""), None)
+            if base is None or not callable(vars(base).get(_METHOD)):
+                raise TypeError(f"{module.__name__} does not have the layout this version of etf-otel knows")
+            wrapper = self._acall if module.__name__.startswith("aio") else self._call
+            wrapt.wrap_function_wrapper(base, _METHOD, wrapper)
+            installed[module.__name__] = base
 
     def _prepare(self, client: Any, operation: object, params: object) -> Prepared | None:
         """The decision for one call: ``None`` for anything but Converse on ``bedrock-runtime``."""
@@ -122,14 +136,31 @@ class BedrockInstrumentor(ClientInstrumentor):
 
     def _call(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         """``_make_api_call(operation_name, api_params)``: the call made as it would be, its answer observed."""
-        prepared = None
+        prepared = self._before(instance, args, kwargs)
+        result = wrapped(*args, **kwargs)
+        return result if prepared is None else self._after(prepared, result)
+
+    async def _acall(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        """aiobotocore's coroutine ``_make_api_call``: awaited as it would be, its answer observed the same way."""
+        prepared = self._before(instance, args, kwargs)
+        result = await wrapped(*args, **kwargs)
+        return result if prepared is None else self._after(prepared, result)
+
+    def _before(self, instance: Any, args: Any, kwargs: Any) -> tuple[object, Prepared] | None:
+        """The operation and what the request decided, before it is sent; ``None``: not observed."""
         with internal_errors_swallowed("preparing a Bedrock request"):
             operation = args[0] if args else kwargs.get("operation_name")
             params = args[1] if len(args) > 1 else kwargs.get("api_params")
             prepared = self._prepare(instance, operation, params)
-        result = wrapped(*args, **kwargs)
+            return None if prepared is None else (operation, prepared)
+        return None
+
+    def _after(self, decided: tuple[object, Prepared], result: Any) -> Any:
+        """``result`` handed back: a ``ConverseStream``'s ``stream`` replaced by its observed proxy, a
+        ``Converse`` body recorded; anything unexpected returned untouched."""
+        operation, prepared = decided
         instrumentation = self._instrumentation
-        if prepared is None or instrumentation is None or not isinstance(result, dict):
+        if instrumentation is None or not isinstance(result, dict):
             return result
         with internal_errors_swallowed("observing a Bedrock response"):
             if operation == _STREAMED:

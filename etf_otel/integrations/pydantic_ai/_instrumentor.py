@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any, Final
 import wrapt
 from opentelemetry import trace
 
-from etf_otel import attributes as A
 from etf_otel.instrumentation import _open_calls as open_calls
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _disabled
@@ -53,7 +52,7 @@ from etf_otel.integrations._instrumentor_base import (
     instrumented,
     remove_own_wrapper,
 )
-from etf_otel.integrations._tool_runs import RunningTool, ToolRuns
+from etf_otel.integrations._tool_runs import RunningTool, ToolRuns, framework_span
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -114,17 +113,6 @@ async def _iter(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> AsyncIte
 
 def _validated(args: Any, kwargs: Any) -> Any:
     return args[0] if args else kwargs.get("validated")
-
-
-def _framework_span(call_id: object) -> trace.Span | None:
-    """pydantic-ai's ``execute_tool`` span for the call ``call_id``, when it is the current span."""
-    span = trace.get_current_span()
-    attributes = getattr(span, "attributes", None)
-    if not span.is_recording() or attributes is None:
-        return None
-    if attributes.get(A.GEN_AI_OPERATION_NAME) != A.OPERATION_EXECUTE_TOOL:
-        return None
-    return span if attributes.get(A.GEN_AI_TOOL_CALL_ID) == call_id else None
 
 
 def _traced_by_pydantic_ai(validated: Any) -> bool:
@@ -201,7 +189,7 @@ class PydanticAIInstrumentor(ClientInstrumentor):
         running = None
         with internal_errors_swallowed("observing a pydantic-ai tool run"):
             call_id = getattr(getattr(validated, "call", None), "tool_call_id", None)
-            running = self._start(validated, _framework_span(call_id))
+            running = self._start(validated, framework_span(call_id))
         if running is None:
             return await wrapped(*args, **kwargs)
         if running.refusal is not None:

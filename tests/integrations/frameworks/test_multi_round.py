@@ -264,7 +264,14 @@ def result_ids(body: dict[str, Any]) -> list[str]:
         for block in message["content"]
         if block.get("type") == "tool_result"
     ]
-    return [*outputs, *tools, *blocks]
+    converse = [  # Bedrock Converse's toolResult blocks
+        block["toolResult"]["toolUseId"]
+        for message in body.get("messages") or ()
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if "toolResult" in block
+    ]
+    return [*outputs, *tools, *blocks, *converse]
 
 
 STATELESS = [(False, 0), (False, 2), (False, 4), (False, 5)]
