@@ -5,10 +5,12 @@
 --   kind         orphaned_execution, duplicate_execution, unanswered_call, execution_without_result,
 --                executed_rejected, refused_execution, orphaned_tool_message, recorded_violation,
 --                missing_span, malformed_span, recorded_rejection, unjudged, unidentified_execution,
---                response_not_observed, unobserved_llm_call (etf_otel/audit/_model.py FindingKind: the same names)
+--                response_not_observed, unobserved_llm_call, history_drift
+--                (etf_otel/audit/_kinds.py FindingKind: the same names)
 --   trace_id, span_id, category (docs/categories.md, '' for none; fixed per kind as in model.py
 --                FIXED_CATEGORY), call_id ('' for none), detail ('' for none), reason (the orphan reason of an
---                orphaned tool message or recorded orphaned_result, etf.linkage.orphan_reason; '' for none)
+--                orphaned tool message or recorded orphaned_result, etf.linkage.orphan_reason; the
+--                etf.divergence.kind of a recorded divergent_assembly or of a history_drift; '' for none)
 --
 -- Parameters (clickhouse-client: --param_database=otel --param_table=otel_traces --param_since_ns=0 ...):
 --   database, table    where the exporter writes (defaults of the exporter: otel, otel_traces)
@@ -105,6 +107,11 @@ SELECT
                            a['etf.linkage.orphan_reason'], '')),
              arrayFilter((a, n) -> n = 'etf.integrity.violation' AND a['etf.error.category'] != '',
                          Events.Attributes, Events.Name)) AS violations,
+    -- etf.linkage.drift events: (kind, preserved call id) (etf_otel/audit/_request.py; request.DRIFT_KINDS)
+    arrayMap(a -> (if(a['etf.divergence.kind'] IN ('id_replaced', 'call_fabricated', 'refusal_answered'),
+                      a['etf.divergence.kind'], ''),
+                   a['gen_ai.tool.call.id']),
+             arrayFilter((a, n) -> n = 'etf.linkage.drift', Events.Attributes, Events.Name)) AS drifts,
     -- ids answered by role: tool messages (gen_ai.tool.message events, gen_ai.input.messages)
     arrayFilter(x -> x != '', arrayConcat(
         arrayMap((n, a) -> if(n = 'gen_ai.tool.message',
@@ -592,10 +599,15 @@ FROM (SELECT trace_id, message, argMin(span_id, (start_ns, span_id)) AS first_sp
 WHERE judged_spans = 0;
 
 -- 7. The result: the findings, and what the instrumentation recorded itself unless a check found the same
---    (an unanswered_call event naming a call is a settlement's evidence: reported as unanswered_call).
+--    (an unanswered_call event naming a call is a settlement's evidence: reported as unanswered_call), and
+--    what requests recorded about their histories (etf_otel/audit/_responses.py request_findings): one
+--    history_drift per etf.linkage.drift event, its kind as detail and sub-kind.
 SELECT group_trace, kind, trace_id, span_id, category, call_id, detail, '' AS reason FROM etf_findings
 UNION ALL
 SELECT group_trace, kind, trace_id, span_id, category, call_id, detail, reason FROM etf_tool_findings
+UNION ALL
+SELECT trace_id, 'history_drift', trace_id, span_id, '', drift.2, drift.1, drift.1
+FROM etf_spans ARRAY JOIN drifts AS drift
 UNION ALL
 SELECT trace_id,
        if(violation.1 = 'unanswered_call' AND violation.2 != '', 'unanswered_call', 'recorded_violation'),

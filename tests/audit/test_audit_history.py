@@ -1,0 +1,125 @@
+"""What requests recorded about their histories, in the audit: drift (``history_drift``) and ``--strict``.
+
+A request whose history holds together but differs from what the model proposed (a framework's own round
+answered in the same request, an id made unique, a refused call answered with an error) breaks nothing: the
+instrumentation records an ``etf.linkage.drift`` event on the request's ``assemble_response`` span, never a
+violation (docs/categories.md, "Violation or drift"). The audit counts each as ``history_drift``, an
+informational kind, unless ``--strict`` asks it to fail on drift too. The exports come from the real
+``openai`` client against the scripted server, audited by the Python engine and by the SQL in chDB.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from etf_otel import attributes as A
+from etf_otel.audit import AuditFinding, AuditReport, FindingKind, audit_spans
+from etf_otel.audit._sources.otlp_json import iter_spans
+from etf_otel.cli import main
+from etf_otel.testing import LocalChatServer
+from tests.integrations.test_openai_integration import TEXT_ONLY, USER, assistant_turn, proposing, tool_message
+
+from ..conftest import Process
+from .test_audit_evidence import ENGINES, app, converse, findings, kinds, server  # noqa: F401  (fixtures)
+
+FABRICATED = [
+    *USER,
+    assistant_turn("call-a"),
+    tool_message("call-a"),
+    assistant_turn("call-own"),  # no response proposed it: the framework's own round, answered right after
+    tool_message("call-own", "found"),
+]
+
+
+def run(path: Path, engine: str, capsys: pytest.CaptureFixture[str], *options: str) -> tuple[int, dict[str, Any]]:
+    code = main(["audit", "--no-progress", "--json", "--engine", engine, *options, str(path)])
+    out, err = capsys.readouterr()
+    assert err == "", err
+    return code, json.loads(out)
+
+
+def drift_run(app: tuple[Process, openai.OpenAI], server: LocalChatServer) -> Path:  # noqa: F811
+    proc, client = app
+    converse(server, client, [(USER, proposing("call-a")), (FABRICATED, TEXT_ONLY)])
+    proc.close()
+    return proc.path
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_fabricated_round_is_history_drift_counted_but_not_a_finding(
+    app: tuple[Process, openai.OpenAI],  # noqa: F811
+    server: LocalChatServer,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    engine: str,
+) -> None:
+    path = drift_run(app, server)
+    (event,) = [attrs for s in iter_spans([str(path)]) for name, attrs in s.events if name == A.EVENT_LINKAGE_DRIFT]
+    assert event[A.ETF_DIVERGENCE_KIND] == "call_fabricated" and A.GEN_AI_TOOL_CALL_ID not in event
+
+    code, report = run(path, engine, capsys)
+    assert (code, kinds(report), report["ok"], report["findings"]) == (0, {"history_drift": 1}, True, 0), report
+    (entry,) = report["by_kind"]
+    assert entry["divergence_kinds"] == {"call_fabricated": 1} and entry["categories"] == {}
+    assert report["traces_detail"] == []  # informational: counted, not listed
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_strict_makes_history_drift_a_finding(
+    app: tuple[Process, openai.OpenAI],  # noqa: F811
+    server: LocalChatServer,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    engine: str,
+) -> None:
+    path = drift_run(app, server)
+    code, report = run(path, engine, capsys, "--strict")
+    assert (code, kinds(report), report["ok"], report["findings"]) == (1, {"history_drift": 1}, False, 1), report
+    (finding,) = findings(report, "history_drift")
+    assert finding["detail"] == finding["divergence_kind"] == "call_fabricated"
+    assert finding["category"] is None and "call_id" not in finding  # the event named no preserved id
+    assert report["traces_with_findings"] == 1
+
+
+def test_the_table_says_drift_is_not_a_finding_unless_strict(
+    app: tuple[Process, openai.OpenAI],  # noqa: F811
+    server: LocalChatServer,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = drift_run(app, server)
+    assert main(["audit", "--no-progress", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "No linkage problems found. 1 history drift record(s)" in out
+    assert "divergence_kind call_fabricated (1)" in out
+    assert main(["audit", "--no-progress", "--strict", str(path)]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 finding(s) in 1 trace(s)." in out and "history drift record" not in out
+
+
+def test_the_python_api_takes_strict_too(
+    app: tuple[Process, openai.OpenAI],  # noqa: F811
+    server: LocalChatServer,  # noqa: F811
+) -> None:
+    path = drift_run(app, server)
+    lenient, strict = (audit_spans(iter_spans([str(path)]), strict=value) for value in (False, True))
+    assert isinstance(lenient, AuditReport) and lenient.kinds[FindingKind.HISTORY_DRIFT].count == 1
+    assert (lenient.has_findings, strict.has_findings) == (False, True)
+    (finding,) = strict.details[next(iter(strict.details))]
+    kind = "call_fabricated"
+    assert finding == AuditFinding(
+        FindingKind.HISTORY_DRIFT, finding.trace_id, finding.span_id, detail=kind, divergence=kind
+    )
+
+
+def test_the_sql_engine_knows_every_drift_kind() -> None:
+    import re
+
+    from etf_otel.audit._request import DRIFT_KINDS
+
+    sql = (Path(__file__).parents[2] / "etf_otel" / "audit" / "sql" / "audit_findings.sql").read_text()
+    drifts = sql[sql.index("-- etf.linkage.drift events") :]
+    listed = drifts[drifts.index("a['etf.divergence.kind'] IN (") :].split(")", 1)[0]
+    assert set(re.findall(r"'([a-z_]+)'", listed)) == DRIFT_KINDS
