@@ -43,6 +43,10 @@ class FindingKind(str, Enum):
     """A ``role: tool`` message (``gen_ai.input.messages``, ``gen_ai.tool.message`` event) matching no proposal."""
     RECORDED_VIOLATION = "recorded_violation"
     """An ``etf.integrity.violation`` event the instrumentation recorded (not already found by the audit)."""
+    REQUEST_PAIRING = "request_pairing"
+    """A request the provider's pairing rules refuse, as the instrumentation recorded it on the request's span
+    (``etf.request.pairing`` = ``broken``), or a pairing refusal it did not predict (``refused_unexplained``):
+    the ``detail`` lists the problems, the reasons and whether the provider refused it."""
     MISSING_SPAN = "missing_span"
     """A parent or link points at a span that never arrived (started but never exported, or not in the input)."""
     MALFORMED_SPAN = "malformed_span"
@@ -71,6 +75,7 @@ FIXED_CATEGORY: dict[FindingKind, str | None] = {
     FindingKind.UNANSWERED_CALL: ErrorCategory.UNANSWERED_CALL.value,
     FindingKind.EXECUTION_WITHOUT_RESULT: ErrorCategory.UNANSWERED_CALL.value,
     FindingKind.ORPHANED_TOOL_MESSAGE: ErrorCategory.ORPHANED_RESULT.value,
+    FindingKind.REQUEST_PAIRING: None,
     FindingKind.MISSING_SPAN: None,
     FindingKind.MALFORMED_SPAN: None,
     FindingKind.UNIDENTIFIED_EXECUTION: None,

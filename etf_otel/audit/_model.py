@@ -19,7 +19,7 @@ from etf_otel import attributes as A
 from etf_otel.audit._foreign import foreign_call_id, is_foreign_execution, is_llm_call
 from etf_otel.audit._kinds import FIXED_CATEGORY, FindingKind
 from etf_otel.audit._messages import ATTR_INPUT_MESSAGES, assistant_call_ids, input_messages, tool_message_ids
-from etf_otel.audit._request import Drift, read_drifts
+from etf_otel.audit._request import Drift, Pairing, read_drifts, read_pairing
 from etf_otel.audit._sources.sql_values import positional
 from etf_otel.core._divergence import DivergenceKind
 from etf_otel.core._vocabulary import OTHER, ErrorCategory, Verdict
@@ -125,6 +125,8 @@ class SpanRecord:
     ``etf.divergence.kind``)."""
     drifts: tuple[Drift, ...] = ()
     """The recorded ``etf.linkage.drift`` events: (kind, preserved call id) (``etf_otel.audit._request``)."""
+    pairing: Pairing | None = None
+    """What a request's span recorded about its pairing, when it was not consistent."""
     tool_messages: tuple[str, ...] = ()
     assistant_ids: tuple[str, ...] = ()
     """The call ids of the last assistant turn of a span with tool messages: which response they answer."""
@@ -270,6 +272,8 @@ def to_record(span: SpanData) -> SpanRecord:
         record.tool_messages = tuple(tool_message_ids(span.events, messages))
         if record.tool_messages:
             record.assistant_ids = tuple(assistant_call_ids(messages))
+    if A.ETF_REQUEST_PAIRING in attributes:
+        record.pairing = read_pairing(attributes)
     if role is Role.CALL:
         _read_call(record, attributes, problems)
     elif role is Role.RESPONSE:

@@ -11,7 +11,10 @@
   ``response_not_observed`` rather than ``orphaned_execution``.
 * :func:`request_findings`: what the instrumentation recorded about a request's history on its span
   (``etf_otel.audit._request``): one ``history_drift`` per ``etf.linkage.drift`` event (informational unless
-  the audit is strict), its kind as ``detail`` and ``divergence``, the call id only when the event names one.
+  the audit is strict), its kind as ``detail`` and ``divergence``, the call id only when the event names one;
+  one ``request_pairing`` per span whose request the provider's pairing rules refuse (or a refusal the
+  instrumentation did not predict). Pairing problems are findings of their own, with no error category:
+  their vocabulary (``etf.request.pairing_problems``) is not the categories', and one request has several.
 """
 
 from __future__ import annotations
@@ -97,9 +100,13 @@ def unobserved_findings(trace_id: str, unobserved: list[SpanRecord]) -> list[Aud
 
 
 def request_findings(trace_id: str, records: list[SpanRecord]) -> list[AuditFinding]:
-    """What the requests of the trace recorded about their histories: one ``history_drift`` per drift event."""
+    """What the requests of the trace recorded about their histories: one ``history_drift`` per drift event,
+    one ``request_pairing`` per broken or unexplained refused request."""
     findings: list[AuditFinding] = []
     for record in records:
+        if record.pairing is not None:
+            detail = record.pairing.detail
+            findings.append(AuditFinding.of(FindingKind.REQUEST_PAIRING, trace_id, record.span_id, detail=detail))
         for kind, call_id in record.drifts:
             findings.append(
                 AuditFinding.of(

@@ -123,3 +123,82 @@ def test_the_sql_engine_knows_every_drift_kind() -> None:
     drifts = sql[sql.index("-- etf.linkage.drift events") :]
     listed = drifts[drifts.index("a['etf.divergence.kind'] IN (") :].split(")", 1)[0]
     assert set(re.findall(r"'([a-z_]+)'", listed)) == DRIFT_KINDS
+
+
+# --- the request's pairing --------------------------------------------------------------------------------------
+# The live check (docs/protocols.md, "The request before it is sent") records it on the request's assemble_response
+# span; these spans carry what it records, in the shapes the OTLP JSON exporter writes (string arrays, a boolean).
+
+
+def otlp_value(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, list):
+        return {"arrayValue": {"values": [{"stringValue": item} for item in value]}}
+    return {"stringValue": value}
+
+
+def request_span(span: int, **attributes: Any) -> dict[str, Any]:
+    recorded = {"etf.stream.state": "completed", "etf.stream.dispatchable": True, **attributes}
+    return {
+        "traceId": f"{span:032x}",
+        "spanId": f"{span:016x}",
+        "name": "assemble_response",
+        "startTimeUnixNano": str(1_000 * span),
+        "endTimeUnixNano": str(1_000 * span + 10),
+        "attributes": [{"key": key, "value": otlp_value(value)} for key, value in recorded.items()],
+    }
+
+
+def export(path: Path, spans: list[dict[str, Any]]) -> Path:
+    document = {"resourceSpans": [{"scopeSpans": [{"scope": {"name": "etf_otel"}, "spans": spans}]}]}
+    path.write_text(json.dumps(document) + "\n")
+    return path
+
+
+PAIRING = "etf.request.pairing"
+PROBLEMS = "etf.request.pairing_problems"
+REASONS = "etf.request.pairing_reasons"
+REFUSED = "etf.request.pairing_refused"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_broken_request_is_a_request_pairing_finding_with_its_problems_and_reasons(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    spans = [
+        request_span(
+            1,
+            **{
+                PAIRING: "broken",
+                # as recorded, each once and sorted; an unknown value is not repeated
+                PROBLEMS: ["result_without_call", "call_without_result", "result_without_call", "made_up"],
+                REASONS: ["history_trimmed", "bogus"],
+                REFUSED: True,
+            },
+        ),
+        request_span(2, **{PAIRING: "broken", PROBLEMS: ["duplicate_result"]}),
+        request_span(3, **{PAIRING: "refused_unexplained"}),
+        request_span(4),  # consistent: nothing recorded
+        request_span(5, **{PAIRING: "fine", PROBLEMS: ["duplicate_result"]}),  # no state of the closed list
+    ]
+    code, report = run(export(tmp_path / "pairing.jsonl", spans), engine, capsys)
+    assert (code, kinds(report), report["traces_with_findings"]) == (1, {"request_pairing": 3}, 3), report
+    found = {f["span_id"]: f for f in findings(report, "request_pairing")}
+    assert {span: f["detail"] for span, f in found.items()} == {
+        f"{1:016x}": "broken: call_without_result, result_without_call; reasons history_trimmed"
+        "; refused by the provider",
+        f"{2:016x}": "broken: duplicate_result",
+        f"{3:016x}": "refused_unexplained",
+    }
+    assert all(f["category"] is None and "call_id" not in f for f in found.values())
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_request_pairing_fails_the_audit_without_strict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    """A broken request is a finding: the provider refuses it (11.8), unlike drift."""
+    path = export(tmp_path / "one.jsonl", [request_span(1, **{PAIRING: "broken", PROBLEMS: ["call_without_result"]})])
+    code, report = run(path, engine, capsys)
+    assert (code, report["ok"], report["findings"]) == (1, False, 1), report

@@ -5,7 +5,7 @@
 --   kind         orphaned_execution, duplicate_execution, unanswered_call, execution_without_result,
 --                executed_rejected, refused_execution, orphaned_tool_message, recorded_violation,
 --                missing_span, malformed_span, recorded_rejection, unjudged, unidentified_execution,
---                response_not_observed, unobserved_llm_call, history_drift
+--                response_not_observed, unobserved_llm_call, history_drift, request_pairing
 --                (etf_otel/audit/_kinds.py FindingKind: the same names)
 --   trace_id, span_id, category (docs/categories.md, '' for none; fixed per kind as in model.py
 --                FIXED_CATEGORY), call_id ('' for none), detail ('' for none), reason (the orphan reason of an
@@ -112,6 +112,18 @@ SELECT
                       a['etf.divergence.kind'], ''),
                    a['gen_ai.tool.call.id']),
              arrayFilter((a, n) -> n = 'etf.linkage.drift', Events.Attributes, Events.Name)) AS drifts,
+    -- what a request's span recorded about its pairing (etf_otel/audit/_request.py read_pairing): its state,
+    -- known problems and reasons (each once, sorted), whether the provider refused it
+    if(SpanAttributes['etf.request.pairing'] IN ('broken', 'refused_unexplained'),
+       SpanAttributes['etf.request.pairing'], '') AS pairing,
+    arraySort(arrayDistinct(arrayFilter(
+        x -> x IN ('result_without_call', 'call_without_result', 'duplicate_result', 'duplicate_call_id',
+                   'id_rejected_by_target'),
+        JSONExtract(SpanAttributes['etf.request.pairing_problems'], 'Array(String)')))) AS pairing_problems,
+    arraySort(arrayDistinct(arrayFilter(
+        x -> x IN ('history_trimmed', 'id_rewritten', 'concatenated_ids', 'unknown'),
+        JSONExtract(SpanAttributes['etf.request.pairing_reasons'], 'Array(String)')))) AS pairing_reasons,
+    SpanAttributes['etf.request.pairing_refused'] = 'true' AS pairing_refused,
     -- ids answered by role: tool messages (gen_ai.tool.message events, gen_ai.input.messages)
     arrayFilter(x -> x != '', arrayConcat(
         arrayMap((n, a) -> if(n = 'gen_ai.tool.message',
@@ -601,13 +613,23 @@ WHERE judged_spans = 0;
 -- 7. The result: the findings, and what the instrumentation recorded itself unless a check found the same
 --    (an unanswered_call event naming a call is a settlement's evidence: reported as unanswered_call), and
 --    what requests recorded about their histories (etf_otel/audit/_responses.py request_findings): one
---    history_drift per etf.linkage.drift event, its kind as detail and sub-kind.
+--    history_drift per etf.linkage.drift event, its kind as detail and sub-kind; one request_pairing per span
+--    whose request the provider's pairing rules refuse, its detail as request.Pairing.detail writes it.
 SELECT group_trace, kind, trace_id, span_id, category, call_id, detail, '' AS reason FROM etf_findings
 UNION ALL
 SELECT group_trace, kind, trace_id, span_id, category, call_id, detail, reason FROM etf_tool_findings
 UNION ALL
 SELECT trace_id, 'history_drift', trace_id, span_id, '', drift.2, drift.1, drift.1
 FROM etf_spans ARRAY JOIN drifts AS drift
+UNION ALL
+SELECT trace_id, 'request_pairing', trace_id, span_id, '', '',
+       concat(pairing,
+              if(length(pairing_problems) > 0, concat(': ', arrayStringConcat(pairing_problems, ', ')), ''),
+              if(length(pairing_reasons) > 0, concat('; reasons ', arrayStringConcat(pairing_reasons, ', ')), ''),
+              if(pairing_refused, '; refused by the provider', '')),
+       ''
+FROM etf_spans
+WHERE pairing != ''
 UNION ALL
 SELECT trace_id,
        if(violation.1 = 'unanswered_call' AND violation.2 != '', 'unanswered_call', 'recorded_violation'),
