@@ -32,6 +32,8 @@
 -- 1. One row per span of the traces in the window: its role and what the checks need (model.to_record).
 DROP TEMPORARY TABLE IF EXISTS etf_spans;
 CREATE TEMPORARY TABLE etf_spans ENGINE = Memory AS
+SELECT * EXCEPT (input_list, turn_calls)  -- the messages themselves are not kept: only the ids read from them
+FROM (
 WITH window_traces AS (
     SELECT DISTINCT TraceId
     FROM {database:Identifier}.{table:Identifier}
@@ -124,31 +126,35 @@ SELECT
         x -> x IN ('history_trimmed', 'id_rewritten', 'concatenated_ids', 'unknown'),
         JSONExtract(SpanAttributes['etf.request.pairing_reasons'], 'Array(String)')))) AS pairing_reasons,
     SpanAttributes['etf.request.pairing_refused'] = 'true' AS pairing_refused,
-    -- ids answered by role: tool messages (gen_ai.tool.message events, gen_ai.input.messages)
+    -- the messages sent to the model, and the call ids each assistant message carries (Chat tool_calls, semconv
+    -- parts, Anthropic content); the answered turn is the last one with calls (etf_otel/audit/_messages.py):
+    -- the turns before it belong to earlier responses, the tool messages after it are its answers
+    JSONExtractArrayRaw(SpanAttributes['gen_ai.input.messages']) AS input_list,
+    arrayMap(m -> if(JSONExtractString(m, 'role') = 'assistant',
+                     arrayFilter(x -> x != '', arrayConcat(
+                         arrayMap(c -> JSONExtractString(c, 'id'), JSONExtractArrayRaw(m, 'tool_calls')),
+                         arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call', JSONExtractString(p, 'id'), ''),
+                                  JSONExtractArrayRaw(m, 'parts')),
+                         arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_use', JSONExtractString(p, 'id'), ''),
+                                  JSONExtractArrayRaw(m, 'content')))),
+                     []),
+             input_list) AS turn_calls,
+    arrayLastIndex(x -> length(x) > 0, turn_calls) AS answered_turn,  -- 0: none, every message is read
+    -- ids answered by role: tool messages (gen_ai.tool.message events; gen_ai.input.messages after the answered turn)
     arrayFilter(x -> x != '', arrayConcat(
         arrayMap((n, a) -> if(n = 'gen_ai.tool.message',
                               if(a['gen_ai.tool.call.id'] != '', a['gen_ai.tool.call.id'], a['id']), ''),
                  Events.Name, Events.Attributes),
         arrayFlatten(arrayMap(
-            m -> if(JSONExtractString(m, 'role') = 'tool',
-                    arrayConcat([JSONExtractString(m, 'tool_call_id')],
-                                arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call_response',
-                                                 JSONExtractString(p, 'id'), ''),
-                                         JSONExtractArrayRaw(m, 'parts'))),
-                    []),
-            JSONExtractArrayRaw(SpanAttributes['gen_ai.input.messages']))))) AS tool_messages,
-    -- the call ids of the last assistant message of a span with tool messages (Chat tool_calls, semconv parts,
-    -- Anthropic content): which response the tool messages answer (etf_otel/audit/_messages.py)
-    arrayFilter(m -> JSONExtractString(m, 'role') = 'assistant',
-                JSONExtractArrayRaw(SpanAttributes['gen_ai.input.messages'])) AS assistant_messages,
-    if(length(tool_messages) > 0 AND length(assistant_messages) > 0,
-       arrayFilter(x -> x != '', arrayConcat(
-           arrayMap(c -> JSONExtractString(c, 'id'), JSONExtractArrayRaw(assistant_messages[-1], 'tool_calls')),
-           arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call', JSONExtractString(p, 'id'), ''),
-                    JSONExtractArrayRaw(assistant_messages[-1], 'parts')),
-           arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_use', JSONExtractString(p, 'id'), ''),
-                    JSONExtractArrayRaw(assistant_messages[-1], 'content')))),
-       []) AS assistant_ids,
+            (m, position) -> if(position > answered_turn AND JSONExtractString(m, 'role') = 'tool',
+                                arrayConcat([JSONExtractString(m, 'tool_call_id')],
+                                            arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call_response',
+                                                             JSONExtractString(p, 'id'), ''),
+                                                     JSONExtractArrayRaw(m, 'parts'))),
+                                []),
+            input_list, arrayEnumerate(input_list))))) AS tool_messages,
+    -- the call ids of the answered turn of a span with tool messages: which response they answer
+    if(length(tool_messages) > 0 AND answered_turn > 0, turn_calls[answered_turn], []) AS assistant_ids,
     -- contract attributes that are missing (docs/telemetry.md)
     arrayConcat(
         arrayMap(n -> 'etf.integrity.violation event without etf.error.category',
@@ -174,6 +180,7 @@ FROM (
     WHERE TraceId IN window_traces
     ORDER BY Timestamp, Duration, StatusCode NOT IN ('Error', 'STATUS_CODE_ERROR')
     LIMIT 1 BY TraceId, SpanId
+)
 );
 
 -- 1b. Other instrumentations' LLM calls with no assemble_response near them (etf_otel/audit/_responses.py):
