@@ -202,3 +202,66 @@ def test_request_pairing_fails_the_audit_without_strict(
     path = export(tmp_path / "one.jsonl", [request_span(1, **{PAIRING: "broken", PROBLEMS: ["call_without_result"]})])
     code, report = run(path, engine, capsys)
     assert (code, report["ok"], report["findings"]) == (1, False, 1), report
+
+
+# --- a refused call answered ------------------------------------------------------------------------------------
+
+
+def span(trace: int, span_id: int, name: str, start: int, attributes: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "traceId": f"{trace:032x}",
+        "spanId": f"{span_id:016x}",
+        "name": name,
+        "startTimeUnixNano": str(start),
+        "endTimeUnixNano": str(start + 10),
+        "attributes": [{"key": key, "value": otlp_value(value)} for key, value in attributes.items()],
+        **extra,
+    }
+
+
+def refused_and_answered(kind: str) -> list[dict[str, Any]]:
+    """What a guarded pydantic-ai run exports (tests/integrations/frameworks/test_multi_round.py): a response cut
+    in its second call, the framework's failed attempt to run that call, and the next request, a trace of its
+    own, whose span records the error result it carried for it as a drift event of ``kind``."""
+    rejected = {
+        "etf.tool_call.verdict": "rejected",
+        "gen_ai.tool.call.id": "call_cut",
+        "error.type": "invalid_arguments",
+    }
+    ran = {"gen_ai.tool.call.id": "call_cut", "error.type": "ToolRetryError"}  # linked to the call, as etf-otel links
+    drift = {"etf.divergence.kind": kind, "gen_ai.tool.call.id": "call_cut", "gen_ai.tool.name": "get_weather"}
+    return [
+        request_span(1, **{"etf.stream.dispatchable": False, "error.type": "truncated_stream"}),
+        span(1, 2, "assemble_tool_call get_weather", 1_001, rejected, parentSpanId=f"{1:016x}"),
+        span(2, 3, "execute_tool get_weather", 2_000, ran, links=[{"traceId": f"{1:032x}", "spanId": f"{2:016x}"}]),
+        {
+            **request_span(4),
+            "events": [
+                {
+                    "name": "etf.linkage.drift",
+                    "attributes": [{"key": k, "value": otlp_value(v)} for k, v in drift.items()],
+                }
+            ],
+        },
+    ]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_refusal_answered_is_the_answer_of_the_call_it_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    """AGENT-STACKS 11.7: a refused call answered with an error result leaves the rejection the stream caused as
+    the only finding; the failed attempt to run it is answered, by the drift event, so no execution_without_result."""
+    code, report = run(export(tmp_path / "answered.jsonl", refused_and_answered("refusal_answered")), engine, capsys)
+    assert (code, kinds(report)) == (
+        1,
+        {"executed_rejected": 1, "recorded_rejection": 1, "history_drift": 1},
+    ), report
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_another_drift_naming_the_call_is_no_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    code, report = run(export(tmp_path / "other.jsonl", refused_and_answered("id_replaced")), engine, capsys)
+    assert kinds(report)["execution_without_result"] == 1, report

@@ -408,8 +408,9 @@ WITH
     answered AS (
         SELECT DISTINCT trace_id, arrayJoin(tool_messages) AS call_id FROM etf_spans WHERE length(tool_messages) > 0
     ),
-    -- Settlements by call id, in any trace of the window (checks.Evidence): a request's answered ids, or an
-    -- unanswered_call event (reported where it was recorded, step 6); the end of the latest span recording one.
+    -- Settlements by call id, in any trace of the window (checks.Evidence): a request's answered ids, an
+    -- unanswered_call event (reported where it was recorded, step 6), or a refusal_answered drift event; the end
+    -- of the latest span recording one.
     settled AS (
         SELECT call_id, max(at_ns) AS settled_ns
         FROM (
@@ -417,6 +418,9 @@ WITH
             UNION ALL
             SELECT violation.2, copies_end_ns FROM etf_spans ARRAY JOIN violations AS violation
             WHERE violation.1 = 'unanswered_call' AND violation.2 != ''
+            UNION ALL  -- a refused call answered with an error result (a refusal_answered drift event) is answered
+            SELECT drift.2, copies_end_ns FROM etf_spans ARRAY JOIN drifts AS drift
+            WHERE drift.1 = 'refusal_answered' AND drift.2 != ''
         )
         GROUP BY call_id
     ),
