@@ -11,7 +11,8 @@ linking into it, in any order, and returns the trace's findings. It runs in phas
 3. :func:`call_findings`: each proposal's executions (duplicated, only failed), or the lack of any
    evidence about it (``unjudged``);
 4. :func:`tool_message_findings`: tool messages answering nothing of the response their evidence names;
-5. :func:`recorded_violation_findings`: what the instrumentation recorded and the audit did not find.
+5. :func:`recorded_violation_findings`: what the instrumentation recorded and the audit did not find;
+6. ``request_findings`` (``etf_otel.audit._responses``): what requests recorded about their histories.
 
 Findings map to docs/categories.md categories where one exists; ``missing_span`` and
 ``malformed_span`` are about the telemetry itself and have no category.
@@ -35,7 +36,12 @@ from dataclasses import dataclass, field
 from etf_otel.audit._evidence import DEFAULT_MAX_EVIDENCE_IDS, Evidence
 from etf_otel.audit._executions import conflict_findings, executions_of, orphan_detail
 from etf_otel.audit._model import AuditFinding, FindingKind, Item, LinkProbe, Role, SpanRecord
-from etf_otel.audit._responses import rejection_findings, unobserved_findings, unobserved_llm_calls
+from etf_otel.audit._responses import (
+    rejection_findings,
+    request_findings,
+    unobserved_findings,
+    unobserved_llm_calls,
+)
 from etf_otel.audit._tool_messages import tool_message_findings
 from etf_otel.core._vocabulary import ErrorCategory, StreamState, Verdict
 
@@ -377,4 +383,5 @@ def check_trace(trace_id: str, items: Iterable[Item], evidence: Evidence | None 
     findings += call_findings(index, executed, evidence)
     findings += tool_message_findings(index, evidence)
     findings += recorded_violation_findings(index, findings)
+    findings += request_findings(index.trace_id, index.records)
     return findings

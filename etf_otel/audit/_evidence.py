@@ -5,7 +5,8 @@ trace of its own, and zero-code frameworks split one agent run over several trac
 streams by, :class:`Evidence` collects, by call id and bounded by ``max_ids``:
 
 * the settlements (``etf.linkage.answered_ids`` on an ``assemble_response`` span, ``unanswered_call``
-  events): ``settled``;
+  events, and ``refusal_answered`` drift events naming a preserved id: a call the rules rejected or the
+  guard refused, answered with an error result, is answered): ``settled``;
 * where each call id was proposed (``assemble_tool_call`` spans) and which traces ran an execution
   carrying it: ``proposals``, ``executed_in``. An execution whose call id its own trace did not propose
   is matched to the one proposal of the input with that id (ids are matched only when unique): the
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 from etf_otel import attributes as A
 from etf_otel.audit._model import EXECUTING, AuditFinding, FindingKind, Role, SpanData, SpanRecord
+from etf_otel.audit._request import REFUSAL_ANSWERED
 from etf_otel.core._vocabulary import ErrorCategory
 
 __all__ = ["DEFAULT_MAX_EVIDENCE_IDS", "Evidence"]
@@ -37,7 +39,8 @@ class Evidence:
     """Settlements, proposals and executions, by call id, across every trace of the input (bounded).
 
     A settlement is a later request's ``etf.linkage.answered_ids`` (on its ``assemble_response``
-    span) or an ``unanswered_call`` event naming the call (on any span). ``settled`` maps each
+    span), an ``unanswered_call`` event naming the call (on any span), or a ``refusal_answered``
+    drift event naming it. ``settled`` maps each
     call id to the end of the latest span recording one; it settles a proposal whose span ended
     before that (a settlement can only cover calls proposed before it, in the same process, on
     the same clock). Call ids are matched across traces as they are: ids that repeat across
@@ -96,9 +99,14 @@ class Evidence:
             self.proposals[call_id] = _SEVERAL
 
     def add_events(self, record: SpanRecord) -> None:
-        """Note the ``unanswered_call`` events of ``record`` (all a trace checked on its own has)."""
+        """Note the ``unanswered_call`` and ``refusal_answered`` events of ``record`` (all a trace checked on its
+        own has). A refusal answered settles the call it names: the request carried an answer for it (an error
+        result, the documented way to answer a refused call), so it is no ``execution_without_result``."""
         for category, call_id, _ in record.violations:
             if category == _UNANSWERED and call_id is not None:
+                self.note(call_id, record.end_ns)
+        for kind, call_id in record.drifts:
+            if kind == REFUSAL_ANSWERED and call_id is not None:
                 self.note(call_id, record.end_ns)
 
     def settles(self, call: SpanRecord) -> bool:

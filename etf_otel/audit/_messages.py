@@ -45,28 +45,26 @@ def _part_ids(message: dict[str, Any], key: str, kind: str) -> list[str]:
 
 
 def tool_message_ids(events: Sequence[tuple[str, Mapping[str, object]]], messages: list[Any]) -> list[str]:
-    """Ids answered by ``role: tool`` messages recorded on a span, in the usual shapes."""
+    """Ids answered by ``role: tool`` messages recorded on a span, in the usual shapes.
+
+    Of the messages, only those after the answered turn (:func:`_answered_turn`, the last assistant message
+    with calls) are read: a stateless history repeats every earlier round, whose results answered earlier
+    responses and were judged with them (AGENT-STACKS 11.6). An assistant message after the answered turn
+    carries no calls (else it would be the answered turn), so a tool message after it is still read and judged
+    against the answered turn: no other turn has a call it could answer. ``sql/audit_findings.sql`` reads the
+    same messages.
+    """
     ids: list[str] = []
     for name, event_attributes in events:
         if name == EVENT_TOOL_MESSAGE:
             value = _string(event_attributes.get("gen_ai.tool.call.id")) or _string(event_attributes.get("id"))
             if value:
                 ids.append(value)
-    answered = _answered_turn(messages)
-    later: set[str] = set()  # calls of assistant turns after the answers: a framework's own round
-    in_answers = True
-    for message in messages[answered + 1 :]:
-        if not isinstance(message, dict):
-            continue
-        if message.get("role") == "assistant":
-            in_answers = False
-            later.update(_call_ids(message))
-            continue
-        if message.get("role") != "tool":
+    for message in messages[_answered_turn(messages) + 1 :]:
+        if not isinstance(message, dict) or message.get("role") != "tool":
             continue
         direct = _string(message.get("tool_call_id"))
-        found = ([direct] if direct else []) + _part_ids(message, "parts", "tool_call_response")
-        ids += [value for value in found if in_answers or value not in later]
+        ids += ([direct] if direct else []) + _part_ids(message, "parts", "tool_call_response")
     return ids
 
 

@@ -17,7 +17,9 @@ from typing import Any, Final
 
 from etf_otel import attributes as A
 from etf_otel.audit._foreign import foreign_call_id, is_foreign_execution, is_llm_call
+from etf_otel.audit._kinds import FIXED_CATEGORY, FindingKind
 from etf_otel.audit._messages import ATTR_INPUT_MESSAGES, assistant_call_ids, input_messages, tool_message_ids
+from etf_otel.audit._request import Drift, Pairing, read_drifts, read_pairing
 from etf_otel.audit._sources.sql_values import positional
 from etf_otel.core._divergence import DivergenceKind
 from etf_otel.core._vocabulary import OTHER, ErrorCategory, Verdict
@@ -25,6 +27,7 @@ from etf_otel.core._vocabulary import OTHER, ErrorCategory, Verdict
 DIVERGENCE_KINDS: Final = frozenset(kind.value for kind in DivergenceKind)  # sql/audit_findings.sql lists the same
 
 __all__ = [
+    "FIXED_CATEGORY",
     "AuditFinding",
     "FindingKind",
     "Item",
@@ -43,67 +46,6 @@ STATUS_CODE_ERROR = 2
 """``SpanData.status_code`` of a span whose status is ERROR (OTLP ``STATUS_CODE_ERROR``)."""
 MATCHED = ("explicit", "unique")
 """``etf.mcp.match`` values of a CLIENT span matched to a proposal: it must carry the call id."""
-
-
-class FindingKind(str, Enum):
-    """What the audit found (closed set), named after the evidence: the span or message it is in.
-
-    A kind is not a category. Each finding also carries the error category of docs/categories.md (the
-    vocabulary of ``replay`` and the telemetry): fixed per kind in :data:`FIXED_CATEGORY`, else the span's
-    or event's. The values are the ``kind`` of ``audit --json`` and of ``sql/audit_findings.sql``, one name
-    each (docs/cli.md#findings; tests/cli/test_cli_contract.py checks they agree).
-    """
-
-    ORPHANED_EXECUTION = "orphaned_execution"
-    """An execution (an ``execute_tool`` span, or one MCP ``tools/call``: ``audit.executions``) whose call id
-    and link match no ``assemble_tool_call`` of the trace."""
-    DUPLICATE_EXECUTION = "duplicate_execution"
-    """A proposal executed more than once (one finding per extra execution)."""
-    UNANSWERED_CALL = "unanswered_call"
-    """A proposal a settlement recorded as unanswered (an ``unanswered_call`` event naming it), on that span."""
-    EXECUTION_WITHOUT_RESULT = "execution_without_result"
-    """A call executed only with host errors (``error.type``), and no tool message or settlement answers it."""
-    EXECUTED_REJECTED = "executed_rejected"
-    """An execution of a rejected call, or of any call of a truncated or otherwise non-dispatchable response."""
-    RECORDED_REJECTION = "recorded_rejection"
-    """A response the rules rejected (``etf.stream.dispatchable = false``), executed or not: the application
-    may have acted on what its SDK assembled. On the ``assemble_response`` span, with its blocking category."""
-    REFUSED_EXECUTION = "refused_execution"
-    """Guard mode refused an execution (``etf.guard.refused``): the guard held, the attempt is reported."""
-    ORPHANED_TOOL_MESSAGE = "orphaned_tool_message"
-    """A ``role: tool`` message (``gen_ai.input.messages``, ``gen_ai.tool.message`` event) matching no proposal."""
-    RECORDED_VIOLATION = "recorded_violation"
-    """An ``etf.integrity.violation`` event the instrumentation recorded (not already found by the audit)."""
-    MISSING_SPAN = "missing_span"
-    """A parent or link points at a span that never arrived (started but never exported, or not in the input)."""
-    MALFORMED_SPAN = "malformed_span"
-    """An etf-otel span without an attribute the contract requires (docs/telemetry.md), or an MCP SERVER
-    span whose call id contradicts its CLIENT span's."""
-    UNJUDGED = "unjudged"
-    """Informational, not a problem: a valid proposal neither executed nor settled by a later request
-    (no ``etf.linkage.answered_ids`` naming it, no ``unanswered_call`` event): the input has no evidence either way;
-    or an execution whose call id several traces proposed (ids are matched across traces only when unique)."""
-    UNIDENTIFIED_EXECUTION = "unidentified_execution"
-    """Informational: an execution with no call id and no link (an OpenLLMetry tool span): nothing names its call."""
-    RESPONSE_NOT_OBSERVED = "response_not_observed"
-    """Informational: an execution whose id no observed response proposed, in a trace with an unobserved LLM call."""
-    UNOBSERVED_LLM_CALL = "unobserved_llm_call"
-    """Informational: another instrumentation's LLM span with no ``assemble_response`` near it (``_responses``)."""
-
-
-FIXED_CATEGORY: dict[FindingKind, str | None] = {
-    FindingKind.ORPHANED_EXECUTION: ErrorCategory.ORPHANED_RESULT.value,
-    FindingKind.DUPLICATE_EXECUTION: ErrorCategory.DUPLICATE_RESULT.value,
-    FindingKind.UNANSWERED_CALL: ErrorCategory.UNANSWERED_CALL.value,
-    FindingKind.EXECUTION_WITHOUT_RESULT: ErrorCategory.UNANSWERED_CALL.value,
-    FindingKind.ORPHANED_TOOL_MESSAGE: ErrorCategory.ORPHANED_RESULT.value,
-    FindingKind.MISSING_SPAN: None,
-    FindingKind.MALFORMED_SPAN: None,
-    FindingKind.UNIDENTIFIED_EXECUTION: None,
-    FindingKind.RESPONSE_NOT_OBSERVED: None,
-    FindingKind.UNOBSERVED_LLM_CALL: None,
-}
-"""Kinds with a fixed category; the others take theirs from the span or event."""
 
 
 class Role(str, Enum):
@@ -181,6 +123,10 @@ class SpanRecord:
     violations: tuple[tuple[str, str | None, str | None], ...] = ()
     """The recorded ``etf.integrity.violation`` events: (category, call id, ``etf.linkage.orphan_reason`` or
     ``etf.divergence.kind``)."""
+    drifts: tuple[Drift, ...] = ()
+    """The recorded ``etf.linkage.drift`` events: (kind, preserved call id) (``etf_otel.audit._request``)."""
+    pairing: Pairing | None = None
+    """What a request's span recorded about its pairing, when it was not consistent."""
     tool_messages: tuple[str, ...] = ()
     assistant_ids: tuple[str, ...] = ()
     """The call ids of the last assistant turn of a span with tool messages: which response they answer."""
@@ -320,11 +266,14 @@ def to_record(span: SpanData) -> SpanRecord:
     problems: list[str] = []
     if span.events:
         record.violations = _read_violations(span, problems)
+        record.drifts = read_drifts(span.events)
     if span.events or ATTR_INPUT_MESSAGES in attributes:
         messages = input_messages(attributes)
         record.tool_messages = tuple(tool_message_ids(span.events, messages))
         if record.tool_messages:
             record.assistant_ids = tuple(assistant_call_ids(messages))
+    if A.ETF_REQUEST_PAIRING in attributes:
+        record.pairing = read_pairing(attributes)
     if role is Role.CALL:
         _read_call(record, attributes, problems)
     elif role is Role.RESPONSE:

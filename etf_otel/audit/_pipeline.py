@@ -32,12 +32,16 @@ def audit_spans(
     report: AuditReport | None = None,
     partitioner: Partitioner | None = None,
     on_group: Callable[[int, int], None] | None = None,
+    strict: bool = False,
 ) -> AuditReport:
     """Check every trace in ``spans`` (any order) and return the aggregated report.
 
     ``on_group(done, total)`` is called after each group of traces is checked (for a progress bar).
+    ``strict`` makes ``history_drift`` a finding (:attr:`AuditReport.strict`; a given ``report`` keeps its own
+    setting unless this is true).
     """
     report = report if report is not None else AuditReport()
+    report.strict = report.strict or strict
     partitioner = partitioner if partitioner is not None else Partitioner()
     evidence = Evidence()  # settlements cross traces: collected before any trace is checked
     try:
@@ -77,9 +81,12 @@ def sql_audit(
     table: str = DEFAULT_TABLE,
     window: TimeWindow | None = None,
     report: AuditReport | None = None,
+    strict: bool = False,
 ) -> AuditReport:
-    """Run ``audit_findings.sql`` on ``engine`` and aggregate the rows into the Python audit's report."""
+    """Run ``audit_findings.sql`` on ``engine`` and aggregate the rows into the Python audit's report
+    (``strict`` as in :func:`audit_spans`)."""
     report = report if report is not None else AuditReport()
+    report.strict = report.strict or strict
     found = sql_findings(engine, database=database, table=table, window=window)
     report.spans, report.traces = found.spans, found.traces
     report.duplicate_spans, report.etf_spans = found.duplicate_spans, found.etf_spans

@@ -4,8 +4,11 @@ A model only: :meth:`AuditReport.to_dict` is the ``--json`` document, :attr:`Aud
 decides the exit status; printing it is the command line's job (``etf_otel.cli._audit``).
 
 :data:`INFORMATIONAL` kinds (``unjudged``, ``unidentified_execution``, ``response_not_observed``,
-``unobserved_llm_call``) are counted per kind like the others, but they are not problems: they are
-left out of ``findings``, ``ok``, the exit status, ``traces_with_findings`` and ``traces_detail``.
+``unobserved_llm_call``, ``history_drift``) are counted per kind like the others, but they are not problems:
+they are left out of ``findings``, ``ok``, the exit status, ``traces_with_findings`` and ``traces_detail``. A
+strict report (:attr:`AuditReport.strict`, ``etf-otel audit --strict``) counts the :data:`STRICT_KINDS` among
+them as findings: drift breaks nothing, but a team that wants its histories to say exactly what the model
+proposed can fail on it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 from etf_otel.audit._model import AuditFinding, FindingKind
 
-__all__ = ["FIRST_TRACES", "INFORMATIONAL", "MAX_TRACE_DETAILS", "AuditReport", "KindSummary"]
+__all__ = ["FIRST_TRACES", "INFORMATIONAL", "MAX_TRACE_DETAILS", "STRICT_KINDS", "AuditReport", "KindSummary"]
 
 FIRST_TRACES = 5
 """Trace ids listed per finding kind."""
@@ -27,9 +30,13 @@ INFORMATIONAL: frozenset[FindingKind] = frozenset(
         FindingKind.UNIDENTIFIED_EXECUTION,
         FindingKind.RESPONSE_NOT_OBSERVED,
         FindingKind.UNOBSERVED_LLM_CALL,
+        FindingKind.HISTORY_DRIFT,
     }
 )
-"""Kinds that report what the input cannot tell, not a problem: they never fail the audit."""
+"""Kinds that report what the input cannot tell, or what differs without breaking anything: not a problem,
+they never fail the audit (unless it is strict: :data:`STRICT_KINDS`)."""
+STRICT_KINDS: frozenset[FindingKind] = frozenset({FindingKind.HISTORY_DRIFT})
+"""Informational kinds that a strict audit counts as findings (``--strict``)."""
 
 
 @dataclass
@@ -64,11 +71,17 @@ class AuditReport:
     details: dict[str, list[AuditFinding]] = field(default_factory=dict)
     details_dropped: int = 0
     max_details: int = MAX_TRACE_DETAILS
+    strict: bool = False
+    """Count the :data:`STRICT_KINDS` (``history_drift``) as findings: ``etf-otel audit --strict``."""
+
+    def informational(self, kind: FindingKind) -> bool:
+        """Whether ``kind`` is counted without being a finding, in this report (strict or not)."""
+        return kind in INFORMATIONAL and not (self.strict and kind in STRICT_KINDS)
 
     @property
     def findings(self) -> int:
-        """Findings of every kind but the :data:`INFORMATIONAL` ones."""
-        return sum(summary.count for kind, summary in self.kinds.items() if kind not in INFORMATIONAL)
+        """Findings of every kind but the informational ones (:meth:`informational`)."""
+        return sum(summary.count for kind, summary in self.kinds.items() if not self.informational(kind))
 
     @property
     def has_findings(self) -> bool:
@@ -94,7 +107,7 @@ class AuditReport:
         for finding in findings:
             self._count(finding, first_of_kind_in_batch=(finding.kind, finding.trace_id) not in seen)
             seen.add((finding.kind, finding.trace_id))
-            if finding.kind in INFORMATIONAL:
+            if self.informational(finding.kind):
                 continue
             if finding.trace_id not in traces:
                 traces.add(finding.trace_id)

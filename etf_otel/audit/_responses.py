@@ -9,6 +9,12 @@
   an ``assemble_response`` span is its child or grandchild, its parent, or its sibling; otherwise it is an
   ``unobserved_llm_call`` (informational), and executions of its trace that no observed response proposed are
   ``response_not_observed`` rather than ``orphaned_execution``.
+* :func:`request_findings`: what the instrumentation recorded about a request's history on its span
+  (``etf_otel.audit._request``): one ``history_drift`` per ``etf.linkage.drift`` event (informational unless
+  the audit is strict), its kind as ``detail`` and ``divergence``, the call id only when the event names one;
+  one ``request_pairing`` per span whose request the provider's pairing rules refuse (or a refusal the
+  instrumentation did not predict). Pairing problems are findings of their own, with no error category:
+  their vocabulary (``etf.request.pairing_problems``) is not the categories', and one request has several.
 """
 
 from __future__ import annotations
@@ -16,7 +22,13 @@ from __future__ import annotations
 from etf_otel.audit._model import AuditFinding, FindingKind, Role, SpanRecord
 from etf_otel.core._vocabulary import ErrorCategory, StreamState
 
-__all__ = ["UNOBSERVED_DETAIL", "rejection_findings", "unobserved_findings", "unobserved_llm_calls"]
+__all__ = [
+    "UNOBSERVED_DETAIL",
+    "rejection_findings",
+    "request_findings",
+    "unobserved_findings",
+    "unobserved_llm_calls",
+]
 
 UNOBSERVED_DETAIL = "no assemble_response under or beside it"
 """``detail`` of an ``unobserved_llm_call`` finding."""
@@ -85,3 +97,20 @@ def unobserved_findings(trace_id: str, unobserved: list[SpanRecord]) -> list[Aud
         AuditFinding.of(FindingKind.UNOBSERVED_LLM_CALL, trace_id, call.span_id, detail=UNOBSERVED_DETAIL)
         for call in unobserved
     ]
+
+
+def request_findings(trace_id: str, records: list[SpanRecord]) -> list[AuditFinding]:
+    """What the requests of the trace recorded about their histories: one ``history_drift`` per drift event,
+    one ``request_pairing`` per broken or unexplained refused request."""
+    findings: list[AuditFinding] = []
+    for record in records:
+        if record.pairing is not None:
+            detail = record.pairing.detail
+            findings.append(AuditFinding.of(FindingKind.REQUEST_PAIRING, trace_id, record.span_id, detail=detail))
+        for kind, call_id in record.drifts:
+            findings.append(
+                AuditFinding.of(
+                    FindingKind.HISTORY_DRIFT, trace_id, record.span_id, call_id=call_id, detail=kind, divergence=kind
+                )
+            )
+    return findings

@@ -84,8 +84,11 @@ def run_audit(
     since: str | None = None,
     until: str | None = None,
     html: str | None = None,
+    strict: bool = False,
 ) -> int:
-    """Audit the exports at ``paths`` (or a Phoenix server); prints the report, returns the exit code (docs/cli.md)."""
+    """Audit the exports at ``paths`` (or a Phoenix server); prints the report, returns the exit code (docs/cli.md).
+
+    ``strict``: ``history_drift`` counts as a finding (``--strict``)."""
     if engine != "python" or clickhouse is not None or database is not None or since is not None or until is not None:
         if phoenix is not None or project is not None:
             return _fail("--phoenix takes no SQL option (--engine, --clickhouse, ...)")
@@ -99,15 +102,20 @@ def run_audit(
             database=database,
             since=since,
             until=until,
+            strict=strict,
         )
     if phoenix is not None or project is not None:
-        return run_phoenix_audit(phoenix, project, paths, json_output=json_output, progress=progress, html=html)
+        return run_phoenix_audit(
+            phoenix, project, paths, json_output=json_output, progress=progress, html=html, strict=strict
+        )
     if not paths or (STDIN in paths and stdin_is_terminal()):
         return _fail("give at least one PATH, or --phoenix URL" if not paths else TERMINAL_STDIN)
-    return _run_files_audit(paths, json_output=json_output, progress=progress, html=html)
+    return _run_files_audit(paths, AuditReport(strict=strict), json_output=json_output, progress=progress, html=html)
 
 
-def _run_files_audit(paths: list[str], *, json_output: bool, progress: bool, html: str | None = None) -> int:
+def _run_files_audit(
+    paths: list[str], report: AuditReport, *, json_output: bool, progress: bool, html: str | None = None
+) -> int:
     try:
         files = expand_paths(paths)
     except OtlpInputError as error:
@@ -121,12 +129,19 @@ def _run_files_audit(paths: list[str], *, json_output: bool, progress: bool, htm
                 stdin.seek(0)
             except OSError as error:
                 return _fail(f"cannot use temporary storage: {error}")
-        return _files_report(files, paths, json_output=json_output, progress=progress, html=html, stdin=stdin)
+        return _files_report(files, paths, report, json_output=json_output, progress=progress, html=html, stdin=stdin)
     return EXIT_BAD_INPUT  # pragma: no cover - ExitStack does not swallow exceptions
 
 
 def _files_report(
-    files: list[str], paths: list[str], *, json_output: bool, progress: bool, html: str | None, stdin: IO[bytes] | None
+    files: list[str],
+    paths: list[str],
+    report: AuditReport,
+    *,
+    json_output: bool,
+    progress: bool,
+    html: str | None,
+    stdin: IO[bytes] | None,
 ) -> int:
     def spans() -> Iterator[SpanData]:
         if stdin is not None:
@@ -134,7 +149,6 @@ def _files_report(
         return iter_spans(paths, stdin=stdin)
 
     stats = InputStats()
-    report = AuditReport()
     try:
         _audit_files(paths, stats, report, progress=progress, stdin=stdin)
     except OtlpInputError as error:
@@ -219,6 +233,7 @@ def run_phoenix_audit(
     json_output: bool,
     progress: bool,
     html: str | None = None,
+    strict: bool = False,
 ) -> int:
     """``etf-otel audit --phoenix URL [--project NAME]``: prints the report, returns the exit code."""
     if url is None:
@@ -227,7 +242,7 @@ def run_phoenix_audit(
         return _fail("give either PATH... or --phoenix URL, not both")
     project = DEFAULT_PROJECT if project is None else project
     stats = PhoenixStats()
-    report = AuditReport()
+    report = AuditReport(strict=strict)
     try:
         _audit_phoenix(url, project, stats, report, progress=progress)
     except PhoenixError as error:
@@ -284,15 +299,16 @@ def run_sql_audit(
     database: str | None = None,
     since: str | None = None,
     until: str | None = None,
+    strict: bool = False,
 ) -> int:
     """``etf-otel audit --engine chdb PATH...`` or ``--clickhouse URL``: prints the report, returns the exit code."""
     engines = ExitStack()  # closes the engine opened, after an error is reported
     try:
         window = TimeWindow.parse(since, until)
         if clickhouse is not None:
-            report = _clickhouse_report(clickhouse, paths, engine, database, window, engines)
+            report = _clickhouse_report(clickhouse, paths, engine, database, window, engines, strict)
         else:
-            report = _chdb_report(paths, engine, database, window, engines)
+            report = _chdb_report(paths, engine, database, window, engines, strict)
     except (SqlAuditError, OtlpInputError) as error:
         return _fail(str(error))
     except OSError as error:
@@ -311,6 +327,7 @@ def _clickhouse_report(
     database: str | None,
     window: TimeWindow,
     engines: ExitStack,
+    strict: bool = False,
 ) -> AuditReport:
     """``--clickhouse URL``: the audit's SQL on the server (its connection is closed by ``engines``)."""
     if paths:
@@ -319,7 +336,7 @@ def _clickhouse_report(
         raise SqlAuditError("--clickhouse and --engine chdb exclude each other")
     backend = ClickHouseEngine(url)
     engines.callback(backend.close)
-    return sql_audit(backend, database=database or DEFAULT_DATABASE, window=window)
+    return sql_audit(backend, database=database or DEFAULT_DATABASE, window=window, strict=strict)
 
 
 def _chdb_report(
@@ -328,6 +345,7 @@ def _chdb_report(
     database: str | None,
     window: TimeWindow,
     engines: ExitStack,
+    strict: bool = False,
 ) -> AuditReport:
     """``--engine chdb PATH...``: the files loaded into embedded chDB (closed by ``engines``)."""
     if engine != "chdb":
@@ -341,7 +359,7 @@ def _chdb_report(
     engines.callback(backend.close)
     stats = InputStats()
     backend.load(iter_spans(paths, stats))
-    report = sql_audit(backend, window=window)
+    report = sql_audit(backend, window=window, strict=strict)
     report.files, report.records, report.skipped_records = stats.files, stats.records, stats.skipped_records
     report.skipped_files = list(stats.skipped_files)
     if stats.spans == 0:

@@ -17,9 +17,11 @@ __all__ = ["EPILOG", "add_audit_arguments"]
 
 EPILOG: Final = f"""\
 exit codes:
-  0  no finding (informational kinds such as unjudged or unobserved_llm_call only)
-  1  findings: a linkage problem (orphaned_execution, recorded_rejection, ...), or
-     telemetry the audit cannot judge (missing_span, malformed_span)
+  0  no finding (informational kinds such as unjudged, unobserved_llm_call or
+     history_drift only)
+  1  findings: a linkage problem (orphaned_execution, recorded_rejection, ...),
+     telemetry the audit cannot judge (missing_span, malformed_span), or, with
+     --strict, history_drift
   2  nothing to audit, unusable input or usage, one line on stderr: a file that is
      not OTLP JSON, an unreachable server, no span from etf-otel at all
 
@@ -70,6 +72,12 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--until", metavar="TIME", help="SQL engines only: ... and before TIME")
     parser.add_argument("--json", action="store_true", help="print one JSON document for machines")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="count history_drift (a request history that holds together but differs from what the model"
+        " proposed) as a finding: exit 1",
+    )
     parser.add_argument(
         "--html",
         metavar="OUT",

@@ -77,17 +77,28 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
             console.print(Text(f"    {displayable(trace_id)}"), soft_wrap=True)
         if more > 0:
             console.print(Text(f"    and {more} more"), soft_wrap=True)
+    console.print(_footer(report))
+
+
+def _footer(report: AuditReport) -> Text:
+    """The report's last line: the total, then what was counted without being a finding, and why."""
     unjudged = sum(
         summary.count
         for kind, summary in report.kinds.items()
-        if kind in INFORMATIONAL and kind is not FindingKind.UNOBSERVED_LLM_CALL
+        if kind in INFORMATIONAL and kind not in (FindingKind.UNOBSERVED_LLM_CALL, FindingKind.HISTORY_DRIFT)
     )
+    drift = report.kinds.get(FindingKind.HISTORY_DRIFT)
     if report.findings:
         footer = Text.assemble((f"{report.findings} finding(s)", "red"), f" in {report.traces_with_findings} trace(s).")
     else:  # only informational kinds: nothing is wrong, something is not known
         footer = Text.assemble(("No linkage problems found", "green"), ".")
     if unjudged:
         footer.append(f" {unjudged} call(s) or execution(s) unjudged: the input has no evidence either way.")
+    if drift is not None and report.informational(FindingKind.HISTORY_DRIFT):
+        footer.append(
+            f" {drift.count} history drift record(s): histories that hold together but differ from what the model"
+            " proposed (not a finding; --strict makes them one)."
+        )
     if report.unobserved_llm_calls:
         footer.append(
             f" {report.unobserved_llm_calls} LLM call(s) recorded by another instrumentation were not observed"
@@ -97,7 +108,7 @@ def render_audit_report(report: AuditReport, console: Console) -> None:
     if telemetry:  # only then: a note about kinds that are not there would only puzzle
         footer.append(f" {' and '.join(telemetry)} concern{'s' * (len(telemetry) == 1)} the telemetry itself")
         footer.append(" (no error category).")
-    console.print(footer)
+    return footer
 
 
 # --- files (the default engine) ---------------------------------------------------------------------

@@ -171,6 +171,7 @@ def _run(args: argparse.Namespace) -> int:
             since=args.since,
             until=args.until,
             html=args.html,
+            strict=args.strict,
         )
     if args.command == "demo":
         from etf_otel.cli.demo._chat import run_demo

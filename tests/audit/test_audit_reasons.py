@@ -192,3 +192,34 @@ def test_the_assistant_turn_is_read_in_each_shape_and_only_the_last_one_counts(
     code, report = audit(capsys, proc.path, engine)
     found = {f["call_id"]: f.get("orphan_reason") for f in findings(report, "orphaned_tool_message")}
     assert (code, found) == (1, {"call-c": "unknown"}), report
+
+
+@pytest.mark.parametrize("shape", sorted(ASSISTANT_SHAPES))
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_stateless_history_is_judged_on_its_last_round_with_calls_only(
+    process: Callable[..., Process], capsys: pytest.CaptureFixture[str], engine: str, shape: str
+) -> None:
+    """A request repeating every earlier round (AGENT-STACKS 11.6): the tool messages judged are those after the
+    last assistant turn with calls, against that turn; the earlier rounds' results are not judged again (an
+    earlier one answering nothing included), and a text turn after the answers does not move the answered turn."""
+    proc = process()
+    propose(proc, "call-a")
+    propose(proc, "call-b")
+    assistant = ASSISTANT_SHAPES[shape]
+    text = {"role": "assistant", "content": "OK"}
+    history = [
+        *USER,
+        assistant(["call-a"]),
+        {"role": "tool", "tool_call_id": "call-a"},
+        {"role": "tool", "tool_call_id": "call-lost"},  # an earlier round's own mistake: judged back then
+        assistant(["call-b"]),
+        {"role": "tool", "tool_call_id": "call-b"},
+        text,
+        {"role": "user", "content": "the file"},
+    ]
+    chat_span(proc, history)
+    chat_span(proc, [*history, {"role": "tool", "tool_call_id": "call-x"}])  # after the text turn: still read
+    proc.close()
+    code, report = audit(capsys, proc.path, engine)
+    found = {f["call_id"]: f.get("orphan_reason") for f in findings(report, "orphaned_tool_message")}
+    assert (code, found) == (1, {"call-x": "unknown"}), report

@@ -337,7 +337,8 @@ _ETF_SPAN = (
 
 def _findings(rows: list[list[Any]]) -> Iterator[tuple[str, AuditFinding]]:
     for group, kind, trace_id, span_id, category, call_id, detail, reason in rows:
-        divergent = category == ErrorCategory.DIVERGENT_ASSEMBLY.value  # the sub-kind column is either
+        # the sub-kind column is either
+        divergent = category == ErrorCategory.DIVERGENT_ASSEMBLY.value or kind == FindingKind.HISTORY_DRIFT.value
         orphan, divergence = (None, reason or None) if divergent else (reason or None, None)
         found = (FindingKind(kind), trace_id, span_id or None, category or None, call_id or None, detail or None)
         yield group, AuditFinding(*found, orphan, divergence)

@@ -5,10 +5,12 @@
 --   kind         orphaned_execution, duplicate_execution, unanswered_call, execution_without_result,
 --                executed_rejected, refused_execution, orphaned_tool_message, recorded_violation,
 --                missing_span, malformed_span, recorded_rejection, unjudged, unidentified_execution,
---                response_not_observed, unobserved_llm_call (etf_otel/audit/_model.py FindingKind: the same names)
+--                response_not_observed, unobserved_llm_call, history_drift, request_pairing
+--                (etf_otel/audit/_kinds.py FindingKind: the same names)
 --   trace_id, span_id, category (docs/categories.md, '' for none; fixed per kind as in model.py
 --                FIXED_CATEGORY), call_id ('' for none), detail ('' for none), reason (the orphan reason of an
---                orphaned tool message or recorded orphaned_result, etf.linkage.orphan_reason; '' for none)
+--                orphaned tool message or recorded orphaned_result, etf.linkage.orphan_reason; the
+--                etf.divergence.kind of a recorded divergent_assembly or of a history_drift; '' for none)
 --
 -- Parameters (clickhouse-client: --param_database=otel --param_table=otel_traces --param_since_ns=0 ...):
 --   database, table    where the exporter writes (defaults of the exporter: otel, otel_traces)
@@ -30,6 +32,8 @@
 -- 1. One row per span of the traces in the window: its role and what the checks need (model.to_record).
 DROP TEMPORARY TABLE IF EXISTS etf_spans;
 CREATE TEMPORARY TABLE etf_spans ENGINE = Memory AS
+SELECT * EXCEPT (input_list, turn_calls)  -- the messages themselves are not kept: only the ids read from them
+FROM (
 WITH window_traces AS (
     SELECT DISTINCT TraceId
     FROM {database:Identifier}.{table:Identifier}
@@ -105,31 +109,52 @@ SELECT
                            a['etf.linkage.orphan_reason'], '')),
              arrayFilter((a, n) -> n = 'etf.integrity.violation' AND a['etf.error.category'] != '',
                          Events.Attributes, Events.Name)) AS violations,
-    -- ids answered by role: tool messages (gen_ai.tool.message events, gen_ai.input.messages)
+    -- etf.linkage.drift events: (kind, preserved call id) (etf_otel/audit/_request.py; request.DRIFT_KINDS)
+    arrayMap(a -> (if(a['etf.divergence.kind'] IN ('id_replaced', 'call_fabricated', 'refusal_answered'),
+                      a['etf.divergence.kind'], ''),
+                   a['gen_ai.tool.call.id']),
+             arrayFilter((a, n) -> n = 'etf.linkage.drift', Events.Attributes, Events.Name)) AS drifts,
+    -- what a request's span recorded about its pairing (etf_otel/audit/_request.py read_pairing): its state,
+    -- known problems and reasons (each once, sorted), whether the provider refused it
+    if(SpanAttributes['etf.request.pairing'] IN ('broken', 'refused_unexplained'),
+       SpanAttributes['etf.request.pairing'], '') AS pairing,
+    arraySort(arrayDistinct(arrayFilter(
+        x -> x IN ('result_without_call', 'call_without_result', 'duplicate_result', 'duplicate_call_id',
+                   'id_rejected_by_target'),
+        JSONExtract(SpanAttributes['etf.request.pairing_problems'], 'Array(String)')))) AS pairing_problems,
+    arraySort(arrayDistinct(arrayFilter(
+        x -> x IN ('history_trimmed', 'id_rewritten', 'concatenated_ids', 'unknown'),
+        JSONExtract(SpanAttributes['etf.request.pairing_reasons'], 'Array(String)')))) AS pairing_reasons,
+    SpanAttributes['etf.request.pairing_refused'] = 'true' AS pairing_refused,
+    -- the messages sent to the model, and the call ids each assistant message carries (Chat tool_calls, semconv
+    -- parts, Anthropic content); the answered turn is the last one with calls (etf_otel/audit/_messages.py):
+    -- the turns before it belong to earlier responses, the tool messages after it are its answers
+    JSONExtractArrayRaw(SpanAttributes['gen_ai.input.messages']) AS input_list,
+    arrayMap(m -> if(JSONExtractString(m, 'role') = 'assistant',
+                     arrayFilter(x -> x != '', arrayConcat(
+                         arrayMap(c -> JSONExtractString(c, 'id'), JSONExtractArrayRaw(m, 'tool_calls')),
+                         arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call', JSONExtractString(p, 'id'), ''),
+                                  JSONExtractArrayRaw(m, 'parts')),
+                         arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_use', JSONExtractString(p, 'id'), ''),
+                                  JSONExtractArrayRaw(m, 'content')))),
+                     []),
+             input_list) AS turn_calls,
+    arrayLastIndex(x -> length(x) > 0, turn_calls) AS answered_turn,  -- 0: none, every message is read
+    -- ids answered by role: tool messages (gen_ai.tool.message events; gen_ai.input.messages after the answered turn)
     arrayFilter(x -> x != '', arrayConcat(
         arrayMap((n, a) -> if(n = 'gen_ai.tool.message',
                               if(a['gen_ai.tool.call.id'] != '', a['gen_ai.tool.call.id'], a['id']), ''),
                  Events.Name, Events.Attributes),
         arrayFlatten(arrayMap(
-            m -> if(JSONExtractString(m, 'role') = 'tool',
-                    arrayConcat([JSONExtractString(m, 'tool_call_id')],
-                                arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call_response',
-                                                 JSONExtractString(p, 'id'), ''),
-                                         JSONExtractArrayRaw(m, 'parts'))),
-                    []),
-            JSONExtractArrayRaw(SpanAttributes['gen_ai.input.messages']))))) AS tool_messages,
-    -- the call ids of the last assistant message of a span with tool messages (Chat tool_calls, semconv parts,
-    -- Anthropic content): which response the tool messages answer (etf_otel/audit/_messages.py)
-    arrayFilter(m -> JSONExtractString(m, 'role') = 'assistant',
-                JSONExtractArrayRaw(SpanAttributes['gen_ai.input.messages'])) AS assistant_messages,
-    if(length(tool_messages) > 0 AND length(assistant_messages) > 0,
-       arrayFilter(x -> x != '', arrayConcat(
-           arrayMap(c -> JSONExtractString(c, 'id'), JSONExtractArrayRaw(assistant_messages[-1], 'tool_calls')),
-           arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call', JSONExtractString(p, 'id'), ''),
-                    JSONExtractArrayRaw(assistant_messages[-1], 'parts')),
-           arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_use', JSONExtractString(p, 'id'), ''),
-                    JSONExtractArrayRaw(assistant_messages[-1], 'content')))),
-       []) AS assistant_ids,
+            (m, position) -> if(position > answered_turn AND JSONExtractString(m, 'role') = 'tool',
+                                arrayConcat([JSONExtractString(m, 'tool_call_id')],
+                                            arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call_response',
+                                                             JSONExtractString(p, 'id'), ''),
+                                                     JSONExtractArrayRaw(m, 'parts'))),
+                                []),
+            input_list, arrayEnumerate(input_list))))) AS tool_messages,
+    -- the call ids of the answered turn of a span with tool messages: which response they answer
+    if(length(tool_messages) > 0 AND answered_turn > 0, turn_calls[answered_turn], []) AS assistant_ids,
     -- contract attributes that are missing (docs/telemetry.md)
     arrayConcat(
         arrayMap(n -> 'etf.integrity.violation event without etf.error.category',
@@ -155,6 +180,7 @@ FROM (
     WHERE TraceId IN window_traces
     ORDER BY Timestamp, Duration, StatusCode NOT IN ('Error', 'STATUS_CODE_ERROR')
     LIMIT 1 BY TraceId, SpanId
+)
 );
 
 -- 1b. Other instrumentations' LLM calls with no assemble_response near them (etf_otel/audit/_responses.py):
@@ -382,8 +408,9 @@ WITH
     answered AS (
         SELECT DISTINCT trace_id, arrayJoin(tool_messages) AS call_id FROM etf_spans WHERE length(tool_messages) > 0
     ),
-    -- Settlements by call id, in any trace of the window (checks.Evidence): a request's answered ids, or an
-    -- unanswered_call event (reported where it was recorded, step 6); the end of the latest span recording one.
+    -- Settlements by call id, in any trace of the window (checks.Evidence): a request's answered ids, an
+    -- unanswered_call event (reported where it was recorded, step 6), or a refusal_answered drift event; the end
+    -- of the latest span recording one.
     settled AS (
         SELECT call_id, max(at_ns) AS settled_ns
         FROM (
@@ -391,6 +418,9 @@ WITH
             UNION ALL
             SELECT violation.2, copies_end_ns FROM etf_spans ARRAY JOIN violations AS violation
             WHERE violation.1 = 'unanswered_call' AND violation.2 != ''
+            UNION ALL  -- a refused call answered with an error result (a refusal_answered drift event) is answered
+            SELECT drift.2, copies_end_ns FROM etf_spans ARRAY JOIN drifts AS drift
+            WHERE drift.1 = 'refusal_answered' AND drift.2 != ''
         )
         GROUP BY call_id
     ),
@@ -592,10 +622,25 @@ FROM (SELECT trace_id, message, argMin(span_id, (start_ns, span_id)) AS first_sp
 WHERE judged_spans = 0;
 
 -- 7. The result: the findings, and what the instrumentation recorded itself unless a check found the same
---    (an unanswered_call event naming a call is a settlement's evidence: reported as unanswered_call).
+--    (an unanswered_call event naming a call is a settlement's evidence: reported as unanswered_call), and
+--    what requests recorded about their histories (etf_otel/audit/_responses.py request_findings): one
+--    history_drift per etf.linkage.drift event, its kind as detail and sub-kind; one request_pairing per span
+--    whose request the provider's pairing rules refuse, its detail as request.Pairing.detail writes it.
 SELECT group_trace, kind, trace_id, span_id, category, call_id, detail, '' AS reason FROM etf_findings
 UNION ALL
 SELECT group_trace, kind, trace_id, span_id, category, call_id, detail, reason FROM etf_tool_findings
+UNION ALL
+SELECT trace_id, 'history_drift', trace_id, span_id, '', drift.2, drift.1, drift.1
+FROM etf_spans ARRAY JOIN drifts AS drift
+UNION ALL
+SELECT trace_id, 'request_pairing', trace_id, span_id, '', '',
+       concat(pairing,
+              if(length(pairing_problems) > 0, concat(': ', arrayStringConcat(pairing_problems, ', ')), ''),
+              if(length(pairing_reasons) > 0, concat('; reasons ', arrayStringConcat(pairing_reasons, ', ')), ''),
+              if(pairing_refused, '; refused by the provider', '')),
+       ''
+FROM etf_spans
+WHERE pairing != ''
 UNION ALL
 SELECT trace_id,
        if(violation.1 = 'unanswered_call' AND violation.2 != '', 'unanswered_call', 'recorded_violation'),

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from etf_otel.audit._model import EXECUTING, AuditFinding, Role, SpanData, SpanRecord, to_record
-from etf_otel.audit._report import INFORMATIONAL, AuditReport
+from etf_otel.audit._report import AuditReport
 from etf_otel.cli.html._page import attribute, legend, page, text, write_page
 from etf_otel.core._vocabulary import Verdict
 
@@ -68,7 +68,7 @@ def _summary(report: AuditReport) -> str:
     rows = []
     for kind, summary in report.sorted_kinds():
         categories = ", ".join(f"{name} ({count})" for name, count in sorted(summary.categories.items())) or "-"
-        note = ' <span class="muted">(informational)</span>' if kind in INFORMATIONAL else ""
+        note = ' <span class="muted">(informational)</span>' if report.informational(kind) else ""
         rows.append(
             f'<tr data-kind="{kind.value}"><td><b>{kind.value}</b>{note}</td><td>{text(categories)}</td>'
             f'<td class="num">{summary.count}</td><td class="num">{summary.traces}</td></tr>'
