@@ -26,7 +26,7 @@ def _b(**more: Any) -> dict[str, Any]:
     return call("get_b", {"b": 2}, **more)
 
 
-OLLAMA_QUIRK_STREAMS: Final[dict[str, list[object]]] = {
+OLLAMA_QUIRK_STREAMS: Final[dict[str, list[Any]]] = {
     "clean two-call stream (ids, one call a chunk)": stream(chunk(_a(id=_A, index=0)), chunk(_b(id=_B, index=1))),
     "calls without ids (older servers)": stream(chunk(_a()), chunk(_b())),
     "several calls on index 0, with ids": stream(chunk(_a(id=_A, index=0)), chunk(_b(id=_B, index=0))),
