@@ -11,7 +11,11 @@ fixture always uninstruments.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -220,3 +224,22 @@ def test_other_paths_and_uninstrumenting_pass_through(etf: Etf, captured: Captur
     server.enqueue(Script(events=TWO_CALLS))
     list(ollama.Client(host=server.root_url).chat(model=MODEL, messages=[QUESTION], stream=True))
     assert responses(captured) == []
+
+
+def test_the_entry_point_is_declared_and_imports_no_ollama() -> None:
+    root = Path(__file__).resolve().parents[2]
+    group = (root / "pyproject.toml").read_text().split("[project.entry-points.opentelemetry_instrumentor]")[1]
+    assert 'etf_otel_ollama = "etf_otel.integrations.ollama:OllamaInstrumentor"' in group.split("\n[")[0]
+    script = (
+        "import sys\n"
+        "from etf_otel.integrations.ollama import OllamaInstrumentor\n"
+        "OllamaInstrumentor().instrument()\n"
+        "print('ollama' in sys.modules)\n"
+        "import ollama, wrapt\n"
+        "print(isinstance(vars(ollama.Client)['_request'], wrapt.FunctionWrapper))\n"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    env["PYTHONPATH"] = str(root)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True"]
