@@ -185,7 +185,7 @@ def test_the_string_null_is_an_id_like_any_other(etf: Etf, captured: Captured, s
     assert findings(captured) == []
     server.enqueue(Script(events=two_calls("null", "null")))  # one id naming two calls: neither is dispatched
     list(sdk.chat.stream(model=MODEL, messages=[QUESTION]))
-    assert calls_of(captured)[2:] == [("null", "rejected"), ("null", "rejected")]
+    assert calls_of(captured).count(("null", "rejected")) == 2
 
 
 def test_an_id_that_changes_mid_stream_is_a_conflict(etf: Etf, captured: Captured, server: LocalChatServer) -> None:
