@@ -248,3 +248,33 @@ def test_the_entry_point_is_declared_and_imports_no_mistralai() -> None:
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_eight_identical_loops_at_once_have_no_false_finding(etf: Etf, captured: Captured) -> None:
+    import itertools
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from etf_otel.testing import RecordedRequest
+
+    counter, lock = itertools.count(), threading.Lock()
+
+    def respond(request: RecordedRequest) -> Script:
+        if request.body["messages"][-1]["role"] == "tool":
+            return Script(events=ANSWER)
+        with lock:
+            n = next(counter)
+        return Script(events=two_calls(f"W{n:08d}", f"T{n:08d}"))
+
+    def one_loop(_: int) -> None:
+        sdk = client(server)
+        events = sdk.chat.stream(model=MODEL, messages=[QUESTION])
+        got = [c for event in events for c in event.data.choices[0].delta.tool_calls or ()]
+        list(sdk.chat.stream(model=MODEL, messages=follow_up(got)))
+
+    etf.on()
+    with LocalChatServer(responder=respond) as server, ThreadPoolExecutor(8) as pool:
+        list(pool.map(one_loop, range(8)))
+    assert len(responses(captured)) == 16
+    assert findings(captured) == []
+    assert len(calls_of(captured)) == 16 and {verdict for _, verdict in calls_of(captured)} == {"proposed"}

@@ -243,3 +243,20 @@ def test_the_entry_point_is_declared_and_imports_no_ollama() -> None:
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_eight_identical_loops_at_once_have_no_false_finding(etf: Etf, captured: Captured) -> None:
+    """The client's follow-ups carry no ids: identical conversations are told apart by nothing but their
+    messages. Each is linked or, when its evidence points at several, left unjudged; never a finding."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from etf_otel.testing._scripted import tool_turn_responder
+
+    etf.on()
+    with LocalChatServer(responder=tool_turn_responder) as server:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda _: loop(ollama.Client(host=server.root_url), True), range(8)))
+    assert len(responses(captured)) == 16
+    assert findings(captured) == []
+    calls = captured.spans("assemble_tool_call get_weather") + captured.spans("assemble_tool_call get_time")
+    assert len(calls) == 16 and {attribute(span, "etf.tool_call.verdict") for span in calls} == {"proposed"}
