@@ -260,3 +260,30 @@ def test_eight_identical_loops_at_once_have_no_false_finding(etf: Etf, captured:
     assert findings(captured) == []
     calls = captured.spans("assemble_tool_call get_weather") + captured.spans("assemble_tool_call get_time")
     assert len(calls) == 16 and {attribute(span, "etf.tool_call.verdict") for span in calls} == {"proposed"}
+
+
+def test_a_host_handed_the_clients_calls_links_them_and_guard_refuses_a_rejected_one(
+    etf: Etf, captured: Captured, server: LocalChatServer
+) -> None:
+    """The client's ``ToolCall`` objects lost the ids the server sent: a host finds them by name and order."""
+    from etf_otel.errors import GuardRefusedError
+
+    instrumentation = etf.on(guard=True).instrumentation
+    assert instrumentation is not None
+    server.enqueue(Script(events=TWO_CALLS))
+    client = ollama.Client(host=server.root_url)
+    calls = [
+        t for part in client.chat(model=MODEL, messages=[QUESTION], stream=True) for t in part.message.tool_calls or ()
+    ]
+    host = instrumentation.host(lambda tool: f"ran {tool.function.name}", guard=True)
+    assert [host(tool) for tool in calls] == ["ran get_weather", "ran get_time"]
+    for name in ("get_weather", "get_time"):
+        (execution,) = captured.spans(f"execute_tool {name}")
+        (assembly,) = captured.spans(f"assemble_tool_call {name}")
+        assert [link.context.span_id for link in execution.links] == [assembly.context.span_id]
+    server.enqueue(Script(events=OLLAMA_QUIRK_STREAMS["one call with an id, its sibling without"]))
+    rejected = [
+        t for part in client.chat(model=MODEL, messages=[QUESTION], stream=True) for t in part.message.tool_calls or ()
+    ]
+    with pytest.raises(GuardRefusedError):
+        host(rejected[0])

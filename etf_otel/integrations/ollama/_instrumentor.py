@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import wrapt
 
 from etf_otel.core._results import AssemblyResult
+from etf_otel.instrumentation import _positional as positional
 from etf_otel.instrumentation._observer import CLOSED, ERROR, ResponseObserver
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._setup import Instrumentation
@@ -238,6 +239,8 @@ def _observer(prepared: Prepared, instrumentation: Instrumentation) -> ResponseO
 
         def latest(result: AssemblyResult, call_spans: Any) -> None:
             conversation.latest = without_content(result)
+            # the client's ToolCall objects lost their ids: a host finds every call by name and order
+            positional.note(instrumentation.telemetry, result, call_spans, ids_dropped=True)
 
         observer.when_reported(latest)
     return observer
