@@ -88,7 +88,7 @@ def body(with_calls: bool) -> dict[str, Any]:
 
 
 def zero_code(
-    server: LocalChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str
+    server: LocalChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str, **more: str
 ) -> tuple[int, dict[str, Any]]:
     from tests.test_examples import BIN, clean_env, run
 
@@ -103,6 +103,7 @@ def zero_code(
         OTEL_METRICS_EXPORTER="none",
         OTEL_LOGS_EXPORTER="none",
         OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="mcp",
+        **more,
     )
     done = run([str(launcher), sys.executable, str(app), *argv], env)
     assert "ran 2 calls" in done.stderr
@@ -113,6 +114,14 @@ def zero_code(
     assert err == ""
     report = json.loads(out)
     assert report["input"]["records"] > 0
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    scopes = {
+        scope["scope"]["name"]
+        for line in lines
+        for resource in line["resourceSpans"]
+        for scope in resource["scopeSpans"]
+    }
+    (tmp_path / "scopes.json").write_text(json.dumps(sorted(scopes)))
     return code, {entry["kind"]: entry["count"] for entry in report["by_kind"]}
 
 
@@ -133,3 +142,18 @@ def test_a_result_under_an_id_no_call_had_is_reported(
     server.enqueue(Script(events=TWO_CALLS), Script(events=ANSWER))
     code, kinds = zero_code(server, tmp_path, capsys, "stream", "sync", "Qw3Er5Ty7")
     assert code == 1 and kinds.get("unanswered_call") == 2, kinds
+
+
+def test_the_sdks_own_tracing_on_beside_etf_otel_changes_nothing(
+    server: LocalChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``MISTRAL_SDK_TELEMETRY=global``: the SDK's own spans (its tracing hook swaps the response for a
+    ``TracedResponse`` that reads the same byte stream) go to the same export, and the audit has no finding.
+
+    Its chat spans are not the current span while the response is read, so etf-otel's responses do not
+    nest under them: the audit counts them as ``unobserved_llm_call``, which is informational."""
+    server.enqueue(Script(events=TWO_CALLS), Script(events=ANSWER))
+    outcome = zero_code(server, tmp_path, capsys, "stream", "sync", "", MISTRAL_SDK_TELEMETRY="global")
+    assert outcome == (0, {"unobserved_llm_call": 2})
+    scopes = json.loads((tmp_path / "scopes.json").read_text())
+    assert "etf_otel" in scopes and len(scopes) > 1, scopes
