@@ -23,13 +23,15 @@ as for the ``openai`` client. ``gen_ai.provider.name`` is ``mistral_ai`` unless 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 import wrapt
+from opentelemetry import context as context_api
 
 from etf_otel.instrumentation._observer import ERROR
 from etf_otel.instrumentation._safety import internal_errors_swallowed
@@ -58,6 +60,7 @@ _MODULE: Final = "mistralai.client.basesdk"
 _OWNER: Final = "BaseSDK"
 _STREAMED: Final = "stream_chat"
 _WHOLE: Final = "chat_completion_v1_chat_completions_post"
+_SDK_SPAN_CONTEXT: Final = "_tracing_span_context"
 
 
 class MistralInstrumentor(ClientInstrumentor):
@@ -134,7 +137,7 @@ class MistralInstrumentor(ClientInstrumentor):
         if instrumentation is None or taps is None or getattr(response, "status_code", None) != 200:
             return
         prepared, operation = decided
-        with internal_errors_swallowed("observing a Mistral response"):
+        with internal_errors_swallowed("observing a Mistral response"), _inside_sdk_span(response):
             if operation == _WHOLE:
                 prepared.record(instrumentation, json.loads(response.content))
                 return
@@ -170,6 +173,21 @@ class MistralInstrumentor(ClientInstrumentor):
         if decided is not None:
             self._observe(decided, response, is_async=True)
         return response
+
+
+@contextlib.contextmanager
+def _inside_sdk_span(response: Any) -> Iterator[None]:
+    """The SDK's own chat span made current, when its tracing is on (``MISTRAL_SDK_TELEMETRY``): the response
+    etf-otel records then nests under it, as the audit expects of an observed LLM call. The SDK keeps that
+    span's context on the request (``_tracing_span_context``); any other layout leaves the context as it is."""
+    extensions = getattr(getattr(response, "request", None), "extensions", None)
+    sdk_context = extensions.get(_SDK_SPAN_CONTEXT) if isinstance(extensions, dict) else None
+    token = context_api.attach(sdk_context) if isinstance(sdk_context, context_api.Context) else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            context_api.detach(token)
 
 
 def instrument_mistral(**options: Unpack[InstrumentorOptions]) -> MistralInstrumentor:
