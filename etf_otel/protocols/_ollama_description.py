@@ -68,16 +68,24 @@ def _history_call(call: object) -> HistoryCall:
 
 
 def _turns(messages: Sequence[object]) -> list[Turn]:
+    """A result with neither ``tool_call_id`` nor ``tool_name`` (older clients) is read as the server reads
+    it, by order: the k-th tool message after an assistant turn answers that turn's k-th call (its name)."""
     turns: list[Turn] = []
+    calls: tuple[HistoryCall, ...] = ()
+    answered = 0
     for at, message in enumerate(messages):
         role = field(message, "role")
         if role == _ASSISTANT:
-            calls = field(message, "tool_calls")
-            found = tuple(_history_call(call) for call in calls if call is not None) if isinstance(calls, list) else ()
-            turns.append(Turn(True, found, at=at))
+            listed = field(message, "tool_calls")
+            calls = tuple(_history_call(c) for c in listed if c is not None) if isinstance(listed, list) else ()
+            answered = 0
+            turns.append(Turn(True, calls, at=at))
         elif role == _TOOL:
-            answer = HistoryResult(_string(field(message, "tool_call_id")), _string(field(message, "tool_name")))
-            turns.append(Turn(False, results=(answer,), at=at))
+            call_id, name = _string(field(message, "tool_call_id")), _string(field(message, "tool_name"))
+            if call_id is None and name is None and answered < len(calls):
+                name = calls[answered].name
+            answered += 1
+            turns.append(Turn(False, results=(HistoryResult(call_id, name),), at=at))
         else:
             turns.append(Turn(False, at=at))
     return turns

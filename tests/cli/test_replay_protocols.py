@@ -894,3 +894,31 @@ def test_raw_bytes_cut_mid_message_or_corrupt_are_not_dispatchable(
     corrupt.write_bytes(data[: stop + 20] + bytes([data[stop + 20] ^ 0xFF]) + data[stop + 21 :])
     code, report = run_json(["replay", str(corrupt)], capsys)
     assert (code, report["stream"]["state"], report["dispatchable"]) == (1, "failed", False)
+
+
+# --- Ollama: what the ollama client sends back (tool_name, no ids) -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        (["get_a", "get_b"], []),
+        ([None, None], []),  # older clients name nothing: by order
+        (["get_b"], [("unanswered_call", "get_a")]),
+        (["get_a", "get_a", "get_b"], [("duplicate_result", "get_a")]),
+    ],
+)
+def test_an_ollama_follow_up_without_ids_is_linked_by_name_and_order(
+    names: list[str | None], expected: list[tuple[str, str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events = ollama.stream(ollama.chunk(ollama.call("get_a", {"a": 1}), ollama.call("get_b", {"b": 2})))
+    recording = write_jsonl(tmp_path / "r.jsonl", events)
+    assistant = {"role": "assistant", "content": "", "tool_calls": events[0]["message"]["tool_calls"]}
+    tools = [{"role": "tool", "content": "ok", **({"tool_name": n} if n else {})} for n in names]
+    followup = tmp_path / "next.json"
+    followup.write_text(json.dumps({"messages": [{"role": "user", "content": "?"}, assistant, *tools]}))
+    code, out, err = run(["replay", str(recording), "--followup", str(followup), "--json"], capsys)
+    assert (code, err) == ((1 if expected else 0), "")
+    document = json.loads(out)
+    assert [(c["id"], c["verdict"]) for c in document["calls"]] == [(None, "proposed"), (None, "proposed")]
+    assert [(f["category"], f["name"]) for f in document["linkage"]] == expected

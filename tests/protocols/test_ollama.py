@@ -215,6 +215,8 @@ def test_history_reads_calls_and_results() -> None:
     no_function = OLLAMA.history([{"role": "assistant", "tool_calls": [{"id": A}, None]}])
     assert no_function is not None and no_function[0].calls[0][:3] == (A, None, None)
     assert OLLAMA.history({"messages": "x"}) is None and OLLAMA.history(["x"]) is None
+    by_order = OLLAMA.history([_assistant(None), _tool(), _tool()])  # older clients: the k-th result, the k-th call
+    assert by_order is not None and [t.results[0].name for t in by_order[1:]] == ["get_a", None]
 
 
 def test_result_ids_and_follow_up() -> None:
