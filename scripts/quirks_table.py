@@ -77,6 +77,12 @@ def _sdk_columns() -> dict[str, tuple[str, tuple[tuple[str, str], ...]]]:
             " run here: BEDROCK.md 9.3 says how each reads these rows.",
             (),
         ),
+        protocols.OLLAMA.name: (
+            "Chunks as the server writes them on `/api/chat`, one JSON object a line. Each call arrives"
+            " whole, so no client joins anything: the `ollama` package keeps each chunk's"
+            " `message.tool_calls` as they came, and drops the `id` and `function.index` it does not model.",
+            (),
+        ),
     }
 
 

@@ -129,7 +129,7 @@ LABEL_VALUES: dict[str, set[str]] = {
         "absent_arguments",
     },
     # docs/telemetry.md, The wire protocol: the shipped protocols' names (a custom protocol adds its own).
-    "etf_protocol": {"chat_completions", "responses", "anthropic_messages", "gemini", "bedrock_converse"},
+    "etf_protocol": {"chat_completions", "responses", "anthropic_messages", "gemini", "bedrock_converse", "ollama"},
 }
 
 # PromQL words the shipped expressions may use besides metric names.

@@ -39,6 +39,7 @@ PUBLIC_MODULES = frozenset(
         "testing.bedrock",
         "testing.chat",
         "testing.gemini",
+        "testing.ollama",
         "testing.responses",
     }
 )

@@ -172,7 +172,7 @@ LAYOUT: tuple[RowSpec | PanelSpec, ...] = (
         14,
         "Stream end states by protocol",
         "Streams per second by etf.protocol (chat_completions, responses, anthropic_messages, gemini, "
-        "bedrock_converse) and "
+        "bedrock_converse, ollama) and "
         "etf.stream.state. Each protocol has its own terminal events, so truncation in one protocol and not "
         "the others points at that protocol's client, gateway or server.",
         "cps",

@@ -53,8 +53,18 @@ class _Latest:
 _LATEST: Final[ContextVar[_Latest | None]] = ContextVar("etf_otel_positional_response", default=None)
 
 
-def note(telemetry: Telemetry, result: AssemblyResult, call_spans: Mapping[tuple[int, int], SpanContext]) -> None:
-    """A response of a protocol that links by name and order ended in this context (never raises)."""
+def note(
+    telemetry: Telemetry,
+    result: AssemblyResult,
+    call_spans: Mapping[tuple[int, int], SpanContext],
+    *,
+    ids_dropped: bool = False,
+) -> None:
+    """A response of a protocol that links by name and order ended in this context (never raises).
+
+    ``ids_dropped``: the client hands the application its calls without the ids the wire had (the
+    ``ollama`` client's models keep none), so a host can find them only by name and order: every
+    call is noted, not only the id-less ones."""
     with internal_errors_swallowed("noting a response's id-less calls"):
         calls = [
             PositionalCall(
@@ -72,7 +82,7 @@ def note(telemetry: Telemetry, result: AssemblyResult, call_spans: Mapping[tuple
                 ),
             )
             for call in result.calls
-            if call.id is None
+            if call.id is None or ids_dropped
         ]
         _LATEST.set(_Latest(telemetry, calls) if calls else None)
 

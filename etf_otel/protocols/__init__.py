@@ -20,6 +20,7 @@ from etf_otel.protocols._base import CallFields, FollowUp, StreamAssembler, Wire
 from etf_otel.protocols._bedrock_description import BEDROCK_CONVERSE
 from etf_otel.protocols._chat_completions import CHAT_COMPLETIONS
 from etf_otel.protocols._gemini_description import GEMINI
+from etf_otel.protocols._ollama_description import OLLAMA
 from etf_otel.protocols._pairing import check_request
 from etf_otel.protocols._responses_description import RESPONSES
 
@@ -28,6 +29,7 @@ __all__ = [
     "BEDROCK_CONVERSE",
     "CHAT_COMPLETIONS",
     "GEMINI",
+    "OLLAMA",
     "PROTOCOLS",
     "REQUEST_PATHS",
     "RESPONSES",
@@ -46,7 +48,7 @@ __all__ = [
     "unregister",
 ]
 
-_BUILT_IN: Final = (CHAT_COMPLETIONS, RESPONSES, ANTHROPIC_MESSAGES, GEMINI, BEDROCK_CONVERSE)
+_BUILT_IN: Final = (CHAT_COMPLETIONS, RESPONSES, ANTHROPIC_MESSAGES, GEMINI, BEDROCK_CONVERSE, OLLAMA)
 _registry: dict[str, WireProtocol] = {protocol.name: protocol for protocol in _BUILT_IN}
 _order: tuple[WireProtocol, ...] = _BUILT_IN
 _finish_reasons: frozenset[str] = frozenset().union(*(protocol.finish_reasons for protocol in _BUILT_IN))

@@ -4,20 +4,21 @@
   and Anthropic Messages paths, driven by the real clients (``python -m etf_otel.testing`` runs
   one from the command line);
 - :mod:`~etf_otel.testing.chat`, :mod:`~etf_otel.testing.responses`, :mod:`~etf_otel.testing.anthropic`,
-  :mod:`~etf_otel.testing.gemini`, :mod:`~etf_otel.testing.bedrock`: the wire-event builders of each
-  protocol (plain dicts, :data:`MISSING` leaves a key out);
+  :mod:`~etf_otel.testing.gemini`, :mod:`~etf_otel.testing.bedrock`, :mod:`~etf_otel.testing.ollama`: the
+  wire-event builders of each protocol (plain dicts, :data:`MISSING` leaves a key out);
 - the quirk streams: what providers, gateways and bridges have been seen to send, by name;
 - :func:`capture`: in-memory tracer and meter providers; the pytest fixture ``etf_capture`` gives one per test.
 
 See ``docs/testing.md``. Importing this package needs no OpenTelemetry SDK; :func:`capture` does.
 """
 
-from etf_otel.testing import anthropic, bedrock, chat, gemini, responses
+from etf_otel.testing import anthropic, bedrock, chat, gemini, ollama, responses
 from etf_otel.testing._capture import Capture, MetricPoint, capture
 from etf_otel.testing._quirks import (
     ANTHROPIC_QUIRK_STREAMS,
     BEDROCK_QUIRK_STREAMS,
     GEMINI_QUIRK_STREAMS,
+    OLLAMA_QUIRK_STREAMS,
     QUIRK_STREAMS,
     QUIRK_TABLES,
     RESPONSES_QUIRK_STREAMS,
@@ -33,6 +34,7 @@ __all__ = [
     "DONE",
     "GEMINI_QUIRK_STREAMS",
     "MISSING",
+    "OLLAMA_QUIRK_STREAMS",
     "QUIRK_STREAMS",
     "QUIRK_TABLES",
     "RESPONSES_QUIRK_STREAMS",
@@ -47,6 +49,7 @@ __all__ = [
     "capture",
     "chat",
     "gemini",
+    "ollama",
     "register_quirk_table",
     "responses",
     "unregister_quirk_table",

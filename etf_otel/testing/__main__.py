@@ -14,7 +14,7 @@ import argparse
 import threading
 from collections.abc import Sequence
 
-from etf_otel.protocols import BEDROCK_CONVERSE, GEMINI
+from etf_otel.protocols import BEDROCK_CONVERSE, GEMINI, OLLAMA
 from etf_otel.testing._quirks import QUIRK_TABLES
 from etf_otel.testing._scripted import (
     BEDROCK_PATH,
@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"scripted LLM server on 127.0.0.1:{server.port}, serving {what}; Ctrl-C stops it", flush=True)
             served = None if args.quirk is None else set(quirk_protocols(args.quirk))
             for path, protocol in PATHS.items():
-                if served is None or protocol in served:
+                if (served is None or protocol in served) and protocol != OLLAMA.name:
                     base = server.root_url if path == "/v1/messages" else server.base_url
                     print(f"{protocol:<20} base_url={base}  (POST {path})", flush=True)
             if served is None or GEMINI.name in served:
@@ -97,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if served is None or BEDROCK_CONVERSE.name in served:
                 endpoint = f"endpoint_url={server.root_url}"
                 print(f"{BEDROCK_CONVERSE.name:<20} {endpoint}  (POST {BEDROCK_PATH})", flush=True)
+            if served is None or OLLAMA.name in served:
+                print(f"{OLLAMA.name:<20} host={server.root_url}  (POST /api/chat)", flush=True)
             threading.Event().wait()
     except KeyboardInterrupt:
         pass

@@ -20,12 +20,14 @@ from etf_otel.testing import chat
 from etf_otel.testing import responses as r
 from etf_otel.testing._bedrock_quirks import BEDROCK_QUIRK_STREAMS
 from etf_otel.testing._gemini_quirks import GEMINI_QUIRK_STREAMS
+from etf_otel.testing._ollama_quirks import OLLAMA_QUIRK_STREAMS
 from etf_otel.testing._wire import MISSING
 
 __all__ = [
     "ANTHROPIC_QUIRK_STREAMS",
     "BEDROCK_QUIRK_STREAMS",
     "GEMINI_QUIRK_STREAMS",
+    "OLLAMA_QUIRK_STREAMS",
     "QUIRK_STREAMS",
     "QUIRK_TABLES",
     "RESPONSES_QUIRK_STREAMS",
@@ -320,6 +322,7 @@ _TABLES: dict[str, Mapping[str, list[object]]] = {
     ANTHROPIC_MESSAGES.name: ANTHROPIC_QUIRK_STREAMS,
     GEMINI.name: GEMINI_QUIRK_STREAMS,
     BEDROCK_CONVERSE.name: BEDROCK_QUIRK_STREAMS,
+    "ollama": OLLAMA_QUIRK_STREAMS,
 }
 _BUILT_IN: Final = frozenset(_TABLES)
 

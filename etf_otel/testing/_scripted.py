@@ -3,7 +3,8 @@
 The point of the command is to try an integration without an API key: the application's own
 client, pointed at the server, must go through a whole tool-calling turn. So a request that
 carries no tool result gets two tool calls (``get_weather`` and ``get_time``, each streamed in
-two pieces; for Gemini two whole calls without ids, one per chunk), and the follow-up that
+two pieces; for Gemini two whole calls without ids, one per chunk; for Ollama two whole calls with
+ids, one per chunk), and the follow-up that
 sends their results back gets a short text answer.
 """
 
@@ -14,11 +15,12 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
-from etf_otel.protocols import ANTHROPIC_MESSAGES, BEDROCK_CONVERSE, CHAT_COMPLETIONS, GEMINI, RESPONSES
+from etf_otel.protocols import ANTHROPIC_MESSAGES, BEDROCK_CONVERSE, CHAT_COMPLETIONS, GEMINI, OLLAMA, RESPONSES
 from etf_otel.testing import anthropic as a
 from etf_otel.testing import bedrock as b
 from etf_otel.testing import chat
 from etf_otel.testing import gemini as g
+from etf_otel.testing import ollama as o
 from etf_otel.testing import responses as r
 from etf_otel.testing._quirks import QUIRK_TABLES
 from etf_otel.testing._server import RecordedRequest, Responder, Script
@@ -38,6 +40,7 @@ PATHS: Final[Mapping[str, str]] = MappingProxyType(
         "/v1/chat/completions": CHAT_COMPLETIONS.name,
         "/v1/responses": RESPONSES.name,
         "/v1/messages": ANTHROPIC_MESSAGES.name,
+        "/api/chat": OLLAMA.name,
     }
 )
 """The streaming path of each protocol, by the protocol's name in :data:`etf_otel.protocols.PROTOCOLS`."""
@@ -90,6 +93,15 @@ def _gemini_turn(answered: bool, streamed: bool) -> list[Any]:
         return g.stream(g.chunk(g.text(ANSWER))) if streamed else [g.chunk(g.text(ANSWER), finish_reason="STOP")]
     calls = [g.call(name, json.loads("".join(pieces))) for name, pieces in _CALLS]
     return g.stream(*(g.chunk(call) for call in calls)) if streamed else [g.chunk(*calls, finish_reason="STOP")]
+
+
+def _ollama_turn(answered: bool, streamed: bool) -> Script:
+    """Two whole calls with ids, one per chunk (as newer Ollama servers send them), or the answer."""
+    if answered:
+        return Script(events=o.stream(o.chunk(content=ANSWER))) if streamed else Script(body=o.body(content=ANSWER))
+    calls = [o.call(name, json.loads("".join(pieces)), id=f"call_etf{i + 1:0>5}", index=i)
+             for i, (name, pieces) in enumerate(_CALLS)]  # fmt: skip
+    return Script(events=o.stream(*(o.chunk(call) for call in calls))) if streamed else Script(body=o.body(*calls))
 
 
 def _tool_calls(protocol: str) -> list[Any]:
@@ -182,7 +194,7 @@ def _has_tool_result(protocol: str, body: Any) -> bool:
     last = messages[-1] if isinstance(messages, list) and messages else None
     if not isinstance(last, Mapping):
         return False
-    if protocol == CHAT_COMPLETIONS.name:
+    if protocol in (CHAT_COMPLETIONS.name, OLLAMA.name):
         return last.get("role") == "tool"
     content = last.get("content")
     return isinstance(content, list) and any(_typed(block, "tool_result") for block in content)
@@ -203,6 +215,8 @@ def tool_turn_responder(request: RecordedRequest) -> Script | None:
         return Script(events=_gemini_turn(answered, bool(streamed)))
     if protocol == BEDROCK_CONVERSE.name:
         return _bedrock_turn(answered, bool(streamed))
+    if protocol == OLLAMA.name:  # Ollama streams unless the request says "stream": false
+        return _ollama_turn(answered, not (isinstance(request.body, Mapping) and request.body.get("stream") is False))
     if not (isinstance(request.body, Mapping) and request.body.get("stream") is True):
         return Script(body=_body(protocol, answered))
     events = _answer(protocol) if answered else _tool_calls(protocol)

@@ -47,6 +47,9 @@ Wire format, chosen to match real providers closely enough that the SDK takes it
   is one event-stream message in its own HTTP chunk (``etf_otel.testing.bedrock.frames``), an event
   that is ``bytes`` is sent as it is (a broken message). ``boto3`` raises an HTTP error from the
   body's ``__type`` (``{"__type": "ThrottlingException", "message": ...}``).
+- Ollama's client posts to ``/api/chat`` for both forms; with ``"stream": false`` in the body the answer
+  is the complete body (the script's ``body``, else its first event), otherwise ``application/x-ndjson``:
+  each event one JSON line in its own HTTP chunk (a string or ``bytes`` event is sent as it is).
 - A non-200 ``status`` answers ``application/json``: the script's first event if it is a dict (so a test
   can shape the error body), otherwise a generic OpenAI-style error object.
 - A script with a ``body`` answers that complete response as ``application/json`` (what a request
@@ -88,6 +91,10 @@ _MODEL_PREFIX: Final = "/model/"
 """Bedrock's request paths: ``/model/{modelId}/converse-stream`` and ``/model/{modelId}/converse``."""
 
 _EVENT_STREAM: Final = "application/vnd.amazon.eventstream"
+
+_NDJSON_PATH: Final = "/api/chat"
+"""Ollama's chat: one path for both forms (``"stream": false`` in the body asks for the complete one);
+a streamed answer is ``application/x-ndjson``, one JSON object a line."""
 
 
 def _route(path: str) -> tuple[bool, bool]:
@@ -188,6 +195,13 @@ def _message(event: Event) -> bytes:
     return frames([event])
 
 
+def _line(event: Event) -> bytes:
+    """One Ollama chunk as its NDJSON line (a string or ``bytes``: sent as they are, a broken line too)."""
+    if isinstance(event, bytes):
+        return event
+    return (event if isinstance(event, str) else json.dumps(event, separators=(",", ":"))).encode() + b"\n"
+
+
 class _Server(ThreadingHTTPServer):
     """The HTTP server, carrying a reference to the state it serves from."""
 
@@ -224,6 +238,7 @@ class _Handler(BaseHTTPRequestHandler):
             key = name.lower()
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
         routed, streamed = _route(path)
+        streamed = streamed and not (path == _NDJSON_PATH and isinstance(body, dict) and body.get("stream") is False)
         script = owner._record_and_take(RecordedRequest("POST", path, headers, body), routed)
 
         if not routed:
@@ -242,7 +257,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
             self._send_json(script.status, payload)
         else:
-            self._stream(script, framed=path.startswith(_MODEL_PREFIX))
+            self._stream(script, framed=path.startswith(_MODEL_PREFIX), lines=path == _NDJSON_PATH)
 
     def _send_json(self, status: int, payload: Mapping[str, Any]) -> None:
         data = json.dumps(payload).encode()
@@ -253,9 +268,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _stream(self, script: Script, framed: bool = False) -> None:
+    def _stream(self, script: Script, framed: bool = False, lines: bool = False) -> None:
         self.send_response(HTTPStatus.OK)
-        self.send_header("Content-Type", _EVENT_STREAM if framed else "text/event-stream; charset=utf-8")
+        kind = _EVENT_STREAM if framed else "application/x-ndjson" if lines else "text/event-stream; charset=utf-8"
+        self.send_header("Content-Type", kind)
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
@@ -263,7 +279,7 @@ class _Handler(BaseHTTPRequestHandler):
         events = script.events if script.cut_after is None else script.events[: script.cut_after]
         try:
             for event in events:
-                frame = _message(event) if framed else _sse_frame(event, script.named)
+                frame = _message(event) if framed else _line(event) if lines else _sse_frame(event, script.named)
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
                 self.wfile.flush()
             if script.cut_after is not None:

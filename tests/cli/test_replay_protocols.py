@@ -22,7 +22,7 @@ import pytest
 
 from etf_otel import ABSENT, AssemblyResult, IdentityRules, ResponseSlots, protocols
 from etf_otel.protocols import WireProtocol
-from etf_otel.testing import anthropic, bedrock, gemini, responses
+from etf_otel.testing import anthropic, bedrock, gemini, ollama, responses
 from etf_otel.testing.chat import chunk, finished, fragment
 
 from ._terminal import in_terminal
@@ -143,6 +143,9 @@ SAMPLES: dict[str, list[Any]] = {
     "bedrock_converse": bedrock.stream(
         bedrock.tool_call(0, "tooluse_01", "read_page", "", '{"page":', "1}"), text=None
     ),
+    "ollama": ollama.stream(
+        ollama.chunk(ollama.call("read_page", {"page": 1}, id="call_q8x1", index=0)), ollama.chunk()
+    ),
 }
 SAMPLE_IDS = {
     "chat_completions": "call-a",
@@ -150,6 +153,7 @@ SAMPLE_IDS = {
     "anthropic_messages": "toolu_01",
     "gemini": "k3xq9ab2",
     "bedrock_converse": "tooluse_01",
+    "ollama": "call_q8x1",
 }
 FOLLOWUPS: dict[str, Callable[..., Any]] = {
     "chat_completions": lambda ids, calls=("call-a",): {
@@ -197,6 +201,16 @@ FOLLOWUPS: dict[str, Callable[..., Any]] = {
             },
             {"role": "user", "content": [{"toolResult": {"toolUseId": i, "content": [{"text": "ok"}]}} for i in ids]},
         ]
+    },
+    "ollama": lambda ids, calls=("call_q8x1",): {
+        "messages": [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": i, "function": {"name": "read_page", "arguments": {"page": 1}}} for i in calls],
+            }
+        ]
+        + [{"role": "tool", "tool_call_id": i, "tool_name": "read_page", "content": "ok"} for i in ids]
     },
 }
 """A next request per protocol: an assistant turn carrying ``calls`` (the sample's by default), then results
@@ -255,7 +269,7 @@ def test_each_registered_protocol_links_its_next_request(
         document = json.loads(out)
         assert_followup_shape(document)
         found = [{k: v for k, v in f.items() if k != "name"} for f in document["linkage"]]
-        if name == "gemini":  # it links by name and order: an orphan says no reason (and adds its name)
+        if name in ("gemini", "ollama"):  # they link by name and order too: an orphan says no reason (and its name)
             expected = [{k: v for k, v in f.items() if k != "reason"} for f in expected]
         assert found == expected, case
         assert [problem["kind"] for problem in document["pairing"]] == pairing, case
@@ -268,7 +282,8 @@ def test_each_registered_protocol_links_its_next_request(
     assert (code, err) == (1, "")
     report = json.loads(out)
     assert report["dispatchable"] is False and report["stream"]["state"] == "truncated"
-    reasons = ["rejected_call", "unknown"] if name != "gemini" else [None, None]  # Gemini: by name, no reason
+    by_name = name in ("gemini", "ollama")
+    reasons = [None, None] if by_name else ["rejected_call", "unknown"]  # Gemini, Ollama: by name, no reason
     assert [{k: v for k, v in f.items() if k != "name"} for f in report["linkage"]] == [
         {"id": None, "category": "orphaned_result", **({"reason": reason} if reason else {})} for reason in reasons
     ]
@@ -879,3 +894,31 @@ def test_raw_bytes_cut_mid_message_or_corrupt_are_not_dispatchable(
     corrupt.write_bytes(data[: stop + 20] + bytes([data[stop + 20] ^ 0xFF]) + data[stop + 21 :])
     code, report = run_json(["replay", str(corrupt)], capsys)
     assert (code, report["stream"]["state"], report["dispatchable"]) == (1, "failed", False)
+
+
+# --- Ollama: what the ollama client sends back (tool_name, no ids) -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        (["get_a", "get_b"], []),
+        ([None, None], []),  # older clients name nothing: by order
+        (["get_b"], [("unanswered_call", "get_a")]),
+        (["get_a", "get_a", "get_b"], [("duplicate_result", "get_a")]),
+    ],
+)
+def test_an_ollama_follow_up_without_ids_is_linked_by_name_and_order(
+    names: list[str | None], expected: list[tuple[str, str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    events = ollama.stream(ollama.chunk(ollama.call("get_a", {"a": 1}), ollama.call("get_b", {"b": 2})))
+    recording = write_jsonl(tmp_path / "r.jsonl", events)
+    assistant = {"role": "assistant", "content": "", "tool_calls": events[0]["message"]["tool_calls"]}
+    tools = [{"role": "tool", "content": "ok", **({"tool_name": n} if n else {})} for n in names]
+    followup = tmp_path / "next.json"
+    followup.write_text(json.dumps({"messages": [{"role": "user", "content": "?"}, assistant, *tools]}))
+    code, out, err = run(["replay", str(recording), "--followup", str(followup), "--json"], capsys)
+    assert (code, err) == ((1 if expected else 0), "")
+    document = json.loads(out)
+    assert [(c["id"], c["verdict"]) for c in document["calls"]] == [(None, "proposed"), (None, "proposed")]
+    assert [(f["category"], f["name"]) for f in document["linkage"]] == expected

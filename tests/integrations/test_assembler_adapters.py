@@ -358,6 +358,7 @@ QUIRKS_SECTIONS = {
     "anthropic_messages": "Anthropic Messages",
     "gemini": "Gemini",
     "bedrock_converse": "Amazon Bedrock Converse",
+    "ollama": "Ollama",
 }
 
 

@@ -49,7 +49,7 @@ ANSWERED = [user({"text": "hi"}), CALLS, user(result("tooluse_a"), result("toolu
 
 def test_it_is_registered_by_name() -> None:
     assert get("bedrock_converse") is P
-    assert list(PROTOCOLS)[-1] == "bedrock_converse"
+    assert PROTOCOLS["bedrock_converse"] is P
     assert P.heading == "Amazon Bedrock Converse"
     assert P.answers_adjacent
 

@@ -13,7 +13,15 @@ import pytest
 
 from etf_otel import ABSENT, protocols
 from etf_otel.core._vocabulary import OTHER_FINISH_REASON, bounded_finish_reason
-from etf_otel.protocols import ANTHROPIC_MESSAGES, BEDROCK_CONVERSE, CHAT_COMPLETIONS, GEMINI, RESPONSES, WireProtocol
+from etf_otel.protocols import (
+    ANTHROPIC_MESSAGES,
+    BEDROCK_CONVERSE,
+    CHAT_COMPLETIONS,
+    GEMINI,
+    OLLAMA,
+    RESPONSES,
+    WireProtocol,
+)
 from etf_otel.protocols._base import last_position, typed_starts
 from etf_otel.protocols._chat_completions import DONE
 
@@ -182,7 +190,7 @@ def test_finish_reasons_are_the_protocols_and_bounded_by_their_union() -> None:
     assert "max_output_tokens" in RESPONSES.finish_reasons
     known = protocols.known_finish_reasons()
     everyone = CHAT.finish_reasons | RESPONSES.finish_reasons | ANTHROPIC.finish_reasons | GEMINI.finish_reasons
-    assert known == everyone | BEDROCK_CONVERSE.finish_reasons
+    assert known == everyone | BEDROCK_CONVERSE.finish_reasons | OLLAMA.finish_reasons
     assert bounded_finish_reason("end_turn", known) == protocols.bounded_finish_reason("end_turn") == "end_turn"
     assert bounded_finish_reason("raw provider text", known) == OTHER_FINISH_REASON
     assert bounded_finish_reason("stop", frozenset()) == OTHER_FINISH_REASON
@@ -195,8 +203,9 @@ def test_request_paths_and_headings() -> None:
         "/v1/messages",
         ":streamGenerateContent",
         "/converse-stream",
+        "/api/chat",
     }
-    assert len(protocols.REQUEST_PATHS) == 5
+    assert len(protocols.REQUEST_PATHS) == 6
     assert "/v1/messages" in protocols.REQUEST_PATHS and "/v1/other" not in protocols.REQUEST_PATHS
     assert [p.heading for p in protocols.registered()] == [
         "Chat Completions",
@@ -204,6 +213,7 @@ def test_request_paths_and_headings() -> None:
         "Anthropic Messages",
         "Gemini",
         "Amazon Bedrock Converse",
+        "Ollama",
     ]
 
 
@@ -233,10 +243,11 @@ def test_register_and_unregister() -> None:
             "anthropic_messages",
             "gemini",
             "bedrock_converse",
+            "ollama",
             "bare",
         ]
         assert protocols.registered()[-1] is BARE and protocols.get("bare") is BARE
-        assert len(protocols.REQUEST_PATHS) == 5  # it has none
+        assert len(protocols.REQUEST_PATHS) == 6  # it has none
         other = WireProtocol(name="bare", assembler=CHAT.assembler, recognizes=bool, result_ids=lambda _: None)
         with pytest.raises(ValueError, match="protocol name 'bare' is taken"):
             protocols.register(other)

@@ -17,7 +17,14 @@ from ..conftest import Captured
 def test_protocols_are_found_by_name_and_descriptions_pass_through() -> None:
     assert get("chat_completions") is CHAT_COMPLETIONS
     assert get(CHAT_COMPLETIONS) is CHAT_COMPLETIONS
-    assert list(PROTOCOLS) == ["chat_completions", "responses", "anthropic_messages", "gemini", "bedrock_converse"]
+    assert list(PROTOCOLS) == [
+        "chat_completions",
+        "responses",
+        "anthropic_messages",
+        "gemini",
+        "bedrock_converse",
+        "ollama",
+    ]
     assert all(get(name).name == name for name in PROTOCOLS)
 
 
