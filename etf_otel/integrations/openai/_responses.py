@@ -114,7 +114,7 @@ class ResponsesLinkage:
             return Linked(None)
         instrumentation = self._instrumentation
         guarded = instrumentation is not None and bool(instrumentation.guard)
-        return self.index.link_history(turns, item_digests, previous, guarded)
+        return self.index.link_history(turns, item_digests, previous, guarded)._replace(turns=turns)
 
     def prepare_replay(self, provider: str | None, query: Mapping[str, Any]) -> Prepared | None:
         """``GET /responses/{id}?stream=true``: a stored response streamed again from its first event,
