@@ -5,14 +5,15 @@
   one from the command line);
 - :mod:`~etf_otel.testing.chat`, :mod:`~etf_otel.testing.responses`, :mod:`~etf_otel.testing.anthropic`,
   :mod:`~etf_otel.testing.gemini`, :mod:`~etf_otel.testing.bedrock`: the wire-event builders of each
-  protocol (plain dicts, :data:`MISSING` leaves a key out);
+  protocol (plain dicts, :data:`MISSING` leaves a key out); :mod:`~etf_otel.testing.refusals`: each
+  provider's 400 refusal body, so the real SDKs raise their real errors;
 - the quirk streams: what providers, gateways and bridges have been seen to send, by name;
 - :func:`capture`: in-memory tracer and meter providers; the pytest fixture ``etf_capture`` gives one per test.
 
 See ``docs/testing.md``. Importing this package needs no OpenTelemetry SDK; :func:`capture` does.
 """
 
-from etf_otel.testing import anthropic, bedrock, chat, gemini, responses
+from etf_otel.testing import anthropic, bedrock, chat, gemini, refusals, responses
 from etf_otel.testing._capture import Capture, MetricPoint, capture
 from etf_otel.testing._quirks import (
     ANTHROPIC_QUIRK_STREAMS,
@@ -47,6 +48,7 @@ __all__ = [
     "capture",
     "chat",
     "gemini",
+    "refusals",
     "register_quirk_table",
     "responses",
     "unregister_quirk_table",
