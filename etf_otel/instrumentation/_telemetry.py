@@ -141,8 +141,7 @@ class Telemetry:
         another thread registers) and each call's span context by ``(choice, index)`` (an id-less call's link).
         ``findings`` (counted) and ``answered`` settled the previous response (``etf.linkage.answered_ids``);
         ``ambiguous``: not judged; ``protocol``: span and ``etf.streams``; ``streamed``: ``False`` for a body;
-        ``drift``: what that request recorded instead of judging (``etf.linkage.drift`` events, counted already);
-        ``pairing``: what the check of that request found (``etf.request.pairing``, counted already)."""
+        ``drift``, ``pairing``: that request's ``etf.linkage.drift`` events, its pairing check (counted already)."""
         ended_ns = time.time_ns()
         base = self._base if base is None else base
         registered: dict[str, ProposalRecord] = {}
@@ -152,8 +151,7 @@ class Telemetry:
             self.counters.add_response(result, state, provider, protocol, self.tool_name_label, incomplete)
         call_spans: dict[tuple[int, int], SpanContext] = {}
         attributes = response_attributes(result, state, base, protocol, error_type, streamed)
-        attributes.update(answered_attributes(answered, self.max_answered_ids, ambiguous))
-        attributes.update(pairing_attributes(pairing))
+        attributes.update(answered_attributes(answered, self.max_answered_ids, ambiguous) | pairing_attributes(pairing))
         stream_span = self.tracer.start_span(
             A.SPAN_ASSEMBLE_RESPONSE,
             context=parent,
