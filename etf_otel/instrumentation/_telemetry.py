@@ -121,6 +121,7 @@ class Telemetry:
             return {A.GEN_AI_PROVIDER_NAME: bounded(provider_name)}
         return self._base
 
+    # long: runs once per finalized response; every start attribute of its span in one pass (issue 7's budget)
     def record_response(
         self,
         result: AssemblyResult,
