@@ -14,6 +14,7 @@ added since the conversation's previous request.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import Final
 
 from etf_otel.core._history import Turn
 from etf_otel.core._pairing import PairingCheck, target_of
@@ -25,7 +26,20 @@ from etf_otel.integrations._conversation import Linked, LinkedConversation
 from etf_otel.integrations._instrumentor_base import Prepared
 from etf_otel.protocols import check_request
 
-__all__ = ["TargetOf", "checked"]
+__all__ = ["TargetOf", "checked", "refused_by_provider"]
+
+_BAD_REQUEST: Final = 400
+
+
+def refused_by_provider(error: BaseException) -> bool:
+    """Whether an SDK's error is the provider's 400, refusing the request: ``status_code`` (``openai``,
+    ``anthropic``), ``code`` (google-genai's ``ClientError``), ``response.ResponseMetadata.HTTPStatusCode``
+    (botocore's ``ClientError``, a ``ValidationException``)."""
+    if getattr(error, "status_code", None) == _BAD_REQUEST or getattr(error, "code", None) == _BAD_REQUEST:
+        return True
+    response = getattr(error, "response", None)
+    metadata = response.get("ResponseMetadata") if isinstance(response, dict) else None
+    return isinstance(metadata, dict) and metadata.get("HTTPStatusCode") == _BAD_REQUEST
 
 
 class TargetOf:

@@ -201,7 +201,7 @@ class SdkHooks:
 
     def _failed(self, prepared: Prepared, error: Exception) -> None:
         """A request the provider refused (``400``, the SDK's ``BadRequestError``) still gets its response's span."""
-        if self.refused is None or getattr(error, "status_code", None) != _BAD_REQUEST:
+        if self.refused is None or getattr(error, "status_code", None) != _BAD_REQUEST:  # the SDK's status error
             return
         with internal_errors_swallowed(f"recording a {self.sdk} request the provider refused"):
             self.refused(prepared, error, True)

@@ -13,7 +13,8 @@ through untouched.
   the response. The iterator ending without ``messageStop`` is ``truncated_stream``.
 * ``Converse``: the returned dict is judged as a complete body and returned as it is.
 * An error before the response (an HTTP error status, after botocore's retries) raises as it would
-  without etf-otel; the request was linked all the same.
+  without etf-otel; the request was linked all the same, and a ``400`` (``ValidationException``) gets the
+  span its response would have had (docs/protocols.md, "The request before it is sent").
 
 Linkage across turns: the request's ``messages`` are read into turns by
 :data:`~etf_otel.protocols.BEDROCK_CONVERSE` (``toolUse`` blocks of assistant messages, ``toolResult``
@@ -46,6 +47,7 @@ from etf_otel.integrations._instrumentor_base import (
     remove_own_wrapper,
 )
 from etf_otel.integrations._prefix_conversations import PrefixConversations
+from etf_otel.integrations._request_pairing import checked, refused_by_provider
 from etf_otel.protocols import BEDROCK_CONVERSE
 
 if TYPE_CHECKING:
@@ -118,7 +120,10 @@ class BedrockInstrumentor(ClientInstrumentor):
         messages = params.get("messages") if isinstance(params, Mapping) else None
         linked = conversations.link(messages)
         provider = self._provider_override or PROVIDER
-        return Prepared(provider, linked.conversation, linked.result_ids, BEDROCK_CONVERSE, ambiguous=linked.ambiguous)
+        prepared = Prepared(
+            provider, linked.conversation, linked.result_ids, BEDROCK_CONVERSE, ambiguous=linked.ambiguous
+        )
+        return checked(prepared, linked, params, self._instrumentation, target=None)  # no id limit is stated
 
     def _call(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         """``_make_api_call(operation_name, api_params)``: the call made as it would be, its answer observed."""
@@ -127,8 +132,18 @@ class BedrockInstrumentor(ClientInstrumentor):
             operation = args[0] if args else kwargs.get("operation_name")
             params = args[1] if len(args) > 1 else kwargs.get("api_params")
             prepared = self._prepare(instance, operation, params)
-        result = wrapped(*args, **kwargs)
         instrumentation = self._instrumentation
+        if prepared is not None and instrumentation is not None and prepared.refusal is not None:
+            with internal_errors_swallowed("recording a Bedrock request the guard refused"):
+                prepared.refused(instrumentation, prepared.refusal, False)
+            raise prepared.refusal  # the request guard: nothing is sent
+        try:
+            result = wrapped(*args, **kwargs)
+        except Exception as error:
+            if prepared is not None and instrumentation is not None and refused_by_provider(error):
+                with internal_errors_swallowed("recording a Bedrock request the provider refused"):
+                    prepared.refused(instrumentation, error, True)
+            raise
         if prepared is None or instrumentation is None or not isinstance(result, dict):
             return result
         with internal_errors_swallowed("observing a Bedrock response"):
