@@ -39,6 +39,7 @@ PUBLIC_MODULES = frozenset(
         "testing.bedrock",
         "testing.chat",
         "testing.gemini",
+        "testing.refusals",
         "testing.responses",
     }
 )
@@ -181,6 +182,7 @@ def test_package_exports_are_pinned_and_sorted() -> None:
         "IdentityRules",
         "ReferenceAssembler",
         "Rejection",
+        "RequestPairingError",
         "ResponseSlots",
         "StreamState",
         "ToolCall",
