@@ -251,6 +251,15 @@ class World:
         summary = f"live {violations} (counted {counted}); audit exit {code}: {dict(kinds)}"
         assert (violations, counted, code, findings) == ({}, 0, 0, []), summary
         assert settled == answered, "every follow-up judged, against the round it answers"
+        assert self.pairing() == ({}, 0), "every request pairs its calls and results as its provider requires"
+
+    def pairing(self) -> tuple[dict[str, int], int]:
+        """The ``etf.request.pairing`` of every response span, by value, and the ``etf.request.pairing_problems``
+        counter (docs/protocols.md, "The request before it is sent")."""
+        spans = self.capture.spans(A.SPAN_ASSEMBLE_RESPONSE)
+        values = Counter(str((span.attributes or {}).get(A.ETF_REQUEST_PAIRING)) for span in spans)
+        values.pop("None", None)
+        return dict(values), int(sum(value for _, value in self.capture.points(A.METRIC_REQUEST_PAIRING_PROBLEMS)))
 
 
 def result_ids(body: dict[str, Any]) -> list[str]:
