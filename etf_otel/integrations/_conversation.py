@@ -33,9 +33,9 @@ from typing import Any, Final, NamedTuple, TypeVar
 from etf_otel import attributes as A
 from etf_otel.core._history import Turn, judge_history
 from etf_otel.core._linkage import Conversation, Finding, concatenated
-from etf_otel.core._pairing_memory import PairingMemory
 from etf_otel.core._refused import NO_REFUSED, RefusedIds
 from etf_otel.core._vocabulary import ErrorCategory
+from etf_otel.integrations._conversation_memory import LazyMemory
 from etf_otel.integrations._fingerprints import LruIndex, digests, fingerprint, plain
 from etf_otel.protocols import field
 
@@ -106,7 +106,7 @@ class LinkedConversation(Conversation):
         """A request was judged against the latest response already (another one is a retry: not judged)."""
         self.request_key: bytes | None = None
         self.response_id: str | None = None
-        self.memory = PairingMemory()
+        self.memory = LazyMemory()
         self.remembered = 0
 
     def responded(self, call_ids: Iterable[str], refused: RefusedIds = NO_REFUSED) -> None:

@@ -101,7 +101,7 @@ def _check(
 ) -> PairingCheck | None:
     """The check, under the conversations' lock; then the turns the conversation has not remembered yet."""
     with LOCK:
-        memory = None if conversation is None else conversation.memory
+        memory = None if conversation is None else conversation.memory.current()
         preserved = _nobody if conversation is None else conversation.response_ids.__contains__
         check = check_request(
             prepared.protocol,
