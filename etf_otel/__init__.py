@@ -10,7 +10,7 @@ from etf_otel.core._linkage import Conversation, Finding
 from etf_otel.core._results import AssemblyResult, Rejection, ToolCall
 from etf_otel.core._slots import ResponseSlots
 from etf_otel.core._vocabulary import ErrorCategory, FragmentDiagnostic, IdKind, StreamState, Transition, Verdict
-from etf_otel.errors import EtfOtelError, GuardRefusedError, UnreadableInputError
+from etf_otel.errors import EtfOtelError, GuardRefusedError, RequestPairingError, UnreadableInputError
 from etf_otel.protocols._chat_completions import DONE, ReferenceAssembler, assemble
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "IdentityRules",
     "ReferenceAssembler",
     "Rejection",
+    "RequestPairingError",
     "ResponseSlots",
     "StreamState",
     "ToolCall",

@@ -8,16 +8,19 @@
     │   ├── OtlpInputError        exported OTLP JSON traces
     │   ├── PhoenixError          an Arize Phoenix server
     │   └── SqlAuditError         a SQL engine or its table
-    └── GuardRefusedError         guard mode refused a call that is not a valid proposal
+    ├── GuardRefusedError         guard mode refused a call that is not a valid proposal
+    └── RequestPairingError       the request guard refused a request whose provider would refuse it
 
 The instrumentation never raises into the application except :class:`GuardRefusedError`
-in opt-in guard mode, so catching ``EtfOtelError`` around a wrapped host catches every
-refusal, and catching ``UnreadableInputError`` around a reader catches every input it
-cannot read. ``str()`` of each is a one-line reason that carries no raw id or argument.
+in opt-in guard mode and :class:`RequestPairingError` with the opt-in request guard, so
+catching ``EtfOtelError`` around a wrapped host or SDK call catches every refusal, and catching
+``UnreadableInputError`` around a reader catches every input it cannot read. ``str()`` of each is
+a one-line reason that carries no raw id or argument (a proposed id the model sent at most).
 """
 
 from __future__ import annotations
 
+from etf_otel.core._pairing_model import PairingCheck, describe
 from etf_otel.core._vocabulary import ErrorCategory
 
 __all__ = [
@@ -26,6 +29,7 @@ __all__ = [
     "OtlpInputError",
     "PhoenixError",
     "RecordingError",
+    "RequestPairingError",
     "SqlAuditError",
     "UnreadableInputError",
 ]
@@ -102,3 +106,20 @@ def _refusal_message(category: ErrorCategory, tool: str | None, index: int | Non
     if cause is not None and cause is not category:
         why += f", and the id handed over joins both: no proposal has it ({category.value})"
     return f"etf-otel guard refused to execute {what}: {shown.value}, {why}"
+
+
+class RequestPairingError(EtfOtelError):
+    """The request guard (``guard_requests``) refused to send a request whose history the provider refuses
+    for its pairing of calls and results, before a byte of it was sent.
+
+    ``check``: every problem found (:class:`~etf_otel.core._pairing_model.PairingCheck`). The message names
+    the first one: its kind, its position in the request (``messages[3]``, ``input[5]``) and its reason, then
+    how many more there are; an id only when it is one the model proposed (preserved).
+    """
+
+    def __init__(self, check: PairingCheck, container: str = "messages") -> None:
+        self.check = check
+        more = len(check.problems) - 1 + check.omitted
+        first = describe(check.problems[0], container) if check.problems else "no problem"
+        tail = f" (and {more} more)" if more > 0 else ""
+        super().__init__(f"etf-otel refused to send a request its provider would refuse: {first}{tail}")

@@ -40,6 +40,7 @@ PUBLIC_MODULES = frozenset(
         "testing.chat",
         "testing.gemini",
         "testing.ollama",
+        "testing.refusals",
         "testing.responses",
     }
 )
@@ -182,6 +183,7 @@ def test_package_exports_are_pinned_and_sorted() -> None:
         "IdentityRules",
         "ReferenceAssembler",
         "Rejection",
+        "RequestPairingError",
         "ResponseSlots",
         "StreamState",
         "ToolCall",

@@ -8,6 +8,7 @@ an environment variable too (the names are in :mod:`etf_otel.attributes`):
 * ``OTEL_INSTRUMENTATION_ETF_ALLOW``: ``allow``, compatibility rule names, comma-separated;
 * ``OTEL_INSTRUMENTATION_ETF_DENY``: ``deny``, the same, turned off (a default one too);
 * ``OTEL_INSTRUMENTATION_ETF_GUARD``: ``guard``, ``true`` or ``false``;
+* ``ETF_OTEL_GUARD_REQUESTS``: ``guard_requests``, ``true`` or ``false``;
 * ``OTEL_INSTRUMENTATION_ETF_MAX_CONVERSATIONS``: ``max_conversations``, a positive integer.
 
 ``capture_content`` keeps its GenAI variable, read by
@@ -55,6 +56,7 @@ class EnvironmentSettings:
     allow: tuple[CompatibilityRule, ...] | None = None
     guard: bool | None = None
     deny: tuple[CompatibilityRule, ...] | None = None
+    guard_requests: bool | None = None
 
 
 def _warn_once(variable: str, value: str, problem: str) -> None:
@@ -80,12 +82,12 @@ def _allow(raw: str, variable: str = A.ENV_ALLOW) -> tuple[CompatibilityRule, ..
     return tuple(rules)
 
 
-def _guard(raw: str) -> bool:
+def _guard(raw: str, variable: str = A.ENV_GUARD) -> bool:
     value = raw.strip().lower()
     if value == "true":
         return True
     if value not in ("false", ""):
-        _warn_once(A.ENV_GUARD, raw, "is neither true nor false: guard is off")
+        _warn_once(variable, raw, "is neither true nor false: the guard is off")
     return False
 
 
@@ -107,11 +109,13 @@ def environment_settings(environ: Mapping[str, str] | None = None) -> Environmen
     allow = env.get(A.ENV_ALLOW)
     deny = env.get(A.ENV_DENY)
     guard = env.get(A.ENV_GUARD)
+    guard_requests = env.get(A.ENV_GUARD_REQUESTS)
     return EnvironmentSettings(
         provider_name=provider or None,
         allow=None if allow is None else _allow(allow),
         guard=None if guard is None else _guard(guard),
         deny=None if deny is None else _allow(deny, A.ENV_DENY),
+        guard_requests=None if guard_requests is None else _guard(guard_requests, A.ENV_GUARD_REQUESTS),
     )
 
 

@@ -31,7 +31,7 @@ from etf_otel.core._results import AssemblyResult
 from etf_otel.core._vocabulary import VALUE_OF, ErrorCategory, StreamState
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 
-__all__ = ["COUNTERS", "CounterSpec", "CounterTotals", "totals_for"]
+__all__ = ["COUNTERS", "REQUEST_PAIRING_PROBLEMS", "CounterSpec", "CounterTotals", "totals_for"]
 
 Key = tuple[AttributeValue | None, ...]
 """The attribute values of one point, in the order of its counter's ``attributes``; ``None`` omits one."""
@@ -88,7 +88,22 @@ STREAMS: Final = CounterSpec(
     "Streamed responses by end state and wire protocol.",
     (A.ETF_STREAM_STATE, A.ETF_PROTOCOL, A.GEN_AI_PROVIDER_NAME),
 )
-COUNTERS: Final = (FRAGMENTS, ID_TRANSITIONS, IDENTITY_ERRORS, INTEGRITY_VIOLATIONS, LINKAGE_DRIFT, TOOL_CALLS, STREAMS)
+REQUEST_PAIRING_PROBLEMS: Final = CounterSpec(
+    A.METRIC_REQUEST_PAIRING_PROBLEMS,
+    "{problem}",
+    "Problems of requests whose history the provider refuses for its pairing of calls and results.",
+    (A.ETF_PAIRING_PROBLEM, A.ETF_PAIRING_REASON, A.GEN_AI_PROVIDER_NAME),
+)
+COUNTERS: Final = (
+    FRAGMENTS,
+    ID_TRANSITIONS,
+    IDENTITY_ERRORS,
+    INTEGRITY_VIOLATIONS,
+    LINKAGE_DRIFT,
+    TOOL_CALLS,
+    STREAMS,
+    REQUEST_PAIRING_PROBLEMS,
+)
 
 _INCOMPLETE: Final = ErrorCategory.INCOMPLETE_RESPONSE.value
 

@@ -18,9 +18,11 @@ from etf_otel.core._history import Drift, shapes
 from etf_otel.core._linkage import Conversation, Finding
 from etf_otel.core._results import AssemblyResult
 
-__all__ = ["end", "next_request", "proposed", "responded", "result", "settle"]
+__all__ = ["LOCK", "end", "next_request", "proposed", "responded", "result", "settle"]
 
 _LOCK: Final = threading.Lock()
+LOCK: Final = _LOCK
+"""The lock every call into a conversation takes (an integration reading a conversation's own state too)."""
 
 
 def proposed(conversation: Conversation, call_ids: Iterable[str]) -> None:

@@ -21,11 +21,13 @@ from opentelemetry.trace import SpanContext
 from etf_otel.core._history import Drift
 from etf_otel.core._identity import IdentityRules
 from etf_otel.core._linkage import Conversation, Finding
+from etf_otel.core._pairing_model import PairingCheck
 from etf_otel.core._results import AssemblyResult
 from etf_otel.core._vocabulary import StreamState
 from etf_otel.instrumentation import _linkage as linkage
 from etf_otel.instrumentation import _open_calls as open_calls
 from etf_otel.instrumentation import _positional as positional
+from etf_otel.instrumentation._request_pairing import count_pairing
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._span_attributes import bounded
 from etf_otel.instrumentation._telemetry import Telemetry
@@ -68,6 +70,7 @@ class ResponseObserver:
         "_lock",
         "linkage_ambiguous",
         "_parent",
+        "pairing",
         "_positional",
         "_protocol",
         "_reported",
@@ -104,6 +107,8 @@ class ResponseObserver:
         self._reported: list[Callable[[AssemblyResult, Mapping[tuple[int, int], SpanContext]], None]] = []
         self.linkage_ambiguous = False
         """Set by an integration whose request carried results it could link to no single response."""
+        self.pairing: PairingCheck | None = None
+        """Set by an integration that checked its request's pairing (``etf.request.pairing``)."""
         if conversation is not None:
             with internal_errors_swallowed("settling the previous response"):
                 self._findings, self._answered, self._drift = linkage.settle(conversation, tool_message_ids)
@@ -198,7 +203,10 @@ class ResponseObserver:
             self.linkage_ambiguous,
             streamed,
             self._drift,
+            self.pairing,
         )
+        if self.pairing is not None:
+            count_pairing(self.telemetry, self.pairing, self._base)
         open_calls.note(self.telemetry, result.calls, registered)  # what an MCP client matches call_tool to
         if self._positional:
             positional.note(self.telemetry, result, call_spans)  # what a host matches an id-less call to

@@ -19,6 +19,7 @@ from opentelemetry import metrics, trace
 
 from etf_otel.core._identity import CompatibilityRule, IdentityRules
 from etf_otel.core._linkage import Conversation
+from etf_otel.core._pairing_model import PairingCheck
 from etf_otel.core._results import AssemblyResult
 from etf_otel.instrumentation import _linkage as linkage
 from etf_otel.instrumentation._assemblers import DEFAULT_ADAPTER, AssemblerAdapter, ChunkAssembler, ObservedAssembler
@@ -50,7 +51,8 @@ class Instrumentation:
     A keyword left ``None`` takes its environment variable, read once here
     (:mod:`etf_otel.instrumentation._config`): ``OTEL_INSTRUMENTATION_ETF_PROVIDER_NAME``,
     ``OTEL_INSTRUMENTATION_ETF_ALLOW``, ``OTEL_INSTRUMENTATION_ETF_DENY``, ``OTEL_INSTRUMENTATION_ETF_GUARD``,
-    and ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` for ``capture_content``. A given
+    ``ETF_OTEL_GUARD_REQUESTS`` for ``guard_requests`` (off by default: the request guard), and
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` for ``capture_content``. A given
     keyword wins (``allow=()`` means no rule beyond the defaults, ``deny=()`` none denied,
     ``provider_name=""`` no provider). ``deny`` turns off a rule, one on by default too
     (``absent_arguments_in_body``), and wins over ``allow``.
@@ -66,6 +68,7 @@ class Instrumentation:
         guard: bool | None = None,
         capture_content: bool | None = None,
         deny: Iterable[CompatibilityRule | str] | None = None,
+        guard_requests: bool | None = None,
     ) -> None:
         environment = environment_settings()
         if provider_name is None:
@@ -76,6 +79,8 @@ class Instrumentation:
             deny = environment.deny or ()
         if guard is None:
             guard = bool(environment.guard)
+        self.guard_requests = bool(environment.guard_requests) if guard_requests is None else guard_requests
+        """Whether the instrumented SDKs refuse a request whose pairing is broken (``RequestPairingError``)."""
         self.rules = IdentityRules.for_rules(allow, deny=deny)
         self.guard = guard
         self.provider_name = provider_name or None
@@ -146,13 +151,15 @@ class Instrumentation:
         tool_message_ids: Sequence[str | None] | None = None,
         protocol: WireProtocol | str = CHAT_COMPLETIONS,
         linkage_ambiguous: bool = False,
+        pairing: PairingCheck | None = None,
     ) -> AssemblyResult | None:
         """Record a complete (non-streamed) response body of ``protocol`` (parsed JSON or the SDK's object).
 
         Judged by the same rules as a stream of it (docs/protocols.md, "Complete bodies"), reported at
         once with ``etf.response.streamed = false``; the other arguments as for :meth:`stream`, and
         ``linkage_ambiguous``: the request carried results whose evidence pointed to no single
-        response (``etf.linkage.ambiguous``, not judged). Returns
+        response (``etf.linkage.ambiguous``, not judged); ``pairing``: what the check of that request found
+        (``etf.request.pairing``). Returns
         the result, ``None`` when disabled or when ``body`` is no complete body of ``protocol`` (a
         background response not yet ended): nothing is recorded then.
         """
@@ -167,6 +174,7 @@ class Instrumentation:
                 conversation, provider_name=provider_name, tool_message_ids=tool_message_ids, protocol=wire
             )
             observer.linkage_ambiguous = linkage_ambiguous
+            observer.pairing = pairing
             return observer.finish_whole(events)
         return None
 

@@ -16,6 +16,7 @@ from opentelemetry.util.types import AttributeValue
 from etf_otel import attributes as A
 from etf_otel.core._history import Drift
 from etf_otel.core._linkage import Finding
+from etf_otel.core._pairing_model import PairingCheck
 from etf_otel.core._results import AssemblyResult, Rejection
 from etf_otel.core._vocabulary import VALUE_OF, ErrorCategory, StreamState, Transition
 from etf_otel.instrumentation._safety import internal_errors_swallowed
@@ -29,6 +30,7 @@ __all__ = [
     "count_compatibility",
     "drift_attributes",
     "finding_attributes",
+    "pairing_attributes",
     "put_call_id",
     "put_tool_name",
     "response_attributes",
@@ -175,3 +177,14 @@ def answered_attributes(answered: Sequence[str], limit: int, ambiguous: bool = F
     if len(answered) > len(kept):
         attributes[A.ETF_LINKAGE_ANSWERED_IDS_DROPPED] = len(answered) - len(kept)
     return attributes
+
+
+def pairing_attributes(check: PairingCheck | None) -> dict[str, AttributeValue]:
+    """``etf.request.pairing = "broken"`` and its problems and reasons (each once, sorted); none when clean."""
+    if check is None or not check.broken:
+        return {}
+    return {
+        A.ETF_REQUEST_PAIRING: A.PAIRING_BROKEN,
+        A.ETF_REQUEST_PAIRING_PROBLEMS: list(check.kinds),
+        A.ETF_REQUEST_PAIRING_REASONS: list(check.reasons),
+    }

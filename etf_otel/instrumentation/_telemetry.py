@@ -23,6 +23,7 @@ from etf_otel import attributes as A
 from etf_otel._version import __version__
 from etf_otel.core._history import Drift
 from etf_otel.core._linkage import Conversation, Finding
+from etf_otel.core._pairing_model import PairingCheck
 from etf_otel.core._results import AssemblyResult, ToolCall
 from etf_otel.core._vocabulary import VALUE_OF, ErrorCategory, StreamState, Verdict
 from etf_otel.instrumentation import _counters
@@ -38,6 +39,7 @@ from etf_otel.instrumentation._span_attributes import (
     count_compatibility,
     drift_attributes,
     finding_attributes,
+    pairing_attributes,
     put_call_id,
     put_tool_name,
     response_attributes,
@@ -119,6 +121,7 @@ class Telemetry:
             return {A.GEN_AI_PROVIDER_NAME: bounded(provider_name)}
         return self._base
 
+    # long: runs once per finalized response; every start attribute of its span in one pass (issue 7's budget)
     def record_response(
         self,
         result: AssemblyResult,
@@ -133,12 +136,13 @@ class Telemetry:
         ambiguous: bool = False,
         streamed: bool = True,
         drift: Sequence[Drift] = (),
+        pairing: PairingCheck | None = None,
     ) -> tuple[dict[str, ProposalRecord], dict[tuple[int, int], SpanContext]]:
         """Emit the spans and metrics of one finalized response; returns its proposal records by id (its own, whatever
         another thread registers) and each call's span context by ``(choice, index)`` (an id-less call's link).
         ``findings`` (counted) and ``answered`` settled the previous response (``etf.linkage.answered_ids``);
         ``ambiguous``: not judged; ``protocol``: span and ``etf.streams``; ``streamed``: ``False`` for a body;
-        ``drift``: what that request recorded instead of judging (``etf.linkage.drift`` events, counted already)."""
+        ``drift``, ``pairing``: that request's ``etf.linkage.drift`` events, its pairing check (counted already)."""
         ended_ns = time.time_ns()
         base = self._base if base is None else base
         registered: dict[str, ProposalRecord] = {}
@@ -148,7 +152,7 @@ class Telemetry:
             self.counters.add_response(result, state, provider, protocol, self.tool_name_label, incomplete)
         call_spans: dict[tuple[int, int], SpanContext] = {}
         attributes = response_attributes(result, state, base, protocol, error_type, streamed)
-        attributes.update(answered_attributes(answered, self.max_answered_ids, ambiguous))
+        attributes.update(answered_attributes(answered, self.max_answered_ids, ambiguous) | pairing_attributes(pairing))
         stream_span = self.tracer.start_span(
             A.SPAN_ASSEMBLE_RESPONSE,
             context=parent,

@@ -35,6 +35,7 @@ from etf_otel.core._history import Turn, judge_history
 from etf_otel.core._linkage import Conversation, Finding, concatenated
 from etf_otel.core._refused import NO_REFUSED, RefusedIds
 from etf_otel.core._vocabulary import ErrorCategory
+from etf_otel.integrations._conversation_memory import LazyMemory
 from etf_otel.integrations._fingerprints import LruIndex, digests, fingerprint, plain
 from etf_otel.protocols import field
 
@@ -88,10 +89,12 @@ class LinkedConversation(Conversation):
 
     ``open_ids``: the proposals of its latest response while they await settlement (empty once
     settled). ``request_key`` / ``response_id``: its latest request's fingerprint and (Responses)
-    its latest response's id, the other evidence a follow-up may carry.
+    its latest response's id, the other evidence a follow-up may carry. ``memory``: the call ids its
+    responses and requests carried, as digests, for the pairing check's reasons; ``remembered``: how
+    many turns of its latest request it holds (a stateless history repeats them: only the rest is new).
     """
 
-    __slots__ = ("_index", "claimed", "indexed_ids", "open_ids", "request_key", "response_id")
+    __slots__ = ("_index", "claimed", "indexed_ids", "memory", "open_ids", "remembered", "request_key", "response_id")
 
     def __init__(self, index: ConversationIndex | None) -> None:
         super().__init__()
@@ -103,10 +106,14 @@ class LinkedConversation(Conversation):
         """A request was judged against the latest response already (another one is a retry: not judged)."""
         self.request_key: bytes | None = None
         self.response_id: str | None = None
+        self.memory = LazyMemory()
+        self.remembered = 0
 
     def responded(self, call_ids: Iterable[str], refused: RefusedIds = NO_REFUSED) -> None:
         """A new latest response, dispatchable or not: the next request is judged against it."""
-        super().responded(call_ids, refused)
+        ids = list(call_ids)
+        super().responded(ids, refused)
+        self.memory.responded(ids, refused)
         self.claimed = False
 
     def proposed(self, call_ids: Iterable[str]) -> None:
@@ -144,12 +151,13 @@ class Linked(NamedTuple):
 
     ``conversation``: the one its response joins (``None``: not linked at all); ``result_ids``:
     the results that settle that conversation's latest response (``None``: not judged);
-    ``ambiguous``: it carried evidence that pointed to no single response.
+    ``ambiguous``: it carried evidence that pointed to no single response; ``turns``: its history.
     """
 
     conversation: LinkedConversation | None
     result_ids: list[str | None] | None = None
     ambiguous: bool = False
+    turns: Sequence[Turn] = ()
 
 
 Candidate = tuple[LinkedConversation | None, Callable[[LinkedConversation], bool]]

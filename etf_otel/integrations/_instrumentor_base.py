@@ -11,20 +11,26 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, TypedDict, TypeVar
 
 import wrapt
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
+from opentelemetry.context import Context
 from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from etf_otel.core._identity import CompatibilityRule
 from etf_otel.core._linkage import Conversation
+from etf_otel.core._pairing_model import PairingCheck
 from etf_otel.core._results import AssemblyResult
+from etf_otel.errors import RequestPairingError
 from etf_otel.instrumentation._config import environment_max_conversations
+from etf_otel.instrumentation._request_pairing import record_refused
 from etf_otel.instrumentation._setup import Instrumentation
 from etf_otel.instrumentation._streams import observer_of
 from etf_otel.integrations._conversation import DEFAULT_MAX_CONVERSATIONS
@@ -64,6 +70,8 @@ class InstrumentorOptions(TypedDict, total=False):
     deny: Iterable[CompatibilityRule | str] | None
     """Rules turned off, a default one too (``absent_arguments_in_body``); wins over ``allow``."""
     guard: bool | None
+    guard_requests: bool | None
+    """Refuse a request whose pairing the provider refuses (``RequestPairingError``) before it is sent."""
     capture_content: bool | None
     max_conversations: int | None
     """How many conversations each index of linkage remembers (least recently used out first)."""
@@ -124,6 +132,7 @@ class ClientInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             deny=options.get("deny"),
             guard=options.get("guard"),
             capture_content=options.get("capture_content"),
+            guard_requests=options.get("guard_requests"),
         )
         self._instrumentation = instrumentation
         self._provider_override = instrumentation.provider_name
@@ -158,6 +167,13 @@ class Prepared:
     """It carried results whose evidence pointed to no single response (``etf.linkage.ambiguous``)."""
     taken: bool = False
     """Its response was handed to the instrumentor once already (:mod:`etf_otel.integrations._sdk_hooks`)."""
+    pairing: PairingCheck | None = None
+    """What the check of its history found (``etf.request.pairing``); ``None``: not checked."""
+    refusal: RequestPairingError | None = None
+    """The request guard's refusal: raised instead of sending the request."""
+    started_ns: int = field(default_factory=time.time_ns)
+    parent: Context | None = field(default_factory=otel_context.get_current)
+    """Where its response's span goes, and from when: the request was prepared there and then."""
 
     def observe_parsed(self, instrumentation: Instrumentation, parsed: Any, is_stream: bool) -> Any:
         """What the application gets for the SDK's ``parsed`` response: a stream observed (:meth:`observe`),
@@ -176,10 +192,11 @@ class Prepared:
             tool_message_ids=self.result_ids,
             protocol=self.protocol,
         )
-        if self.ambiguous:
+        if self.ambiguous or self.pairing is not None:
             observer = observer_of(observed)
             if observer is not None:
-                observer.linkage_ambiguous = True
+                observer.linkage_ambiguous = self.ambiguous
+                observer.pairing = self.pairing
         return observed
 
     def record(self, instrumentation: Instrumentation, body: Any) -> AssemblyResult | None:
@@ -191,6 +208,20 @@ class Prepared:
             tool_message_ids=self.result_ids,
             protocol=self.protocol,
             linkage_ambiguous=self.ambiguous,
+            pairing=self.pairing,
+        )
+
+    def refused(self, instrumentation: Instrumentation, error: BaseException, provider_refused: bool) -> None:
+        """The request got no response: refused by the provider (``provider_refused``) or by the request guard."""
+        record_refused(
+            instrumentation.telemetry,
+            error,
+            check=self.pairing,
+            provider_name=self.provider_name,
+            protocol=self.protocol.name,
+            started_ns=self.started_ns,
+            parent=self.parent,
+            provider_refused=provider_refused,
         )
 
 

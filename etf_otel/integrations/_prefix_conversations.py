@@ -52,4 +52,4 @@ class PrefixConversations:
         if linked.conversation is None:
             linked = Linked(self.index.new(), None, linked.ambiguous)
         self.index.requested(linked.conversation, fingerprint(message_digests))  # type: ignore[arg-type]
-        return linked
+        return linked._replace(turns=turns or ())

@@ -60,6 +60,10 @@ Prepare = Callable[[Any, Any], "Prepared | None"]
 """``(client, options)``: the decision for one request, ``None`` for a request that is no model call."""
 Observe = Callable[[Any, Prepared, bool], Any]
 """``(parsed, prepared, is_stream)``: what the application gets instead of ``parsed`` (the same object for a body)."""
+Refused = Callable[[Prepared, BaseException, bool], None]
+"""``(prepared, error, provider_refused)``: a request that got no response, refused by the provider or not sent."""
+
+_BAD_REQUEST: Final = 400
 
 
 @contextmanager
@@ -102,6 +106,8 @@ class SdkHooks:
     observe: Observe
     supported: Callable[[], bool] = lambda: True
     """Checked once the SDK is imported: ``False`` leaves it as it is (a version this one does not know)."""
+    refused: Refused | None = None
+    """Records a model request that got no response: the provider's 400, or the request guard's refusal."""
     _generation: int = 0
     _stream_types: tuple[type, ...] = ()
     _installed: list[tuple[Any, str, Any]] = field(default_factory=list)
@@ -157,9 +163,13 @@ class SdkHooks:
         prepared = self._decide(instance, args, kwargs)
         if prepared is None:
             return wrapped(*args, **kwargs)
+        self._guard(prepared)
         token = _pending.set(prepared)
         try:
             result = wrapped(*args, **kwargs)
+        except Exception as error:
+            self._failed(prepared, error)
+            raise
         finally:
             _pending.reset(token)
         return self._parsed_later(result, prepared)
@@ -168,12 +178,33 @@ class SdkHooks:
         prepared = self._decide(instance, args, kwargs)
         if prepared is None:
             return await wrapped(*args, **kwargs)
+        self._guard(prepared)
         token = _pending.set(prepared)
         try:
             result = await wrapped(*args, **kwargs)
+        except Exception as error:
+            self._failed(prepared, error)
+            raise
         finally:
             _pending.reset(token)
         return self._parsed_later(result, prepared)
+
+    def _guard(self, prepared: Prepared) -> None:
+        """Raise the request guard's refusal, if any, before the SDK sends a byte (its span recorded first)."""
+        refusal = prepared.refusal
+        if refusal is None:
+            return
+        if self.refused is not None:
+            with internal_errors_swallowed(f"recording a {self.sdk} request the guard refused"):
+                self.refused(prepared, refusal, False)
+        raise refusal
+
+    def _failed(self, prepared: Prepared, error: Exception) -> None:
+        """A request the provider refused (``400``, the SDK's ``BadRequestError``) still gets its response's span."""
+        if self.refused is None or getattr(error, "status_code", None) != _BAD_REQUEST:  # the SDK's status error
+            return
+        with internal_errors_swallowed(f"recording a {self.sdk} request the provider refused"):
+            self.refused(prepared, error, True)
 
     @staticmethod
     def _parsed_later(result: Any, prepared: Prepared) -> Any:

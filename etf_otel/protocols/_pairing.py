@@ -9,8 +9,9 @@ the target's id limit comes from :mod:`etf_otel.core._targets`; the rules are :f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
+from etf_otel.core._history import Turn
 from etf_otel.core._pairing import PairingCheck, PairingMemory, check, id_limit
 from etf_otel.protocols._base import WireProtocol
 
@@ -29,6 +30,7 @@ def check_request(
     memory: PairingMemory | None = None,
     held_calls: Collection[str] | None = None,
     preserved: Callable[[str], bool] = _unnamed,
+    turns: Sequence[Turn] | None = None,
 ) -> PairingCheck | None:
     """The pairing problems the provider behind ``target`` refuses in ``request``; ``None`` when ``protocol``
     states no pairing rules or ``request`` is not of its shape (nothing was checked).
@@ -39,11 +41,13 @@ def check_request(
     changed here (the caller remembers the request with :meth:`PairingMemory.requested` afterwards).
     ``held_calls``: the ids of the calls the provider holds when the request continues a stored response
     (Responses ``previous_response_id``: that response's calls), each of which needs a result here.
-    ``preserved(call_id)``: whether a problem may name that id."""
+    ``preserved(call_id)``: whether a problem may name that id. ``turns``: the request's history when the
+    caller read it already (the live layer links the request by it), instead of reading it again."""
     rules = protocol.pairing
     if rules is None:
         return None
-    turns = protocol.history(request)
+    if turns is None:
+        turns = protocol.history(request)
     if turns is None:
         return None
     holds = protocol.holds_calls(request)

@@ -6,13 +6,14 @@
 - :mod:`~etf_otel.testing.chat`, :mod:`~etf_otel.testing.responses`, :mod:`~etf_otel.testing.anthropic`,
   :mod:`~etf_otel.testing.gemini`, :mod:`~etf_otel.testing.bedrock`, :mod:`~etf_otel.testing.ollama`: the
   wire-event builders of each protocol (plain dicts, :data:`MISSING` leaves a key out);
+  :mod:`~etf_otel.testing.refusals`: each provider's 400 refusal body, so the real SDKs raise their real errors;
 - the quirk streams: what providers, gateways and bridges have been seen to send, by name;
 - :func:`capture`: in-memory tracer and meter providers; the pytest fixture ``etf_capture`` gives one per test.
 
 See ``docs/testing.md``. Importing this package needs no OpenTelemetry SDK; :func:`capture` does.
 """
 
-from etf_otel.testing import anthropic, bedrock, chat, gemini, ollama, responses
+from etf_otel.testing import anthropic, bedrock, chat, gemini, ollama, refusals, responses
 from etf_otel.testing._capture import Capture, MetricPoint, capture
 from etf_otel.testing._quirks import (
     ANTHROPIC_QUIRK_STREAMS,
@@ -50,6 +51,7 @@ __all__ = [
     "chat",
     "gemini",
     "ollama",
+    "refusals",
     "register_quirk_table",
     "responses",
     "unregister_quirk_table",

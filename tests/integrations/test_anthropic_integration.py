@@ -516,7 +516,7 @@ def test_instrument_twice_is_a_no_op(etf: Etf, server: LocalChatServer, client: 
     assert len(etf.captured.spans("assemble_response")) == 1
 
 
-def test_non_streaming_error_status_is_unchanged_and_records_nothing(
+def test_non_streaming_error_status_is_unchanged_and_records_the_refused_span(
     etf: Etf, server: LocalChatServer, client: Any
 ) -> None:
     error_body = {"type": "error", "error": {"type": "invalid_request_error", "message": "bad request"}}
@@ -530,7 +530,14 @@ def test_non_streaming_error_status_is_unchanged_and_records_nothing(
     baseline = call()
     etf.instrument()
     assert call() == baseline
-    assert etf.captured.spans() == [] and "etf.streams" not in etf.captured.metrics()
+    # The refused request gets its response's span, ended with the error (AGENT-STACKS 11.8); no stream was observed.
+    (span,) = etf.captured.spans()
+    assert dict(span.attributes or {}) == {
+        "error.type": "BadRequestError",
+        "etf.protocol": "anthropic_messages",
+        "gen_ai.provider.name": "anthropic",
+    }
+    assert "etf.streams" not in etf.captured.metrics()
 
 
 def test_error_status_on_a_streaming_request_is_unchanged(etf: Etf, server: LocalChatServer, client: Any) -> None:

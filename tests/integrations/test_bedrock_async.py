@@ -254,3 +254,39 @@ def test_uninstrument_restores_the_asynchronous_client(etf: Etf) -> None:
     assert vars(aiobotocore.client.AioBaseClient)["_make_api_call"] is not original
     etf.off()
     assert vars(aiobotocore.client.AioBaseClient)["_make_api_call"] is original
+
+
+def test_on_aiobotocore_the_guard_refuses_unsent_and_the_providers_refusal_gets_its_span(
+    etf: Etf, captured: Captured, server: LocalChatServer
+) -> None:
+    from etf_otel.errors import RequestPairingError
+    from etf_otel.testing import refusals
+
+    etf.on(guard_requests=True)
+    refusal = "Expected toolResult blocks at messages.2.content for the following Ids: tooluse_t"
+    server.enqueue(Script(events=TWO_CALLS), Script(events=TWO_CALLS), refusals.bedrock(refusal))
+    only_one = {"role": "user", "content": RESULTS["content"][:1]}
+
+    async def loop() -> tuple[Any, ...]:
+        async with connected(server) as client:
+            first = await converse_stream(client, [QUESTION])
+            try:
+                await client.converse_stream(modelId=MODEL, messages=[QUESTION, ASSISTANT, only_one])
+            except RequestPairingError as error:
+                guarded: object = error
+            etf.off()
+            etf.on()  # the guard off: the same request is sent and the provider refuses it
+            await converse_stream(client, [QUESTION])
+            refused = await converse_stream(client, [QUESTION, ASSISTANT, only_one])
+            return first, guarded, refused
+
+    first, guarded, refused = asyncio.run(loop())
+    assert first[0] == "returned" and isinstance(guarded, RequestPairingError)
+    assert "call_without_result tooluse_t" in str(guarded)
+    assert refused[:2] == ("raised", ("ValidationException", "ValidationException"))
+    assert len(server.requests) == 3  # the guarded request never left
+    spans = responses(captured)
+    assert attribute(spans[1], "error.type") == "RequestPairingError"
+    assert attribute(spans[-1], "error.type") == "ValidationException"
+    assert attribute(spans[-1], "etf.request.pairing") == "broken"
+    assert attribute(spans[-1], "etf.request.pairing_refused") is True

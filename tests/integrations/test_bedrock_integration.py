@@ -345,3 +345,71 @@ def test_a_loop_is_audited_from_its_exported_spans(
         assert "No linkage problems found." in report
     else:
         assert "executed_rejected\ttruncated_stream (2)" in report  # both calls of the cut stream ran
+
+
+# --- the request before it is sent (docs/protocols.md) ------------------------------------------------------
+
+TWO_USES = {
+    "role": "assistant",
+    "content": [tool_use("tooluse_w", "get_weather", {"city": "Paris"}), tool_use("tooluse_t", "get_time", {})],
+}
+ONLY_ONE = {"role": "user", "content": [{"toolResult": {"toolUseId": "tooluse_w", "content": [{"text": "ok"}]}}]}
+EXPECTED_BLOCKS = "Expected toolResult blocks at messages.2.content for the following Ids: tooluse_t"
+"""Bedrock's refusal of a call without its result (NousResearch/hermes-agent#108584, mlflow/mlflow#24296)."""
+
+
+def pairing(span: ReadableSpan) -> dict[str, Any]:
+    return {key: value for key, value in (span.attributes or {}).items() if key.startswith("etf.request.pairing")}
+
+
+def test_a_dropped_result_is_named_before_the_request_is_sent_and_the_refusal_is_tied_to_it(
+    etf: Etf, captured: Captured, server: LocalChatServer, client: Any
+) -> None:
+    from etf_otel.testing import refusals
+
+    etf.on()
+    server.enqueue(Script(events=TWO_CALLS), refusals.bedrock(EXPECTED_BLOCKS))
+    converse_stream(client, [QUESTION])
+    outcome, error, _ = converse_stream(client, [QUESTION, TWO_USES, ONLY_ONE])
+    assert (outcome, error) == ("raised", ("ValidationException", "ValidationException"))
+    _, refused = responses(captured)
+    assert pairing(refused) == {
+        "etf.request.pairing": "broken",
+        "etf.request.pairing_problems": ("call_without_result",),
+        "etf.request.pairing_reasons": ("unknown",),
+        "etf.request.pairing_refused": True,
+    }
+    assert attribute(refused, "error.type") == "ValidationException"  # botocore's class for the error code
+    assert captured.metric_sum("etf.request.pairing_problems", etf__pairing__problem="call_without_result") == 1
+
+
+def test_a_bedrock_pairing_refusal_not_predicted_is_refused_unexplained(
+    etf: Etf, captured: Captured, server: LocalChatServer, client: Any
+) -> None:
+    from etf_otel.testing import refusals
+
+    etf.on()
+    answered = {
+        "role": "user",
+        "content": [*ONLY_ONE["content"], {"toolResult": {"toolUseId": "tooluse_t", "content": []}}],
+    }
+    server.enqueue(Script(events=TWO_CALLS), refusals.bedrock(EXPECTED_BLOCKS))
+    converse_stream(client, [QUESTION])
+    converse_stream(client, [QUESTION, TWO_USES, answered])
+    assert pairing(responses(captured)[1]) == {"etf.request.pairing": "refused_unexplained"}
+
+
+def test_the_request_guard_refuses_a_broken_converse_request_before_it_is_sent(
+    etf: Etf, captured: Captured, server: LocalChatServer, client: Any
+) -> None:
+    from etf_otel.errors import RequestPairingError
+
+    etf.on(guard_requests=True)
+    server.enqueue(Script(events=TWO_CALLS))
+    converse_stream(client, [QUESTION])
+    with pytest.raises(
+        RequestPairingError, match=r"call_without_result tooluse_t at messages\[1\] \(call 1\): unknown"
+    ):
+        client.converse_stream(modelId=MODEL, messages=[QUESTION, TWO_USES, ONLY_ONE])
+    assert len(server.requests) == 1
+    assert attribute(responses(captured)[1], "error.type") == "RequestPairingError"

@@ -247,7 +247,8 @@ def test_a_request_is_read_when_iterated_and_its_chunks_pass_one_generator_of_et
     refused = models._generate_content_stream_with_continuation(model=MODEL, contents="hi", config=NO_AFC)
     with pytest.raises(Exception, match="INVALID_ARGUMENT"):
         iter(refused)
-    assert list(refused) == [] and len(responses(captured)) == 1  # raised once, as a generator does; no response
+    assert list(refused) == [] and len(responses(captured)) == 2  # raised once, as a generator does
+    assert responses(captured)[1].attributes[A.ERROR_TYPE] == "ClientError"  # type: ignore[index] # the refusal's span
 
 
 SCRIPTS = [
@@ -284,10 +285,12 @@ def test_the_application_gets_the_same_chunks_and_exceptions_with_and_without(
     etf.on()
     assert run_all() == without
     assert {kind for kind, _ in without} == {"returned", "raised"}
-    # A refused request (the 400) is no response; the SDK's ValidationError fails the stream it ends
-    # and refuses the body before it is returned (nothing to judge).
-    assert len(responses(captured)) == 2 * len(SCRIPTS) - 3
-    assert state(responses(captured)[-1]) == ("failed", "truncated_stream", False)
+    # A refused request (the 400) gets the span its response would have had, ended with the error; the SDK's
+    # ValidationError fails the stream it ends and refuses the body before it is returned (nothing to judge).
+    assert len(responses(captured)) == 2 * len(SCRIPTS) - 1
+    *_, failed, refused_stream, refused_body = responses(captured)
+    assert state(failed) == ("failed", "truncated_stream", False)
+    assert [span.attributes[A.ERROR_TYPE] for span in (refused_stream, refused_body)] == ["ClientError"] * 2  # type: ignore[index]
 
 
 def _without_dates(value: Any) -> Any:
@@ -593,7 +596,9 @@ def test_aio_failures_and_coroutine_functions(etf: Etf, captured: Captured, serv
         ("returned",),
     ]
     assert awaited == ["Paris"]
-    assert [state(span)[0] for span in responses(captured)] == ["failed", "failed", "completed", "completed"]
+    refused, *answered = responses(captured)
+    assert refused.attributes[A.ERROR_TYPE] == "ClientError"  # type: ignore[index] # the 400's span
+    assert [state(span)[0] for span in answered] == ["failed", "failed", "completed", "completed"]
     assert [row[:4] for row in executions(captured)] == [("get_weather", 0, 0, "get_weather")]
 
 
@@ -653,3 +658,56 @@ def test_a_guarded_host_finds_id_less_calls_by_name_and_order(
     with pytest.raises(GuardRefusedError) as raised:
         host(cut)
     assert raised.value.category.value == "incomplete_response"
+
+
+# --- the request before it is sent (docs/protocols.md) ------------------------------------------------------
+
+FUNCTION_RESPONSE_TURN = "Please ensure that function response turn comes immediately after a function call turn."
+"""The Gemini API's refusal of results without their calls (GoogleCloudPlatform/generative-ai#368)."""
+
+
+def pairing(span: ReadableSpan) -> dict[str, Any]:
+    return {key: value for key, value in (span.attributes or {}).items() if key.startswith("etf.request.pairing")}
+
+
+def test_a_dropped_result_is_named_on_the_next_response(etf: Etf, captured: Captured, server: LocalChatServer) -> None:
+    etf.on()
+    server.enqueue(Script(body=g.chunk(WEATHER, TIME, finish_reason="STOP")))
+    span = follow_up(server, captured, answer("get_weather"))
+    assert pairing(span) == {
+        "etf.request.pairing": "broken",
+        "etf.request.pairing_problems": ("call_without_result",),
+        "etf.request.pairing_reasons": ("unknown",),
+    }
+    assert captured.metric_sum("etf.request.pairing_problems", gen_ai__provider__name="gcp.gemini") == 1
+
+
+def test_a_refusal_of_the_api_gets_its_span_and_the_guard_refuses_first(
+    etf: Etf, captured: Captured, server: LocalChatServer
+) -> None:
+    from etf_otel import RequestPairingError
+    from etf_otel.testing import refusals
+
+    etf.on()
+    server.enqueue(Script(body=g.chunk(WEATHER, TIME, finish_reason="STOP")), refusals.gemini(FUNCTION_RESPONSE_TURN))
+    client = developer(server)
+    first = client.models.generate_content(model=MODEL, contents="hi", config=NO_AFC)
+    assert first.candidates and first.candidates[0].content
+    user = {"role": "user", "parts": [{"text": "hi"}]}
+    broken = [user, first.candidates[0].content, {"role": "user", "parts": [{"text": "and?"}]}, answer("get_weather")]
+    with pytest.raises(Exception, match="function response turn") as raised:
+        client.models.generate_content(model=MODEL, contents=broken, config=NO_AFC)
+    assert type(raised.value).__name__ == "ClientError"
+    refused = responses(captured)[1]
+    assert pairing(refused)["etf.request.pairing_refused"] is True
+    assert refused.attributes[A.ERROR_TYPE] == "ClientError"  # type: ignore[index]
+    etf.off()
+    etf.on(guard_requests=True)
+    sent = len(server.requests)
+    with pytest.raises(
+        RequestPairingError, match=r"call_without_result at contents\[1\] \(call 0\): unknown \(and 2 more\)$"
+    ):
+        list(client.models.generate_content_stream(model=MODEL, contents=broken, config=NO_AFC))
+    with pytest.raises(RequestPairingError):
+        client.models.generate_content(model=MODEL, contents=broken, config=NO_AFC)
+    assert len(server.requests) == sent  # nothing was sent

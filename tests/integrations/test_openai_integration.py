@@ -581,7 +581,15 @@ def test_non_streaming_create_is_untouched(etf: Etf, server: LocalChatServer, cl
     baseline = call()
     etf.instrument()
     assert call() == baseline
-    assert etf.captured.spans() == []
+    # The refused request gets the span its response would have had (AGENT-STACKS 11.8), ended with the error;
+    # a request without tool turns has nothing of its pairing to say, and no stream was observed.
+    (span,) = etf.captured.spans()
+    assert span.name == "assemble_response"
+    assert dict(span.attributes or {}) == {
+        "error.type": "BadRequestError",
+        "etf.protocol": "chat_completions",
+        "gen_ai.provider.name": "openai",
+    }
     assert "etf.streams" not in etf.captured.metrics()
 
 

@@ -48,6 +48,15 @@ def test_chat_completions_request() -> None:
     ]
 
 
+def test_turns_read_already_are_checked_instead_of_the_request_read_again() -> None:
+    assistant = {"role": "assistant", "tool_calls": [chat_call("call_a")]}
+    turns = CHAT_COMPLETIONS.history([USER, assistant])
+    assert kinds(CHAT_COMPLETIONS, {"messages": []}, turns=turns) == [("call_without_result", 1, "unknown")]
+    outputs = {"input": [{"type": "function_call_output", "call_id": "call_a", "output": "ok"}]}
+    held = {**outputs, "previous_response_id": "resp_1"}
+    assert kinds(RESPONSES, held, turns=RESPONSES.history(outputs["input"]), held_calls=["call_a"]) == []
+
+
 def test_chat_completions_id_limits_follow_the_target() -> None:
     long_id = "call_" + "x" * 40
     request = {"messages": [USER, {"role": "assistant", "tool_calls": [chat_call(long_id)]}]}

@@ -53,6 +53,7 @@ from etf_otel.integrations._instrumentor_base import (
     rejected_by,
 )
 from etf_otel.integrations._prefix_conversations import PrefixConversations
+from etf_otel.integrations._request_pairing import TargetOf, checked
 from etf_otel.integrations._sdk_hooks import SdkHooks, request_body, request_route
 from etf_otel.protocols import ANTHROPIC_MESSAGES
 
@@ -103,7 +104,8 @@ class AnthropicInstrumentor(ClientInstrumentor):
         self._conversations = PrefixConversations(
             capacity, ANTHROPIC_MESSAGES, rejected_by(instrumentation), guarded=bool(instrumentation.guard)
         )
-        self._hooks = SdkHooks("anthropic", self._prepare, self._observe, _checked_version)
+        self._target = TargetOf()
+        self._hooks = SdkHooks("anthropic", self._prepare, self._observe, _checked_version, refused=self._refused)
         self._hooks.install()
 
     def _uninstrument(self, **kwargs: Any) -> None:
@@ -121,10 +123,17 @@ class AnthropicInstrumentor(ClientInstrumentor):
         if method != "post" or not path.endswith(_MESSAGES_PATH):
             return None
         provider = self._provider_override or provider_of_client(client)
-        linked = self._conversations.link(request_body(options).get("messages"))
-        return Prepared(
+        body = request_body(options)
+        linked = self._conversations.link(body.get("messages"))
+        prepared = Prepared(
             provider, linked.conversation, linked.result_ids, ANTHROPIC_MESSAGES, ambiguous=linked.ambiguous
         )
+        target = self._target(getattr(client, "base_url", ""))
+        return checked(prepared, linked, body, self._instrumentation, target=target)
+
+    def _refused(self, prepared: Prepared, error: BaseException, provider_refused: bool) -> None:
+        if self._instrumentation is not None:
+            prepared.refused(self._instrumentation, error, provider_refused)
 
     def _observe(self, parsed: Any, prepared: Prepared, is_stream: bool) -> Any:
         """What the application gets for ``parsed``: a stream observed, a ``Message`` recorded and returned."""

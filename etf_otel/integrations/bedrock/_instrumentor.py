@@ -13,7 +13,8 @@ through untouched.
   the response. The iterator ending without ``messageStop`` is ``truncated_stream``.
 * ``Converse``: the returned dict is judged as a complete body and returned as it is.
 * An error before the response (an HTTP error status, after botocore's retries) raises as it would
-  without etf-otel; the request was linked all the same.
+  without etf-otel; the request was linked all the same, and a ``400`` (``ValidationException``) gets the
+  span its response would have had (docs/protocols.md, "The request before it is sent").
 
 The asynchronous client of ``aiobotocore`` (hence ``aioboto3``, whose clients are aiobotocore's)
 overrides that method with a coroutine, ``aiobotocore.client.AioBaseClient._make_api_call``; it is
@@ -53,6 +54,7 @@ from etf_otel.integrations._instrumentor_base import (
     remove_own_wrapper,
 )
 from etf_otel.integrations._prefix_conversations import PrefixConversations
+from etf_otel.integrations._request_pairing import checked, refused_by_provider
 from etf_otel.protocols import BEDROCK_CONVERSE
 
 if TYPE_CHECKING:
@@ -132,19 +134,49 @@ class BedrockInstrumentor(ClientInstrumentor):
         messages = params.get("messages") if isinstance(params, Mapping) else None
         linked = conversations.link(messages)
         provider = self._provider_override or PROVIDER
-        return Prepared(provider, linked.conversation, linked.result_ids, BEDROCK_CONVERSE, ambiguous=linked.ambiguous)
+        prepared = Prepared(
+            provider, linked.conversation, linked.result_ids, BEDROCK_CONVERSE, ambiguous=linked.ambiguous
+        )
+        return checked(prepared, linked, params, self._instrumentation, target=None)  # no id limit is stated
 
     def _call(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         """``_make_api_call(operation_name, api_params)``: the call made as it would be, its answer observed."""
         prepared = self._before(instance, args, kwargs)
-        result = wrapped(*args, **kwargs)
+        self._guard(prepared)
+        try:
+            result = wrapped(*args, **kwargs)
+        except Exception as error:
+            self._refused(prepared, error)
+            raise
         return result if prepared is None else self._after(prepared, result)
 
     async def _acall(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         """aiobotocore's coroutine ``_make_api_call``: awaited as it would be, its answer observed the same way."""
         prepared = self._before(instance, args, kwargs)
-        result = await wrapped(*args, **kwargs)
+        self._guard(prepared)
+        try:
+            result = await wrapped(*args, **kwargs)
+        except Exception as error:
+            self._refused(prepared, error)
+            raise
         return result if prepared is None else self._after(prepared, result)
+
+    def _guard(self, decided: tuple[object, Prepared] | None) -> None:
+        """The request guard: a request whose pairing is broken raises its ``RequestPairingError`` unsent."""
+        instrumentation = self._instrumentation
+        if decided is None or instrumentation is None or decided[1].refusal is None:
+            return
+        refusal = decided[1].refusal
+        with internal_errors_swallowed("recording a Bedrock request the guard refused"):
+            decided[1].refused(instrumentation, refusal, False)
+        raise refusal
+
+    def _refused(self, decided: tuple[object, Prepared] | None, error: Exception) -> None:
+        """A request the provider refused (``ValidationException``) gets the span its response would have had."""
+        instrumentation = self._instrumentation
+        if decided is not None and instrumentation is not None and refused_by_provider(error):
+            with internal_errors_swallowed("recording a Bedrock request the provider refused"):
+                decided[1].refused(instrumentation, error, True)
 
     def _before(self, instance: Any, args: Any, kwargs: Any) -> tuple[object, Prepared] | None:
         """The operation and what the request decided, before it is sent; ``None``: not observed."""

@@ -51,6 +51,7 @@ from etf_otel.integrations._instrumentor_base import (
     rejected_by,
     remove_own_wrapper,
 )
+from etf_otel.integrations._request_pairing import checked, refused_by_provider
 from etf_otel.integrations.google_genai import _executions as executions
 from etf_otel.integrations.google_genai._linkage import GeminiConversation, GeminiConversations, without_content
 from etf_otel.protocols import GEMINI
@@ -136,7 +137,22 @@ class GoogleGenAIInstrumentor(ClientInstrumentor):
             VERTEX_PROVIDER if getattr(client, "vertexai", False) is True else DEVELOPER_PROVIDER
         )
         linked = conversations.link(kwargs.get("contents"))
-        return Prepared(provider, linked.conversation, linked.result_ids, GEMINI, ambiguous=linked.ambiguous)
+        prepared = Prepared(provider, linked.conversation, linked.result_ids, GEMINI, ambiguous=linked.ambiguous)
+        return checked(prepared, linked, kwargs.get("contents"), self._instrumentation, target=None)  # no id limit
+
+    def _refuse(self, prepared: Prepared | None, error: BaseException, provider_refused: bool) -> None:
+        """A request that got no response: the span its response would have had (a refusal of the API, a
+        ``400``; or the request guard's, then raised here before anything is sent)."""
+        instrumentation = self._instrumentation
+        if (
+            prepared is not None
+            and instrumentation is not None
+            and (not provider_refused or refused_by_provider(error))
+        ):
+            with internal_errors_swallowed("recording a refused Gemini request"):
+                prepared.refused(instrumentation, error, provider_refused)
+        if not provider_refused:
+            raise error
 
     def _decide(self, models: Any, kwargs: dict[str, Any]) -> Prepared | None:
         with internal_errors_swallowed("preparing a Gemini request"):
@@ -152,6 +168,8 @@ class GoogleGenAIInstrumentor(ClientInstrumentor):
         a cut connection) fails the response, as later failures do.
         """
         prepared = self._decide(instance, kwargs)
+        if prepared is not None and prepared.refusal is not None:
+            self._refuse(prepared, prepared.refusal, False)
         stream = wrapped(*args, **kwargs)
         if prepared is None or self._instrumentation is None:
             return stream
@@ -191,6 +209,7 @@ class GoogleGenAIInstrumentor(ClientInstrumentor):
             first = []
         except Exception as error:
             if _refused(error):
+                self._refuse(prepared, error, True)
                 raise
             iterator, first = _raising(error), []
         rest = itertools.chain(first, iterator)
@@ -205,6 +224,7 @@ class GoogleGenAIInstrumentor(ClientInstrumentor):
             first = []
         except Exception as error:
             if _refused(error):
+                self._refuse(prepared, error, True)
                 raise
             iterator, first = _raising_async(error), []
         rest = _chained(first, iterator)
@@ -232,6 +252,7 @@ class GoogleGenAIInstrumentor(ClientInstrumentor):
                 protocol=GEMINI,
             )
             observer.linkage_ambiguous = prepared.ambiguous
+            observer.pairing = prepared.pairing
             response = executions.FollowedResponse()
             response.follow(observer)
             _remember_latest(prepared, observer)
@@ -240,13 +261,25 @@ class GoogleGenAIInstrumentor(ClientInstrumentor):
 
     def _body(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         prepared = self._decide(instance, kwargs)
-        body = wrapped(*args, **kwargs)
+        if prepared is not None and prepared.refusal is not None:
+            self._refuse(prepared, prepared.refusal, False)
+        try:
+            body = wrapped(*args, **kwargs)
+        except Exception as error:
+            self._refuse(prepared, error, True)
+            raise
         self._record(prepared, body)
         return body
 
     async def _body_async(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         prepared = self._decide(instance, kwargs)
-        body = await wrapped(*args, **kwargs)
+        if prepared is not None and prepared.refusal is not None:
+            self._refuse(prepared, prepared.refusal, False)
+        try:
+            body = await wrapped(*args, **kwargs)
+        except Exception as error:
+            self._refuse(prepared, error, True)
+            raise
         self._record(prepared, body)
         return body
 

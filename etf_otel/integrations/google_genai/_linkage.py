@@ -128,10 +128,10 @@ class GeminiConversations:
             found = self.index.link_history(turns, item_digests) if turns else Linked(None)
             if isinstance(found.conversation, GeminiConversation):
                 found.conversation.followup = contents
-                linked = Linked(found.conversation, [], found.ambiguous)
+                linked = Linked(found.conversation, [], found.ambiguous, turns or ())
             else:
-                linked = Linked(None, None, found.ambiguous)
+                linked = Linked(None, None, found.ambiguous, turns or ())
         if linked.conversation is None:
-            linked = Linked(self.index.new(), None, linked.ambiguous)
+            linked = Linked(self.index.new(), None, linked.ambiguous, linked.turns)
         self.index.requested(linked.conversation, fingerprint(item_digests))  # type: ignore[arg-type]
         return linked

@@ -18,7 +18,9 @@ and the ``openai`` and ``anthropic`` SDK hooks leave its requests alone
 * A ``ModelResponse`` is judged by the same rules and returned as it is.
 * Linkage: the request's ``messages`` are Chat Completions messages whatever the provider, so a
   follow-up is linked to the response it answers as for the ``openai`` client
-  (:mod:`etf_otel.integrations._conversation`); only a list or tuple of messages is read.
+  (:mod:`etf_otel.integrations._conversation`); only a list or tuple of messages is read. Their
+  pairing is checked as Chat Completions pairs them before the call (docs/protocols.md, "The request
+  before it is sent"); a call LiteLLM raises a ``400`` for gets the span its response would have had.
 
 ``gen_ai.provider.name``: the configured one, else the provider LiteLLM routes to (the
 ``custom_llm_provider`` argument, the ``provider/`` prefix of the model, or the provider its
@@ -52,6 +54,7 @@ from etf_otel.integrations._instrumentor_base import (
     remove_own_wrapper,
 )
 from etf_otel.integrations._prefix_conversations import PrefixConversations
+from etf_otel.integrations._request_pairing import checked, refused_by_provider
 from etf_otel.integrations._sdk_hooks import recorded_above
 from etf_otel.protocols import CHAT_COMPLETIONS
 
@@ -193,18 +196,35 @@ class LiteLLMInstrumentor(ClientInstrumentor):
             messages = args[1] if len(args) > 1 else kwargs.get("messages")
             provider = self._provider_override or provider_of_call(model, kwargs.get("custom_llm_provider"))
             linked = conversations.link(messages)
-            return Prepared(provider, linked.conversation, linked.result_ids, ambiguous=linked.ambiguous)
+            prepared = Prepared(provider, linked.conversation, linked.result_ids, ambiguous=linked.ambiguous)
+            target = None if kwargs.get("api_base") or kwargs.get("base_url") else _TARGETS_OF.get(provider)
+            return checked(prepared, linked, messages, self._instrumentation, target=target)
         return None
+
+    def _refused(self, prepared: Prepared, error: BaseException, provider_refused: bool) -> None:
+        """A call that got no response: the span its response would have had (the provider's ``400``, or the
+        request guard's refusal, raised here before anything is sent)."""
+        instrumentation = self._instrumentation
+        if instrumentation is not None and (not provider_refused or refused_by_provider(error)):
+            with internal_errors_swallowed("recording a refused litellm call"):
+                prepared.refused(instrumentation, error, provider_refused)
+        if not provider_refused:
+            raise error
 
     def _completion(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         # ``acompletion=True`` returns ``acompletion(...)``'s coroutine: recorded where it is awaited
         prepared = None if kwargs.get("acompletion") else self._prepare(args, kwargs)
         if prepared is None:
             return wrapped(*args, **kwargs)
+        if prepared.refusal is not None:
+            self._refused(prepared, prepared.refusal, False)
         token = _inside.set(True)
         try:
             with recorded_above():
                 result = wrapped(*args, **kwargs)
+        except Exception as error:
+            self._refused(prepared, error, True)
+            raise
         finally:
             _inside.reset(token)
         return self._observe(result, prepared)
@@ -213,10 +233,15 @@ class LiteLLMInstrumentor(ClientInstrumentor):
         prepared = self._prepare(args, kwargs)
         if prepared is None:
             return await wrapped(*args, **kwargs)
+        if prepared.refusal is not None:
+            self._refused(prepared, prepared.refusal, False)
         token = _inside.set(True)
         try:
             with recorded_above():
                 result = await wrapped(*args, **kwargs)
+        except Exception as error:
+            self._refused(prepared, error, True)
+            raise
         finally:
             _inside.reset(token)
         return self._observe(result, prepared)
@@ -235,6 +260,11 @@ class LiteLLMInstrumentor(ClientInstrumentor):
             if isinstance(body_type, type) and isinstance(result, body_type):
                 prepared.record(instrumentation, result)
         return result  # anything else (a text completion) as it is
+
+
+_TARGETS_OF: Final = {"openai": "openai", "azure.ai.openai": "azure_openai", "mistral_ai": "mistral"}
+"""The pairing check's target of a provider LiteLLM routes to with no ``api_base`` of the caller's (its own
+host): the id limits those providers state for Chat Completions ids (docs/protocols.md)."""
 
 
 def _checked_version() -> bool:

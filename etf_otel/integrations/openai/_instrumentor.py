@@ -59,6 +59,7 @@ from etf_otel.integrations._instrumentor_base import (
     rejected_by,
 )
 from etf_otel.integrations._prefix_conversations import PrefixConversations
+from etf_otel.integrations._request_pairing import TargetOf, checked
 from etf_otel.integrations._sdk_hooks import SdkHooks, request_body, request_route
 from etf_otel.integrations.openai._responses import ResponsesLinkage
 from etf_otel.protocols import CHAT_COMPLETIONS, RESPONSES
@@ -135,7 +136,8 @@ class OpenAIInstrumentor(ClientInstrumentor):
             capacity, CHAT_COMPLETIONS, rejected_by(instrumentation), guarded=bool(instrumentation.guard)
         )
         self._responses = ResponsesLinkage(instrumentation, capacity)
-        self._hooks = SdkHooks("openai", self._prepare, self._observe)
+        self._target = TargetOf()
+        self._hooks = SdkHooks("openai", self._prepare, self._observe, refused=self._refused)
         self._hooks.install()
 
     def _uninstrument(self, **kwargs: Any) -> None:
@@ -173,19 +175,27 @@ class OpenAIInstrumentor(ClientInstrumentor):
         if path.endswith(_CHAT_PATH):
             if method != "post":
                 return None  # stored completions (GET /chat/completions/...) are read back, not answers
-            linked = self._conversations.link(request_body(options).get("messages"))
-            return Prepared(
+            body = request_body(options)
+            linked = self._conversations.link(body.get("messages"))
+            prepared = Prepared(
                 self._provider_of(client), linked.conversation, linked.result_ids, ambiguous=linked.ambiguous
             )
+            target = self._target(getattr(client, "base_url", ""))
+            return checked(prepared, linked, body, self._instrumentation, target=target)
         responses = self._responses
         if responses is None:
             return None
         if path.endswith(_RESPONSES_PATH) and method == "post":
-            return responses.prepare(self._provider_of(client), request_body(options))
+            target = self._target(getattr(client, "base_url", ""))
+            return responses.prepare(self._provider_of(client), request_body(options), target)
         if method == "get" and path.rsplit("/", 2)[-2:-1] == [_RESPONSES_PATH[1:]]:
             query = getattr(options, "params", None)
             return responses.prepare_replay(self._provider_of(client), query if isinstance(query, dict) else {})
         return None
+
+    def _refused(self, prepared: Prepared, error: BaseException, provider_refused: bool) -> None:
+        if self._instrumentation is not None:
+            prepared.refused(self._instrumentation, error, provider_refused)
 
     def _observe(self, parsed: Any, prepared: Prepared, is_stream: bool) -> Any:
         """What the application gets for ``parsed``: a stream observed, a body recorded and returned as it is."""

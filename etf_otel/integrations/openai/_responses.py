@@ -52,6 +52,7 @@ from etf_otel.integrations._conversation import (
     string_or_none,
 )
 from etf_otel.integrations._instrumentor_base import Prepared, rejected_by
+from etf_otel.integrations._request_pairing import checked
 from etf_otel.protocols import RESPONSES, field
 
 __all__ = ["ResponsesLinkage", "output_run_starts", "result_call_ids"]
@@ -93,17 +94,30 @@ class ResponsesLinkage:
 
     # --- before the request -----------------------------------------------------------------
 
-    def prepare(self, provider: str | None, body: Mapping[str, Any]) -> Prepared | None:
-        """Which conversation a ``POST /responses`` continues and the results it carries, before it is sent."""
-        if self._instrumentation is None:
+    def prepare(self, provider: str | None, body: Mapping[str, Any], target: str | None = None) -> Prepared | None:
+        """Which conversation a ``POST /responses`` continues and the results it carries, before it is sent,
+        and its pairing as the provider behind ``target`` checks it."""
+        instrumentation = self._instrumentation
+        if instrumentation is None:
             return None
         items = input_items(body.get("input"))
         item_digests = digests(items)
-        linked = self._link(items, item_digests, body.get("previous_response_id"))
+        previous = body.get("previous_response_id")
+        linked = self._link(items, item_digests, previous)
         request_key = fingerprint(item_digests) if items else None
-        return Prepared(
+        prepared = Prepared(
             provider, linked.conversation, linked.result_ids, RESPONSES, request_key, ambiguous=linked.ambiguous
         )
+        request = {**body, "input": items}
+        held = self._held_calls(previous)
+        return checked(prepared, linked, request, instrumentation, target=target, held_calls=held)
+
+    def _held_calls(self, previous: object) -> frozenset[str] | None:
+        """The calls of the stored response ``previous_response_id`` names, when this process saw it end."""
+        if not isinstance(previous, str) or not previous:
+            return None
+        found = self.index.by_response(previous)[0]
+        return found.response_ids if found is not None and found.response_id == previous else None
 
     def _link(self, items: list[Any], item_digests: list[bytes], previous: object) -> Linked:
         """The evidence of a request (:meth:`ConversationIndex.link_history`): the call ids of its runs of
@@ -114,7 +128,7 @@ class ResponsesLinkage:
             return Linked(None)
         instrumentation = self._instrumentation
         guarded = instrumentation is not None and bool(instrumentation.guard)
-        return self.index.link_history(turns, item_digests, previous, guarded)
+        return self.index.link_history(turns, item_digests, previous, guarded)._replace(turns=turns)
 
     def prepare_replay(self, provider: str | None, query: Mapping[str, Any]) -> Prepared | None:
         """``GET /responses/{id}?stream=true``: a stored response streamed again from its first event,

@@ -551,3 +551,63 @@ def test_an_mcp_client_of_the_app_finds_the_call_litellm_streamed(
     finally:
         open_calls.untrack()
     assert matched == ("unique", "call_1", True)
+
+
+# --- the request before it is sent (docs/protocols.md) ------------------------------------------------------
+
+TOOL_MESSAGE_WITHOUT_CALL = (
+    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."
+)
+"""OpenAI's refusal of a tool message without its call (miurla/morphic#136), as LiteLLM passes it on."""
+
+
+def pairing(response: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in response.items() if key.startswith("etf.request.pairing")}
+
+
+@pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
+def test_a_dropped_result_is_named_and_the_clean_loop_is_not(stack: Stack, server: LocalChatServer, model: str) -> None:
+    first, answer = scripts(model, True)
+    server.enqueue(first, answer)
+    messages: list[Any] = [{"role": "user", "content": "Weather and time in Paris?"}]
+    chunks = list(litellm.completion(**kwargs_of(server, model, messages, True)))
+    message = assembled(chunks, messages)
+    dropped = follow_up(messages, message, Run([], []))[:-1]  # the last tool message lost
+    list(litellm.completion(**kwargs_of(server, model, dropped, True)))
+    clean, broken = stack.responses()
+    assert pairing(clean) == {}
+    assert pairing(broken) == {
+        "etf.request.pairing": "broken",
+        "etf.request.pairing_problems": ("call_without_result",),
+        "etf.request.pairing_reasons": ("unknown",),
+    }
+
+
+def test_a_refused_call_gets_its_span_and_the_guard_refuses_before_sending(
+    stack: Stack, server: LocalChatServer, process: Callable[..., Process]
+) -> None:
+    from etf_otel import RequestPairingError
+    from etf_otel.testing import refusals
+
+    orphan = [{"role": "user", "content": "go on"}, {"role": "tool", "tool_call_id": "call_9", "content": "ok"}]
+    server.enqueue(refusals.openai(TOOL_MESSAGE_WITHOUT_CALL, param="messages.[1].role"))
+    with pytest.raises(litellm.BadRequestError):
+        litellm.completion(**kwargs_of(server, OPENAI, orphan, False))
+    (refused,) = stack.responses()
+    assert pairing(refused) == {
+        "etf.request.pairing": "broken",
+        "etf.request.pairing_problems": ("result_without_call",),
+        "etf.request.pairing_reasons": ("unknown",),
+        "etf.request.pairing_refused": True,
+    }
+    assert refused[A.ERROR_TYPE] == "BadRequestError"
+    stack.close()
+    guarded = LiteLLMInstrumentor()
+    guarded.instrument(tracer_provider=stack.process.provider, meter_provider=stack.process.meters, guard_requests=True)
+    try:
+        sent = len(server.requests)
+        with pytest.raises(RequestPairingError, match=r"result_without_call at messages\[1\] \(result 0\): unknown"):
+            litellm.completion(**kwargs_of(server, OPENAI, orphan, False))
+        assert len(server.requests) == sent
+    finally:
+        guarded.uninstrument()
