@@ -14,9 +14,11 @@ expressions are unchanged). The workload replays the case study's rejection and 
   ``LIFECYCLE_TEST`` over the slot model the Responses and Anthropic adapters use): one response
   that ends incomplete (``incomplete_response``) and one with a stray delta (``unknown_slot``);
 * per round, a conversation linked as the Chat integrations link it, whose follow-up answers its call
-  and a round the framework made up (``call_fabricated``: drift on ``etf.linkage.drift``, no violation);
+  and a round the framework made up (``call_fabricated``: drift on ``etf.linkage.drift``, no violation),
+  and one whose follow-up the pairing check finds broken for OpenAI (an id over 40 characters:
+  ``etf.request.pairing_problems``, no violation);
 * one round first (every series exists and is scraped), then ``ROUNDS`` more, so that ``increase()``
-  sees traffic: 11 streams per round, 9 Chat Completions streams of which 1 truncated (11 %) and 2
+  sees traffic: 13 streams per round, 11 Chat Completions streams of which 1 truncated (9 %) and 2
   completed ones of the other protocol of which 1 incomplete (50 %).
 
 Nothing produces ``empty_after_established``, ``divergent_assembly``, ``duplicate_result`` or a
@@ -44,9 +46,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry, start_http_server
 
 from etf_otel.core._linkage import Conversation
+from etf_otel.core._targets import target_of
 from etf_otel.instrumentation import Instrumentation
 from etf_otel.instrumentation._safety import set_strict
+from etf_otel.integrations._instrumentor_base import Prepared
 from etf_otel.integrations._prefix_conversations import PrefixConversations
+from etf_otel.integrations._request_pairing import checked
 from etf_otel.protocols import CHAT_COMPLETIONS
 from etf_otel.testing.chat import MISSING, case_stream, chunk, finished, fragment
 from tests.instrumentation.test_telemetry_contract import LIFECYCLE_TEST, lifecycle_call
@@ -61,7 +66,7 @@ JOB = "etf-e2e"
 SERVICE = "etf-e2e-service"
 PROVIDER = "etf.e2e"
 ROUNDS = 12  # after the first round: 84 Chat streams, 24 of the other protocol (>= 20), >= 100 fragments
-CHAT_STREAMS_PER_ROUND = 9
+CHAT_STREAMS_PER_ROUND = 11
 LIFECYCLE_STREAMS_PER_ROUND = 2
 STREAMS_PER_ROUND = CHAT_STREAMS_PER_ROUND + LIFECYCLE_STREAMS_PER_ROUND
 SCOPE_LABELS = {"otel_scope_name", "otel_scope_version"}  # otel_scope_schema_url is "" and dropped
@@ -79,6 +84,7 @@ EXPECTED_NON_EMPTY: dict[str, set[str | None]] = {
     "EtfDivergentAssembly": set(),
     "EtfStreamsFailedOrAbandoned": set(),
     "EtfIncompleteResponseRatioHigh": {None},
+    "EtfRequestPairingBroken": {"id_rejected_by_target"},  # by etf_pairing_problem, not by category
 }
 # alert -> its value when it returns one series (a share), and the etf_protocol it carries, if any.
 EXPECTED_VALUE: dict[str, tuple[float, str | None]] = {
@@ -94,6 +100,7 @@ EXPECTED_ALERTS = {
     ("EtfToolCallLinkageViolations", "firing", "unanswered_call"),
     ("EtfTruncatedStreamRatioHigh", "pending", None),
     ("EtfIncompleteResponseRatioHigh", "pending", None),
+    ("EtfRequestPairingBroken", "firing", "id_rejected_by_target"),
 }
 
 
@@ -165,6 +172,20 @@ def run_round(instrumentation: Instrumentation, n: int) -> None:
     ]
     follow_up = chats.link(history)
     _consume(stream(iter(finished()), conversation=follow_up.conversation, tool_message_ids=follow_up.result_ids))
+
+    # a request checked before it is sent, as the integrations check it: an id over OpenAI's 40 characters
+    long_id = f"call-{n}-{'x' * 40}"
+    first = chats.link(user)
+    _consume(stream(iter(finished(chunk(fragment(0, long_id, "read_page", "{}")))), conversation=first.conversation))
+    history = [
+        *user,
+        {"role": "assistant", "tool_calls": [_call(long_id, "read_page")]},
+        {"role": "tool", "tool_call_id": long_id, "content": "page"},
+    ]
+    linked = chats.link(history)
+    prepared = Prepared(PROVIDER, linked.conversation, linked.result_ids, CHAT_COMPLETIONS)
+    prepared = checked(prepared, linked, history, instrumentation, target=target_of("https://api.openai.com/v1"))
+    _consume(prepared.observe(instrumentation, iter(finished())))  # id_rejected_by_target, no violation
 
 
 # --- the live setup ----------------------------------------------------------------------------------
@@ -305,12 +326,17 @@ def _alert_rules() -> dict[str, str]:
     return rules
 
 
+def _kind(labels: dict[str, str]) -> str | None:
+    """What an alert is per: its error category, or the pairing problem (EtfRequestPairingBroken)."""
+    return labels.get("etf_error_category", labels.get("etf_pairing_problem"))
+
+
 @pytest.mark.parametrize("alert", sorted(EXPECTED_NON_EMPTY))
 def test_alert_expression_is_non_empty_exactly_for_the_categories_that_occurred(live: Live, alert: str) -> None:
     expr = _alert_rules()[alert]
     result = live.query(expr, f"alert {alert}")
     message = live.log[-1]
-    assert {s["metric"].get("etf_error_category") for s in result} == EXPECTED_NON_EMPTY[alert], message
+    assert {_kind(s["metric"]) for s in result} == EXPECTED_NON_EMPTY[alert], message
     for series in result:
         assert series["metric"]["job"] == JOB, message
         assert series["metric"]["gen_ai_provider_name"] == PROVIDER, message
@@ -331,7 +357,7 @@ def test_rules_evaluate_healthy_and_the_expected_alerts_fire(live: Live) -> None
 
     def alerts() -> set[tuple[str, str, str | None]]:
         data = prometheus.api("alerts")
-        return {(a["labels"]["alertname"], a["state"], a["labels"].get("etf_error_category")) for a in data["alerts"]}
+        return {(a["labels"]["alertname"], a["state"], _kind(a["labels"])) for a in data["alerts"]}
 
     def healthy() -> list[dict[str, Any]]:
         rules = [rule for group in prometheus.api("rules")["groups"] for rule in group["rules"]]
