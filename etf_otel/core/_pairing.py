@@ -273,26 +273,37 @@ def _match(
 
 
 def _anywhere(turns: Sequence[Turn], found: _Found, held: bool, held_calls: Collection[str] | None) -> None:
-    """Every result against every call of the request by id, and against the calls the provider holds."""
+    """Every result against every call of the request by id, and against the calls the provider holds.
+
+    An id several calls carry (a provider that numbers every response's calls ``call_0``, its stateless
+    history repeating each round) takes as many results as calls: each of them answers one; only a result
+    beyond that is a second result for one call."""
     held_ids = dict.fromkeys(held_calls) if held and held_calls is not None else {}
-    answered: set[str] = set()
+    calls: dict[str, int] = dict.fromkeys(held_ids, 1)
+    for turn in turns:
+        for call in turn.calls:
+            if call.call_id is not None:
+                calls[call.call_id] = calls.get(call.call_id, 0) + 1
+    answered: dict[str, int] = {}
     orphans: list[tuple[int, int, str | None]] = []
     for position, turn in enumerate(turns):
         for index, result in enumerate(turn.results):
             call_id = result.call_id
-            if call_id is not None and (call_id in found.called or call_id in held_ids):
-                if call_id in answered:
+            if call_id is not None and call_id in calls:
+                if answered.get(call_id, 0) >= calls[call_id]:
                     reason = found.of_id(call_id)
                     found.add(PairingProblem.DUPLICATE_RESULT, reason, position, index, False, call_id)
-                answered.add(call_id)
+                answered[call_id] = answered.get(call_id, 0) + 1
             elif not (held and held_calls is None and call_id is not None):
                 orphans.append((position, index, call_id))
-    unanswered: list[tuple[int | None, int | None, str | None]] = [
-        (position, index, call.call_id)
-        for position, turn in enumerate(turns)
-        for index, call in enumerate(turn.calls)
-        if call.call_id is None or call.call_id not in answered
-    ]
+    left = dict(answered)  # the answers not yet given to a call, taken by the calls in the order they stand
+    unanswered: list[tuple[int | None, int | None, str | None]] = []
+    for position, turn in enumerate(turns):
+        for index, call in enumerate(turn.calls):
+            if call.call_id is not None and left.get(call.call_id, 0) > 0:
+                left[call.call_id] -= 1
+            else:
+                unanswered.append((position, index, call.call_id))
     unanswered += [
         (None, None, call_id) for call_id in held_ids if call_id not in answered and call_id not in found.called
     ]

@@ -240,6 +240,15 @@ def test_responses_pairs_by_id_across_the_whole_input() -> None:
         # held calls given for a request that holds nothing are not the provider's
         ([results("a")], False, ["a"], [(RESULT_WITHOUT_CALL, 0, 0, UNKNOWN)]),
         ([calls(None)], False, None, [(CALL_WITHOUT_RESULT, 0, 0, UNKNOWN)]),
+        # a provider that numbers every response's calls call_0: each of its calls takes one output
+        ([USER, calls("c0"), results("c0"), calls("c0"), results("c0"), calls("c0"), results("c0")], False, None, []),
+        (
+            [USER, calls("c0"), results("c0"), calls("c0"), results("c0"), results("c0")],
+            False,
+            None,
+            [(DUPLICATE_RESULT, 5, 0, UNKNOWN)],
+        ),
+        ([USER, calls("c0"), results("c0"), calls("c0")], False, None, [(CALL_WITHOUT_RESULT, 3, 0, UNKNOWN)]),
     ],
     ids=[
         "unanswered",
@@ -252,6 +261,9 @@ def test_responses_pairs_by_id_across_the_whole_input() -> None:
         "replayed",
         "not_held",
         "none",
+        "reused",
+        "reused_dup",
+        "reused_unanswered",
     ],
 )
 def test_responses_rules(
