@@ -37,6 +37,8 @@ PAIRING_REFUSALS: Final = (
     # Gemini.
     "function response turn comes immediately after a function call turn",
     "number of function response parts is equal to the number of function call parts",
+    # Mistral: calls and results that do not pair (mistralai/client-ts#106, camel-ai/camel#1467).
+    "not the same number of function calls and responses",
     # Mistral's id limit.
     "must be a-z, a-z, 0-9, with a length of 9",
 )

@@ -1,6 +1,7 @@
 """A provider's 400 refusal, scripted: the error body each provider answers a request it refuses with, so the
 real SDKs raise their real errors (``openai.BadRequestError``, ``anthropic.BadRequestError``, botocore's
-``ValidationException``, google-genai's ``ClientError``) against :class:`~etf_otel.testing.LocalChatServer`.
+``ValidationException``, google-genai's ``ClientError``, mistralai's ``SDKError``) against
+:class:`~etf_otel.testing.LocalChatServer`.
 
 Each builder takes the provider's message (docs/protocols.md, "The request before it is sent", quotes the real
 ones) and returns a :class:`~etf_otel.testing.Script` to enqueue; the server answers the next request with it.
@@ -12,7 +13,7 @@ from typing import Any
 
 from etf_otel.testing._server import Script
 
-__all__ = ["anthropic", "bedrock", "gemini", "openai"]
+__all__ = ["anthropic", "bedrock", "gemini", "mistral", "openai"]
 
 _BAD_REQUEST = 400
 
@@ -33,6 +34,12 @@ def anthropic(message: str) -> Script:
 def bedrock(message: str) -> Script:
     """Bedrock Runtime's body: the error's type in ``__type`` (botocore reads the code from it), ``message``."""
     return Script(status=_BAD_REQUEST, body={"__type": "ValidationException", "message": message})
+
+
+def mistral(message: str) -> Script:
+    """Mistral's body: ``{"object": "error", "message": ..., "type": "invalid_request_error", ...}``."""
+    body = {"object": "error", "message": message, "type": "invalid_request_error", "param": None, "code": None}
+    return Script(status=_BAD_REQUEST, body=body)
 
 
 def gemini(message: str) -> Script:

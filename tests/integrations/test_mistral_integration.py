@@ -278,3 +278,52 @@ def test_eight_identical_loops_at_once_have_no_false_finding(etf: Etf, captured:
     assert len(responses(captured)) == 16
     assert findings(captured) == []
     assert len(calls_of(captured)) == 16 and {verdict for _, verdict in calls_of(captured)} == {"proposed"}
+
+
+CALLS_BODY = body((W, "get_weather", '{"city": "Paris"}'), (T, "get_time", "{}"))
+MISMATCH = "Not the same number of function calls and responses"
+"""Mistral's refusal of calls and results that do not pair (mistralai/client-ts#106, camel-ai/camel#1467)."""
+
+
+def test_a_dropped_result_is_named_before_sending_and_the_refusal_tied_to_it_and_the_guard_holds_it(
+    etf: Etf, captured: Captured, server: LocalChatServer
+) -> None:
+    from etf_otel.errors import RequestPairingError
+    from etf_otel.testing import refusals
+
+    etf.on()
+    server.enqueue(Script(body=CALLS_BODY), refusals.mistral(MISMATCH))
+    sdk = client(server)
+    calls = sdk.chat.complete(model=MODEL, messages=[QUESTION]).choices[0].message.tool_calls
+    dropped = follow_up(calls)[:-1]  # the last tool result lost
+    with pytest.raises(mistral_client.errors.SDKError):
+        sdk.chat.complete(model=MODEL, messages=dropped)
+    refused = responses(captured)[-1]
+    assert attribute(refused, "error.type") == "SDKError"
+    assert attribute(refused, "etf.request.pairing") == "broken"
+    assert attribute(refused, "etf.request.pairing_problems") == ("call_without_result",)
+    assert attribute(refused, "etf.request.pairing_refused") is True
+    assert findings(captured) == []  # the refused request settles nothing: no linkage finding of its own
+
+    etf.off()
+    etf.on(guard_requests=True)
+    server.enqueue(Script(body=CALLS_BODY))
+    calls = sdk.chat.complete(model=MODEL, messages=[QUESTION]).choices[0].message.tool_calls
+    sent = len(server.requests)
+    with pytest.raises(RequestPairingError, match=r"call_without_result .*messages\[1\] \(call 1\)"):
+        sdk.chat.complete(model=MODEL, messages=follow_up(calls)[:-1])
+    assert len(server.requests) == sent  # nothing left the process
+
+
+def test_a_pairing_refusal_not_predicted_is_refused_unexplained(
+    etf: Etf, captured: Captured, server: LocalChatServer
+) -> None:
+    from etf_otel.testing import refusals
+
+    etf.on()
+    server.enqueue(Script(body=CALLS_BODY), refusals.mistral(MISMATCH))
+    sdk = client(server)
+    calls = sdk.chat.complete(model=MODEL, messages=[QUESTION]).choices[0].message.tool_calls
+    with pytest.raises(mistral_client.errors.SDKError):
+        sdk.chat.complete(model=MODEL, messages=follow_up(calls))
+    assert attribute(responses(captured)[-1], "etf.request.pairing") == "refused_unexplained"

@@ -287,3 +287,26 @@ def test_a_host_handed_the_clients_calls_links_them_and_guard_refuses_a_rejected
     ]
     with pytest.raises(GuardRefusedError):
         host(rejected[0])
+
+
+def test_a_result_under_the_wrong_name_is_named_before_sending_and_the_guard_holds_it(
+    etf: Etf, captured: Captured, server: LocalChatServer
+) -> None:
+    streamed = True
+    from etf_otel.errors import RequestPairingError
+
+    etf.on()
+    server.enqueue(Script(events=TWO_CALLS), Script(events=ANSWER))
+    loop(ollama.Client(host=server.root_url), streamed, answer="get_weather")
+    follow_up = responses(captured)[-1]
+    assert attribute(follow_up, "etf.request.pairing") == "broken"
+    assert attribute(follow_up, "etf.request.pairing_problems") == ("call_without_result", "duplicate_result")
+
+    etf.off()
+    etf.on(guard_requests=True)
+    server.enqueue(Script(events=TWO_CALLS))
+    sent = len(server.requests)
+    with pytest.raises(RequestPairingError):
+        loop(ollama.Client(host=server.root_url), streamed, answer="get_weather")
+    assert len(server.requests) == sent + 1  # the first request only: the broken follow-up never left
+    assert attribute(responses(captured)[-1], "error.type") == "RequestPairingError"

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 import wrapt
 from opentelemetry import context as context_api
 
+from etf_otel.core._targets import target_of
 from etf_otel.instrumentation._observer import ERROR
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _disabled, _suppressed
@@ -45,6 +46,7 @@ from etf_otel.integrations._instrumentor_base import (
     remove_own_wrapper,
 )
 from etf_otel.integrations._prefix_conversations import PrefixConversations
+from etf_otel.integrations._request_pairing import checked
 from etf_otel.integrations.mistral._wire import tap_types
 from etf_otel.protocols import CHAT_COMPLETIONS
 
@@ -129,7 +131,28 @@ class MistralInstrumentor(ClientInstrumentor):
         prepared = Prepared(
             provider, linked.conversation, linked.result_ids, CHAT_COMPLETIONS, ambiguous=linked.ambiguous
         )
-        return prepared, operation
+        target = target_of(str(getattr(request, "url", "")))  # api.mistral.ai: 9 characters of [a-zA-Z0-9]
+        return checked(prepared, linked, body, self._instrumentation, target=target), operation
+
+    def _guard(self, decided: tuple[Prepared, str] | None) -> None:
+        """The request guard: a request whose pairing is broken raises its ``RequestPairingError`` unsent."""
+        instrumentation = self._instrumentation
+        if decided is None or instrumentation is None or decided[0].refusal is None:
+            return
+        refusal = decided[0].refusal
+        with internal_errors_swallowed("recording a Mistral request the guard refused"):
+            decided[0].refused(instrumentation, refusal, False)
+        raise refusal
+
+    def _refused(self, decided: tuple[Prepared, str], response: Any) -> None:
+        """A 4xx answer: the span its response would have had, with the error the SDK raises for it
+        (``SDKError``, ``HTTPValidationError`` for a 422); the body (read already) says whether it is a pairing
+        refusal, and is never recorded."""
+        instrumentation = self._instrumentation
+        if instrumentation is None:
+            return
+        with internal_errors_swallowed("recording a Mistral request the provider refused"):
+            decided[0].refused(instrumentation, _provider_refusal(response), True)
 
     def _observe(self, decided: tuple[Prepared, str], response: Any, is_async: bool) -> None:
         """The response of a chat request, as the transport returned it (a 200 only)."""
@@ -148,6 +171,7 @@ class MistralInstrumentor(ClientInstrumentor):
                 protocol=CHAT_COMPLETIONS,
             )
             observer.linkage_ambiguous = prepared.ambiguous
+            observer.pairing = prepared.pairing
             try:
                 response.stream = taps[1 if is_async else 0](response.stream, observer)
             except BaseException:
@@ -159,8 +183,13 @@ class MistralInstrumentor(ClientInstrumentor):
         decided = None
         with internal_errors_swallowed("preparing a Mistral request"):
             decided = self._prepare(args, kwargs)
+        self._guard(decided)
         response = wrapped(*args, **kwargs)
-        if decided is not None:
+        if decided is not None and _refusal(response):
+            with internal_errors_swallowed("reading a Mistral refusal"):
+                response.read()  # cached: the SDK reads the same bytes for its error
+            self._refused(decided, response)
+        elif decided is not None:
             self._observe(decided, response, is_async=False)
         return response
 
@@ -169,10 +198,46 @@ class MistralInstrumentor(ClientInstrumentor):
         decided = None
         with internal_errors_swallowed("preparing a Mistral request"):
             decided = self._prepare(args, kwargs)
+        self._guard(decided)
         response = await wrapped(*args, **kwargs)
-        if decided is not None:
+        if decided is not None and _refusal(response):
+            with internal_errors_swallowed("reading a Mistral refusal"):
+                await response.aread()  # cached: the SDK reads the same bytes for its error
+            self._refused(decided, response)
+        elif decided is not None:
             self._observe(decided, response, is_async=True)
         return response
+
+
+def _refusal(response: Any) -> bool:
+    status = getattr(response, "status_code", None)
+    return isinstance(status, int) and 400 <= status < 500
+
+
+class _ProviderRefusal(Exception):
+    """A 4xx answer, as the refused request's span names it: ``error.type`` is the class name of what the SDK
+    raises for it (:class:`SDKError`, :class:`HTTPValidationError` for a 422), ``message`` the provider's own
+    message, read only to tell a pairing refusal (never recorded)."""
+
+    def __init__(self, response: Any) -> None:
+        super().__init__()
+        self.message: object = None
+        with internal_errors_swallowed("reading a Mistral refusal's message"):
+            body = json.loads(response.content)
+            detail = body.get("message") if isinstance(body, dict) else None
+            self.message = detail if isinstance(detail, str) else json.dumps(body)
+
+
+class SDKError(_ProviderRefusal):
+    """Named as ``mistralai``'s error for a 4xx."""
+
+
+class HTTPValidationError(_ProviderRefusal):
+    """Named as ``mistralai``'s error for a 422."""
+
+
+def _provider_refusal(response: Any) -> _ProviderRefusal:
+    return HTTPValidationError(response) if response.status_code == 422 else SDKError(response)
 
 
 @contextlib.contextmanager

@@ -48,6 +48,7 @@ from etf_otel.integrations._instrumentor_base import (
     rejected_by,
     remove_own_wrapper,
 )
+from etf_otel.integrations._request_pairing import checked, refused_by_provider
 from etf_otel.integrations.google_genai._linkage import without_content
 from etf_otel.integrations.ollama._linkage import OllamaConversation, OllamaConversations
 from etf_otel.protocols import OLLAMA
@@ -158,7 +159,8 @@ class OllamaInstrumentor(ClientInstrumentor):
         body = kwargs.get("json")
         linked = conversations.link(body.get("messages") if isinstance(body, Mapping) else None)
         provider = self._provider_override or PROVIDER
-        return Prepared(provider, linked.conversation, linked.result_ids, OLLAMA, ambiguous=linked.ambiguous)
+        prepared = Prepared(provider, linked.conversation, linked.result_ids, OLLAMA, ambiguous=linked.ambiguous)
+        return checked(prepared, linked, body, self._instrumentation, target=None)  # self-hosted: no id limit
 
     def _start(self, args: Any, kwargs: Mapping[str, Any]) -> tuple[Prepared, Instrumentation, _Reader, Any] | None:
         """What one chat request is observed with: its decision, the reader that stands in for the
@@ -167,7 +169,8 @@ class OllamaInstrumentor(ClientInstrumentor):
         instrumentation = self._instrumentation
         if prepared is None or instrumentation is None:
             return None
-        observer = _observer(prepared, instrumentation) if kwargs.get("stream") else None
+        refused = prepared.refusal is not None  # the guard refuses it unsent: no response to observe
+        observer = _observer(prepared, instrumentation) if kwargs.get("stream") and not refused else None
         reader = _Reader(args[0], None if observer is None else observer.observe)
         return prepared, instrumentation, reader, observer
 
@@ -179,11 +182,15 @@ class OllamaInstrumentor(ClientInstrumentor):
         if started is None:
             return wrapped(*args, **kwargs)
         prepared, instrumentation, reader, observer = started
+        _guard(prepared, instrumentation)
         try:
             result = wrapped(reader, *args[1:], **kwargs)
-        except BaseException:
+        except BaseException as error:
             if observer is not None:
                 observer.finish(ERROR)
+            elif isinstance(error, Exception) and refused_by_provider(error):
+                with internal_errors_swallowed("recording an Ollama request the server refused"):
+                    prepared.refused(instrumentation, error, True)
             raise
         return _observed(prepared, instrumentation, reader, observer, result, ObservedStream)
 
@@ -195,13 +202,27 @@ class OllamaInstrumentor(ClientInstrumentor):
         if started is None:
             return await wrapped(*args, **kwargs)
         prepared, instrumentation, reader, observer = started
+        _guard(prepared, instrumentation)
         try:
             result = await wrapped(reader, *args[1:], **kwargs)
-        except BaseException:
+        except BaseException as error:
             if observer is not None:
                 observer.finish(ERROR)
+            elif isinstance(error, Exception) and refused_by_provider(error):
+                with internal_errors_swallowed("recording an Ollama request the server refused"):
+                    prepared.refused(instrumentation, error, True)
             raise
         return _observed(prepared, instrumentation, reader, observer, result, ObservedAsyncStream)
+
+
+def _guard(prepared: Prepared, instrumentation: Instrumentation) -> None:
+    """The request guard: a request whose pairing is broken raises its ``RequestPairingError`` unsent."""
+    refusal = prepared.refusal
+    if refusal is None:
+        return
+    with internal_errors_swallowed("recording an Ollama request the guard refused"):
+        prepared.refused(instrumentation, refusal, False)
+    raise refusal
 
 
 def _observed(
@@ -234,6 +255,7 @@ def _observer(prepared: Prepared, instrumentation: Instrumentation) -> ResponseO
         protocol=OLLAMA,
     )
     observer.linkage_ambiguous = prepared.ambiguous
+    observer.pairing = prepared.pairing
     conversation = prepared.conversation
     if isinstance(conversation, OllamaConversation):
 

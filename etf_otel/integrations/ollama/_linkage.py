@@ -79,10 +79,10 @@ class OllamaConversations:
             found = self.index.link_history(turns, item_digests)
             if isinstance(found.conversation, OllamaConversation):
                 found.conversation.followup = items
-                linked = Linked(found.conversation, [], found.ambiguous)
+                linked = Linked(found.conversation, [], found.ambiguous, turns)
             else:
                 linked = Linked(None, None, found.ambiguous)
         if linked.conversation is None:
-            linked = Linked(self.index.new(), None, linked.ambiguous)
+            linked = Linked(self.index.new(), None, linked.ambiguous, turns or ())
         self.index.requested(linked.conversation, fingerprint(item_digests))  # type: ignore[arg-type]
         return linked
