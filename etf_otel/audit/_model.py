@@ -226,12 +226,14 @@ def _read_call(record: SpanRecord, attributes: dict[str, object], problems: list
 
 def _read_response(record: SpanRecord, attributes: dict[str, object], problems: list[str]) -> None:
     record.state = _string(attributes.get(A.ETF_STREAM_STATE))
-    if record.state is None:
-        problems.append(A.ETF_STREAM_STATE)
     dispatchable = attributes.get(A.ETF_STREAM_DISPATCHABLE)
     if isinstance(dispatchable, bool):
         record.dispatchable = dispatchable
-    else:
+    if record.state is None and dispatchable is None and _string(attributes.get(A.ERROR_TYPE)) is not None:
+        return  # a request refused before any response (the provider's 400, the request guard): no stream
+    if record.state is None:
+        problems.append(A.ETF_STREAM_STATE)
+    if not isinstance(dispatchable, bool):
         problems.append(A.ETF_STREAM_DISPATCHABLE)
 
 

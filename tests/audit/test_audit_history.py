@@ -204,6 +204,22 @@ def test_request_pairing_fails_the_audit_without_strict(
     assert (code, report["ok"], report["findings"]) == (1, False, 1), report
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_request_refused_before_any_response_is_no_malformed_span(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    """The span of a request the provider or the request guard refused has no stream: its ``error.type`` says so."""
+    refused = request_span(1, **{PAIRING: "broken", PROBLEMS: ["call_without_result"], "error.type": "BadRequestError"})
+    unexplained = request_span(2, **{PAIRING: "refused_unexplained", "error.type": "BadRequestError"})
+    for one in (refused, unexplained):
+        one["attributes"] = [a for a in one["attributes"] if not a["key"].startswith("etf.stream.")]
+    no_stream = request_span(3)  # no error.type: a response span without its stream attributes is malformed
+    no_stream["attributes"] = [a for a in no_stream["attributes"] if not a["key"].startswith("etf.stream.")]
+    code, report = run(export(tmp_path / "refused.jsonl", [refused, unexplained, no_stream]), engine, capsys)
+    kinds = {entry["kind"]: entry["count"] for entry in report["by_kind"]}
+    assert code == 1 and kinds == {"request_pairing": 2, "malformed_span": 2}, report  # the two of span 3
+
+
 # --- a refused call answered ------------------------------------------------------------------------------------
 
 

@@ -167,6 +167,8 @@ SELECT
                                        if(verdict = 'proposed' AND call_id = ''
                                               AND NOT match(SpanAttributes['etf.id.positional'], '^[1-9][0-9]*$'),
                                           ['gen_ai.tool.call.id'], [])),
+            -- a request refused before any response (the provider's 400, the request guard) has no stream
+            role = 'response' AND state = '' AND dispatchable = -1 AND SpanAttributes['error.type'] != '', [],
             role = 'response', arrayConcat(if(state = '', ['etf.stream.state'], []),
                                            if(dispatchable = -1, ['etf.stream.dispatchable'], [])),
             role = 'remote_call' AND match IN ('explicit', 'unique') AND call_id = '', ['gen_ai.tool.call.id'],
