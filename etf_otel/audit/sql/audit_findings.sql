@@ -110,7 +110,7 @@ SELECT
              arrayFilter((a, n) -> n = 'etf.integrity.violation' AND a['etf.error.category'] != '',
                          Events.Attributes, Events.Name)) AS violations,
     -- etf.linkage.drift events: (kind, preserved call id) (etf_otel/audit/_request.py; request.DRIFT_KINDS)
-    arrayMap(a -> (if(a['etf.divergence.kind'] IN ('id_replaced', 'call_fabricated', 'refusal_answered'),
+    arrayMap(a -> (if(a['etf.divergence.kind'] IN ('id_replaced', 'call_fabricated', 'refusal_answered', 'id_invented'),
                       a['etf.divergence.kind'], ''),
                    a['gen_ai.tool.call.id']),
              arrayFilter((a, n) -> n = 'etf.linkage.drift', Events.Attributes, Events.Name)) AS drifts,
