@@ -18,9 +18,11 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -288,3 +290,25 @@ def test_the_guard_refuses_a_cut_streams_calls_through_adks_tool_error_channel(w
     assert refused == [guard] * 3
     code, findings, _ = w.audit()
     assert code == 1 and findings > 0  # the cut stream is a real finding, refused or not
+
+
+def _ran(server: LocalChatServer, seen: list[Any]) -> str:
+    """What a run did and sent, without what differs from run to run anyway (the responder's response numbers
+    in its ids and response ids)."""
+    return re.sub(r"(call_|resp-gemini-)\d+", r"\1N", json.dumps([seen, [r.body for r in server.requests]]))
+
+
+@WIRE
+@MODES
+def test_the_agent_behaves_the_same_with_and_without_etf_otel(world: Any, ids: bool, streamed: bool):
+    w = world(ids)
+    with_etf = _ran(w.server, w.run(streamed))
+    w.close()
+    with LocalChatServer(responder=tool_rounds_responder(ROUNDS, gemini_ids=ids)) as server:
+        without = _ran(server, asyncio.run(run_agent(server.root_url, streamed)))
+    assert with_etf == without
+
+
+def test_opentelemetry_instrument_finds_it_by_its_entry_point() -> None:
+    (found,) = [point for point in entry_points(group="opentelemetry_instrumentor") if point.name == "etf_otel_adk"]
+    assert found.load().__name__ == "ADKInstrumentor"
