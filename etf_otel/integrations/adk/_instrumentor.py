@@ -41,6 +41,7 @@ from etf_otel.instrumentation import _open_calls as open_calls
 from etf_otel.instrumentation import _positional as positional
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._switches import _disabled
+from etf_otel.integrations._accumulators import ObjectProxy
 from etf_otel.integrations._instrumentor_base import (
     ClientInstrumentor,
     InstrumentorOptions,
@@ -64,7 +65,7 @@ _INVENTED_PREFIX: Final = "adk-"
 _LOCK = threading.RLock()
 
 
-class _KeepsCallId(wrapt.ObjectProxy):  # type: ignore[misc]
+class _KeepsCallId(ObjectProxy):
     """ADK's execution span as ``trace_tool_call`` is handed it: every write but ``gen_ai.tool.call.id``
     (ADK's id, possibly made up: the span already carries the preserved one, or none) goes through."""
 
