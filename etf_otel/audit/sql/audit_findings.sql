@@ -50,6 +50,8 @@ SELECT
     multiIf(
         SpanName = 'assemble_tool_call' OR startsWith(SpanName, 'assemble_tool_call '), 'call',
         SpanName = 'assemble_response', 'response',
+        -- Google ADK's summary of parallel runs (attributes.ADK_MERGED_TOOLS): structure, not an execution
+        SpanAttributes['gen_ai.tool.name'] = '(merged tools)', 'other',
         SpanName = 'execute_tool' OR startsWith(SpanName, 'execute_tool ')
             OR SpanAttributes['gen_ai.operation.name'] = 'execute_tool'
             -- other instrumentations' tool spans (etf_otel/audit/_foreign.py): OpenInference, OpenLLMetry
