@@ -312,3 +312,22 @@ def test_the_agent_behaves_the_same_with_and_without_etf_otel(world: Any, ids: b
 def test_opentelemetry_instrument_finds_it_by_its_entry_point() -> None:
     (found,) = [point for point in entry_points(group="opentelemetry_instrumentor") if point.name == "etf_otel_adk"]
     assert found.load().__name__ == "ADKInstrumentor"
+
+
+@WIRE
+def test_eight_concurrent_identical_runs_stay_clean(world: Any, ids: bool):
+    """Each run's tool tasks see the responses of their own run only: with id-less calls, matched by name and
+    order, eight identical runs at once would otherwise take each other's calls."""
+    w = world(ids)
+
+    async def together() -> list[list[Any]]:
+        return await asyncio.gather(*(run_agent(w.server.root_url, streamed=i % 2 == 1) for i in range(8)))
+
+    assert all(seen[-1] == ("text", ANSWER) for seen in asyncio.run(together()))
+    executions = w.spans(A.SPAN_EXECUTE_TOOL)
+    assert len(executions) == 24 and all(len(span.links) == 1 for span in executions)
+    names = {span.context.span_id: (span.attributes or {}).get(A.GEN_AI_TOOL_NAME) for span in w.spans("assemble")}
+    linked = [span.links[0].context.span_id for span in executions]
+    assert [names[call] for call in linked] == [(span.attributes or {}).get(A.GEN_AI_TOOL_NAME) for span in executions]
+    assert len(set(linked)) == 24  # every proposal ran once, none twice
+    assert w.audit() == (0, 0, {} if ids else {"history_drift": {"id_invented": 24}})
