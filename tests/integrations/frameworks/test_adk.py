@@ -331,3 +331,64 @@ def test_eight_concurrent_identical_runs_stay_clean(world: Any, ids: bool):
     assert [names[call] for call in linked] == [(span.attributes or {}).get(A.GEN_AI_TOOL_NAME) for span in executions]
     assert len(set(linked)) == 24  # every proposal ran once, none twice
     assert w.audit() == (0, 0, {} if ids else {"history_drift": {"id_invented": 24}})
+
+
+_APP = """
+import asyncio, os, sys
+from google.adk.agents import LlmAgent
+from google.adk.agents.run_config import RunConfig, StreamingMode
+from google.adk.models import Gemini
+from google.adk.runners import InMemoryRunner
+from google.genai import types
+
+def weather(city: str) -> dict:
+    '''The weather in a city.'''
+    return {"city": city, "sky": "sunny"}
+
+async def clock(tz: str) -> dict:
+    '''The time in a time zone.'''
+    return {"tz": tz, "time": "14:05"}
+
+async def main() -> None:
+    agent = LlmAgent(name="a", model=Gemini(model="gemini-test", base_url=os.environ["GEMINI_URL"]),
+                     tools=[weather, clock])
+    runner = InMemoryRunner(agent=agent, app_name="app")
+    session = await runner.session_service.create_session(app_name="app", user_id="u")
+    mode = StreamingMode.SSE if sys.argv[1] == "sse" else StreamingMode.NONE
+    message = types.Content(role="user", parts=[types.Part(text="Weather and time?")])
+    async for event in runner.run_async(user_id="u", session_id=session.id, new_message=message,
+                                        run_config=RunConfig(streaming_mode=mode)):
+        if event.is_final_response():
+            print("answered", file=sys.stderr)
+    await runner.close()
+
+asyncio.run(main())
+"""
+
+
+@WIRE
+@MODES
+def test_zero_code_opentelemetry_instrument_records_a_clean_loop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], ids: bool, streamed: bool
+):
+    """``opentelemetry-instrument python app.py``, an app with no etf-otel import: the entry points record
+    the model calls and ADK's tool runs on ADK's own spans (the distro sets a global provider), audited clean."""
+    app = tmp_path / "app.py"
+    app.write_text(_APP)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    env.update(GOOGLE_API_KEY="test-key", OTEL_TRACES_EXPORTER="otlp_json_file", OTEL_METRICS_EXPORTER="none")
+    env.update(OTEL_LOGS_EXPORTER="none")
+    launcher = Path(sys.executable).parent / "opentelemetry-instrument"
+    with LocalChatServer(responder=tool_rounds_responder(ROUNDS, gemini_ids=ids)) as server:
+        env["GEMINI_URL"] = server.root_url
+        argv = [str(launcher), sys.executable, str(app), "sse" if streamed else "whole"]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, "answered" in done.stderr) == (0, True), done.stderr[-3000:]
+    spans = tmp_path / "spans.jsonl"
+    spans.write_text(done.stdout)
+    exported = [span for line in done.stdout.splitlines() for span in _spans(json.loads(line))]
+    linked = sorted(span["name"] for span in exported if span["name"].startswith("execute_tool ") and span.get("links"))
+    assert linked == ["execute_tool clock", "execute_tool weather", "execute_tool weather"]  # ADK's own, enriched
+    assert main(["audit", "--json", "--no-progress", str(spans)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["findings"] == 0
