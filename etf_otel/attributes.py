@@ -14,6 +14,7 @@ from typing import Final
 from etf_otel.core._vocabulary import OTHER
 
 __all__ = [
+    "ADK_MERGED_TOOLS",
     "ENV_ALLOW",
     "ENV_CAPTURE_CONTENT",
     "ENV_DENY",
@@ -139,6 +140,10 @@ ERROR_TYPE: Final = "error.type"
 
 OPERATION_EXECUTE_TOOL: Final = "execute_tool"
 TOOL_TYPE_FUNCTION: Final = "function"
+ADK_MERGED_TOOLS: Final = "(merged tools)"
+"""``gen_ai.tool.name`` of Google ADK's ``execute_tool (merged)`` span: a summary ADK records after parallel
+calls ran (each has its own ``execute_tool`` span), under the id of its merged response event, which no model
+sent. The audit reads it as structure, not as an execution."""
 
 # --- bounded diagnostics (docs/telemetry.md) ---------------------------------------------------
 ETF_ID_KIND: Final = "etf.id.kind"

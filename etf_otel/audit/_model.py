@@ -166,6 +166,8 @@ def _role(span: SpanData) -> Role:
         return Role.CALL
     if name == A.SPAN_ASSEMBLE_RESPONSE:
         return Role.RESPONSE
+    if span.attributes.get(A.GEN_AI_TOOL_NAME) == A.ADK_MERGED_TOOLS:  # ADK's summary of parallel runs
+        return Role.OTHER
     if (
         name == A.SPAN_EXECUTE_TOOL
         or name.startswith(EXECUTE_TOOL_PREFIX)

@@ -57,6 +57,8 @@ class DriftKind(str, Enum):
     ID_REPLACED = "id_replaced"
     CALL_FABRICATED = "call_fabricated"
     REFUSAL_ANSWERED = "refusal_answered"
+    ID_INVENTED = "id_invented"
+    """A framework ran an id-less call under an id it made up (ADK's ``adk-<uuid>``): recorded on the execution."""
 
 
 class HistoryCall(NamedTuple):

@@ -15,7 +15,8 @@ noted, and only their id-less calls; a call with an id is found by its id, as al
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
@@ -30,7 +31,7 @@ from etf_otel.instrumentation._safety import internal_errors_swallowed
 if TYPE_CHECKING:
     from etf_otel.instrumentation._telemetry import Telemetry
 
-__all__ = ["PositionalCall", "note", "take"]
+__all__ = ["PositionalCall", "note", "sharing_with_tasks", "take", "take_latest"]
 
 
 @dataclass(slots=True)
@@ -50,7 +51,33 @@ class _Latest:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+@dataclass(slots=True)
+class _Shared:
+    """The latest response of a context and of every task it starts inside :func:`sharing_with_tasks`."""
+
+    latest: _Latest | None
+
+
 _LATEST: Final[ContextVar[_Latest | None]] = ContextVar("etf_otel_positional_response", default=None)
+_SHARED: Final[ContextVar[_Shared | None]] = ContextVar("etf_otel_positional_shared", default=None)
+
+
+def _current() -> _Latest | None:
+    shared = _SHARED.get()
+    return shared.latest if shared is not None else _LATEST.get()
+
+
+@contextmanager
+def sharing_with_tasks() -> Iterator[None]:
+    """Inside, a response finalized in a task this context starts is this context's latest too: for a
+    framework that reads a response in one task and runs its calls in others (ADK), as
+    :func:`~etf_otel.instrumentation._open_calls.sharing_with_tasks` does for calls with ids."""
+    token = _SHARED.set(_Shared(_current()))
+    try:
+        yield
+    finally:
+        with internal_errors_swallowed("leaving a shared context"):  # left in another context than entered
+            _SHARED.reset(token)
 
 
 def note(
@@ -84,12 +111,16 @@ def note(
             for call in result.calls
             if call.id is None or ids_dropped
         ]
-        _LATEST.set(_Latest(telemetry, calls) if calls else None)
+        noted = _Latest(telemetry, calls) if calls else None
+        _LATEST.set(noted)
+        shared = _SHARED.get()
+        if shared is not None:
+            shared.latest = noted
 
 
 def take(telemetry: Telemetry, name: str | None) -> PositionalCall | None:
     """The earliest id-less call named ``name`` of this context's latest response not run yet, now taken."""
-    latest = _LATEST.get()
+    latest = _current()
     if latest is None or latest.telemetry is not telemetry or not name:
         return None
     with latest.lock:
@@ -98,3 +129,13 @@ def take(telemetry: Telemetry, name: str | None) -> PositionalCall | None:
                 call.taken = True
                 return call
     return None
+
+
+def take_latest(name: str | None) -> tuple[Telemetry, PositionalCall] | None:
+    """:func:`take` from this context's latest response whichever setup noted it, with that setup: a framework
+    that runs id-less calls under ids of its own (ADK) has no setup of its own that read the response."""
+    latest = _current()
+    if latest is None:
+        return None
+    call = take(latest.telemetry, name)
+    return (latest.telemetry, call) if call is not None else None

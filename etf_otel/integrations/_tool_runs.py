@@ -22,9 +22,11 @@ links to the proposal; where the run differs from it the span gets one ``diverge
 event per kind (``etf.divergence.kind``, with the preserved ``gen_ai.tool.call.id``:
 ``id_replaced``, ``name_concatenated``, ``arguments_differ``...), which ``etf-otel audit``
 reports. The framework's own id is never recorded when no proposal has it (it may be one the
-rules refused). In guard mode a run that is not a valid proposal, or differs from it, is
-refused before it runs; the integration answers the refusal through the framework's own
-tool-error channel.
+rules refused). A framework that runs an id-less call under an id it made up (ADK) is matched by name and
+order instead (:func:`positional_proposal`): the execution carries the call's slot and link, no id, and
+the made-up id is drift (``id_invented`` on an ``etf.linkage.drift`` event), never a violation.
+In guard mode a run that is not a valid proposal, or differs from it, is refused before it runs; the
+integration answers the refusal through the framework's own tool-error channel.
 """
 
 from __future__ import annotations
@@ -40,18 +42,20 @@ from opentelemetry.util.types import AttributeValue
 
 from etf_otel import attributes as A
 from etf_otel.core._divergence import DivergenceKind, id_kind, name_kind
+from etf_otel.core._history import Drift, DriftKind
 from etf_otel.core._linkage import Finding
 from etf_otel.core._vocabulary import ErrorCategory, Phase
 from etf_otel.errors import GuardRefusedError
 from etf_otel.instrumentation import _open_calls as open_calls
+from etf_otel.instrumentation import _positional as positional
 from etf_otel.instrumentation._registry import ProposalRecord, guard_refusal
 from etf_otel.instrumentation._safety import internal_errors_swallowed
 from etf_otel.instrumentation._setup import Instrumentation
-from etf_otel.instrumentation._span_attributes import put_call_id
+from etf_otel.instrumentation._span_attributes import drift_attributes, put_call_id
 from etf_otel.instrumentation._switches import _suppressed
 from etf_otel.instrumentation._telemetry import Telemetry
 
-__all__ = ["Proposal", "RunningTool", "ToolRuns", "find_proposal", "framework_span"]
+__all__ = ["Proposal", "RunningTool", "ToolRuns", "find_proposal", "framework_span", "positional_proposal"]
 
 _T = TypeVar("_T")
 
@@ -64,10 +68,13 @@ def _same(result: object) -> object:
 class Proposal:
     """The proposal a framework's run answers, and how the run differs from it."""
 
-    call_id: str
+    call_id: str | None
     record: ProposalRecord
     telemetry: Telemetry
     divergence: tuple[DivergenceKind, ...]
+    slot: tuple[int, int] | None = None
+    """``(choice, index)`` of an id-less call matched by name and order (:func:`positional_proposal`)."""
+    drift: tuple[DriftKind, ...] = ()
 
 
 def _record_by_id(
@@ -148,6 +155,21 @@ def find_proposal(call_id: str | None, name: str | None, arguments: object) -> P
     return _by_id(call_id, name, handed, latest, found)
 
 
+def positional_proposal(call_id: str | None, name: str | None, arguments: object) -> Proposal | None:
+    """The id-less call of the context's latest response a run of ``name`` answers, by name and order
+    (``_positional``); ``call_id``, when the run has one, is the framework's own: drift ``id_invented``."""
+    found = positional.take_latest(name)
+    if found is None:
+        return None
+    telemetry, call = found
+    record = call.record
+    kinds: list[DivergenceKind] = []
+    if record.value_hash is not None and open_calls.arguments_hash(arguments) != record.value_hash:
+        kinds.append(DivergenceKind.ARGUMENTS_DIFFER)
+    drift = (DriftKind.ID_INVENTED,) if call_id else ()
+    return Proposal(None, record, telemetry, tuple(kinds), (call.choice, call.index), drift)
+
+
 def framework_span(call_id: object) -> trace.Span | None:
     """The framework's own ``execute_tool`` span for the call ``call_id``, when it is the current span and
     recording (pydantic-ai's, Strands'): the one to enrich rather than open a second execution span."""
@@ -168,7 +190,8 @@ def _enrich(span: trace.Span, proposal: Proposal | None) -> None:
     if proposal is None or not span.is_recording():
         return
     attributes: dict[str, AttributeValue] = {A.GEN_AI_TOOL_TYPE: A.TOOL_TYPE_FUNCTION}
-    put_call_id(attributes, proposal.call_id)
+    if proposal.call_id is not None:
+        put_call_id(attributes, proposal.call_id)
     span.set_attributes(attributes)
     if proposal.record.span_context is not None:
         span.add_link(proposal.record.span_context)
@@ -184,10 +207,35 @@ def _refusal(call_id: str | None, proposal: Proposal | None) -> ErrorCategory | 
     return None
 
 
+def _record_difference(telemetry: Telemetry, span: trace.Span, proposal: Proposal, name: str | None) -> None:
+    """How the run differs from its proposal: violations (``divergent_assembly``), drift, and its slot."""
+    if proposal.divergence:
+        telemetry.record_divergence([kind.value for kind in proposal.divergence], span, proposal.call_id)
+    if proposal.drift:
+        drift = [Drift(kind, None, name) for kind in proposal.drift]
+        telemetry.count_drift(drift)
+        if span.is_recording():
+            for entry in drift:
+                span.add_event(A.EVENT_LINKAGE_DRIFT, drift_attributes(entry))
+    if proposal.slot is not None and span.is_recording():
+        span.set_attributes({A.ETF_CHOICE_INDEX: proposal.slot[0], A.ETF_TOOL_CALL_INDEX: proposal.slot[1]})
+
+
 class RunningTool:
     """One framework tool run between its start and its end: its span (if any) and the guard's refusal."""
 
-    __slots__ = ("_call_id", "_name", "_owned", "_record", "_span", "_started", "_telemetry", "_token", "refusal")
+    __slots__ = (
+        "_call_id",
+        "_name",
+        "_owned",
+        "_record",
+        "_span",
+        "_started",
+        "_telemetry",
+        "_token",
+        "proposal",
+        "refusal",
+    )
 
     def __init__(
         self,
@@ -197,8 +245,11 @@ class RunningTool:
         arguments: object,
         guard: bool,
         span: trace.Span | None = None,
+        invented: str | None = None,
     ):
         self.refusal: ErrorCategory | None = None
+        self.proposal: Proposal | None = None
+        """The proposal the run answers (``None``: none found)."""
         self._span: trace.Span | None = None
         self._owned = span is None
         self._token: object = None
@@ -209,7 +260,11 @@ class RunningTool:
         self._started = time.perf_counter()
         proposal: Proposal | None = None
         try:
-            proposal = find_proposal(call_id, name, arguments)
+            if invented is not None:
+                proposal = positional_proposal(invented, name, arguments)
+            else:
+                proposal = find_proposal(call_id, name, arguments)
+            self.proposal = proposal
             self._record = proposal.record if proposal is not None else None
             if guard:
                 self.refusal = _refusal(call_id, proposal)
@@ -240,9 +295,8 @@ class RunningTool:
             span = existing
             _enrich(span, proposal)
         self._span = span
-        if proposal is not None and proposal.divergence:
-            kinds = [kind.value for kind in proposal.divergence]
-            telemetry.record_divergence(kinds, span, proposal.call_id)
+        if proposal is not None:
+            _record_difference(telemetry, span, proposal, self._name)
         if self.refusal is not None:
             span.set_attribute(A.ETF_GUARD_REFUSED, True)
             if self.refusal.phase is Phase.LINKAGE:
@@ -312,12 +366,16 @@ class ToolRuns:
         arguments: object,
         span: trace.Span | None = None,
         guarded: bool = True,
+        positional: bool = False,
     ) -> RunningTool:
         """A run is about to start: decide the guard and open its span (or enrich ``span``, the
         framework's own execution span, which it ends). ``guarded=False``: a dispatch the framework
-        refuses itself (no tool runs), which the guard leaves alone. Never raises."""
+        refuses itself (no tool runs), which the guard leaves alone. ``positional``: the run's id is the
+        framework's own, made up for an id-less call (:func:`positional_proposal`). Never raises."""
         setup = self._instrumentation
-        return RunningTool(setup.telemetry, call_id, name, arguments, setup.guard and guarded, span)
+        invented = call_id if positional else None  # never the run's id: only the drift recorded names it
+        run_id = None if positional else call_id
+        return RunningTool(setup.telemetry, run_id, name, arguments, setup.guard and guarded, span, invented)
 
     def run(self, call_id: str | None, name: str | None, arguments: object, run: Callable[[], _T]) -> _T:
         """``run()`` recorded; raises :class:`GuardRefusedError` instead when the guard refuses it."""

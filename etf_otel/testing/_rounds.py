@@ -12,8 +12,10 @@ responder makes says its round (``call_0007r2c1``: the 7th response, round 2, ca
 request whose newest result answers round ``k`` gets round ``k + 1``, whether it repeats the whole
 history or continues a stored response. Ids are unique per response, as real providers make them.
 Chat Completions, Responses, Anthropic Messages and Bedrock Converse, streamed when the request asks
-for a stream (Converse: its ``/converse-stream`` path), else as one complete body; Gemini (positional
-identity, no ids to read a round from) is not served.
+for a stream (Converse: its ``/converse-stream`` path), else as one complete body. Gemini (its path says
+whether it streams) has positional identity and may send no ids at all, so its round is read from the
+history instead: the ``model`` turns with ``functionCall`` parts the request carries (``gemini_ids``:
+the calls carry ids, as Gemini 3 sends them; else none, as Gemini 2.x and Vertex AI send them).
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
-from etf_otel.protocols import ANTHROPIC_MESSAGES, BEDROCK_CONVERSE, CHAT_COMPLETIONS, RESPONSES
+from etf_otel.protocols import ANTHROPIC_MESSAGES, BEDROCK_CONVERSE, CHAT_COMPLETIONS, GEMINI, RESPONSES
 from etf_otel.testing import anthropic as a
 from etf_otel.testing import bedrock as b
 from etf_otel.testing import chat
+from etf_otel.testing import gemini as g
 from etf_otel.testing import responses as r
 from etf_otel.testing._scripted import ANSWER, _protocol_of, _typed
 from etf_otel.testing._server import RecordedRequest, Responder, Script
@@ -71,7 +74,7 @@ def _result_ids(protocol: str, body: Mapping[str, Any]) -> Iterator[object]:
                 yield block["toolResult"].get("toolUseId")
 
 
-_SERVED: Final = (CHAT_COMPLETIONS.name, RESPONSES.name, ANTHROPIC_MESSAGES.name, BEDROCK_CONVERSE.name)
+_SERVED: Final = (CHAT_COMPLETIONS.name, RESPONSES.name, ANTHROPIC_MESSAGES.name, BEDROCK_CONVERSE.name, GEMINI.name)
 _PREFIXES: Final = {ANTHROPIC_MESSAGES.name: "toolu", BEDROCK_CONVERSE.name: "tooluse"}
 
 
@@ -159,9 +162,35 @@ def _body(protocol: str, n: int, calls: list[tuple[str, str, str]], text: str) -
     }
 
 
+def _gemini(n: int, calls: list[tuple[str, str, str]], text: str, ids: bool, streamed: bool) -> list[Any]:
+    """The Gemini turn: each call a whole ``functionCall`` part (its own chunk when streamed), or the text."""
+    response_id = f"resp-gemini-{n}"
+    if not calls:
+        if streamed:
+            chunks = [g.chunk(g.text(half), response_id=response_id) for half in _halves(text)]
+            return [*chunks, g.chunk(finish_reason="STOP", response_id=response_id)]
+        return [g.chunk(g.text(text), finish_reason="STOP", response_id=response_id)]
+    parts = [
+        g.call(name, json.loads(arguments), id=call_id if ids else g.MISSING) for call_id, name, arguments in calls
+    ]
+    if streamed:
+        chunks = [g.chunk(part, response_id=response_id) for part in parts]
+        return [*chunks, g.chunk(finish_reason="STOP", response_id=response_id)]
+    return [g.chunk(*parts, finish_reason="STOP", response_id=response_id)]
+
+
 def _call_turns(protocol: str, body: Mapping[str, Any]) -> int:
     """How many assistant turns with calls the request's history carries (a run of ``function_call`` items
-    is one turn)."""
+    is one turn; Gemini: a ``model`` content with ``functionCall`` parts)."""
+    if protocol == GEMINI.name:
+        contents = body.get("contents")
+        return sum(
+            1
+            for content in (contents if isinstance(contents, list) else ())
+            if isinstance(content, Mapping)
+            and content.get("role") == "model"
+            and any(isinstance(part, Mapping) and "functionCall" in part for part in content.get("parts") or ())
+        )
     if protocol == RESPONSES.name:
         items = body.get("input")
         kinds = [item.get("type") if isinstance(item, Mapping) else None for item in items or ()]
@@ -180,7 +209,9 @@ def _call_turns(protocol: str, body: Mapping[str, Any]) -> int:
     return turns
 
 
-def tool_rounds_responder(rounds: Sequence[Round], answer: str = ANSWER, *, reused_ids: bool = False) -> Responder:
+def tool_rounds_responder(
+    rounds: Sequence[Round], answer: str = ANSWER, *, reused_ids: bool = False, gemini_ids: bool = False
+) -> Responder:
     """A model that proposes ``rounds[k]`` to a request whose newest answered round is ``k`` (none: 0),
     and ``answer`` once every round is answered: streamed when the request asks for a stream, else
     as one complete body. Each call of the first argument split over two pieces of a stream.
@@ -188,6 +219,7 @@ def tool_rounds_responder(rounds: Sequence[Round], answer: str = ANSWER, *, reus
     ``reused_ids``: every response numbers its calls ``call_0``, ``call_1``, ... again (Bedrock's
     OpenAI-compatible endpoint does), so the round is read from the history instead: the assistant
     turns with calls it carries, after the round of the response it continues (``previous_response_id``).
+    Gemini is always read that way; ``gemini_ids``: its calls carry ids.
     """
     continued: dict[str, int] = {}
     lock = threading.Lock()
@@ -198,6 +230,10 @@ def tool_rounds_responder(rounds: Sequence[Round], answer: str = ANSWER, *, reus
         if protocol not in _SERVED or not isinstance(body, Mapping):
             return None
         n = next(_RESPONSES)
+        if protocol == GEMINI.name:
+            answered = _call_turns(protocol, body)
+            calls = _calls(protocol, n, answered + 1, rounds[answered]) if answered < len(rounds) else []
+            return Script(events=_gemini(n, calls, answer, gemini_ids, bool(streamed)))
         if reused_ids:
             with lock:
                 answered = continued.get(str(body.get("previous_response_id")), 0) + _call_turns(protocol, body)

@@ -478,3 +478,32 @@ def test_a_framework_span_around_an_mcp_call_is_one_execution(
     spans += [framework, client, *([server] if server_traced else [])]
     code, report, _ = audit(capsys, engine, export(tmp_path / "mcp.jsonl", spans))
     assert (code, set(kinds(report)) - {"unjudged"}) == (0, set()), report["by_kind"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_adks_merged_execute_tool_span_is_no_orphaned_execution(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    """Google ADK (2.14, its own tracing on) ends a round of parallel calls with an ``execute_tool (merged)``
+    span under the id of its merged response event, which no model sent: structure, not an execution."""
+    trace, root = "ad" * 16, span_id()
+    turn = observed_turn(trace, root, 1000, ["call_1", "call_2"])
+    spans = [span(trace, root, "invoke_agent a"), *turn]
+    for call_id, sid in zip(["call_1", "call_2"], [record["spanId"] for record in turn[1:]], strict=True):
+        spans.append(
+            span(
+                trace,
+                span_id(),
+                "execute_tool get_weather",
+                root,
+                2000,
+                links=[(trace, sid)],
+                gen_ai__operation__name="execute_tool",
+                gen_ai__tool__call__id=call_id,
+            )
+        )
+    merged = {"gen_ai.tool.name": "(merged tools)", "gen_ai.tool.call.id": "5b0c7c7e-1b43-4a8e-9d34-3a3f0e1d2c11"}
+    spans.append(span(trace, span_id(), "execute_tool (merged)", root, 3000, gen_ai__operation__name="execute_tool"))
+    spans[-1]["attributes"] += attrs(merged)
+    code, report, err = audit(capsys, engine, export(tmp_path / "adk.jsonl", spans))
+    assert (code, kinds(report), err) == (0, {}, "")

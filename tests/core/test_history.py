@@ -207,7 +207,10 @@ def test_a_later_call_answered_twice_is_fabricated_once_then_judged() -> None:
     assert judgement is not None
     assert judgement.drift == [Drift(DriftKind.CALL_FABRICATED, None, "note")]
     assert judgement.result_ids == ["call_b", "own"]
-    assert json.dumps([kind.value for kind in DriftKind]) == '["id_replaced", "call_fabricated", "refusal_answered"]'
+    assert (
+        json.dumps([kind.value for kind in DriftKind])
+        == '["id_replaced", "call_fabricated", "refusal_answered", "id_invented"]'
+    )
 
 
 def test_shapes_keep_every_call_and_say_which_were_proposed() -> None:

@@ -412,6 +412,30 @@ def test_linkage_by_id_checks_the_id_and_the_name(etf: Etf, captured: Captured, 
     assert span.attributes[A.ETF_LINKAGE_ANSWERED_IDS] == ("c1", "c2")  # type: ignore[index]
 
 
+def test_a_model_turn_given_as_model_content_is_the_model_turn(
+    etf: Etf, captured: Captured, server: LocalChatServer
+) -> None:
+    """``types.ModelContent`` (Google ADK builds its streamed model turns so) has its role as a class default: the
+    SDK sends ``"role": "model"``, though the object was not given it. The follow-up is linked as with a
+    ``Content``; it was not, and settled nothing (issue 39: ADK's SSE mode, 0 of 2 answered ids)."""
+    etf.on()
+    body = g.chunk(g.call("get_weather", {}, id="c1"), g.call("get_time", {}, id="c2"), finish_reason="STOP")
+    server.enqueue(Script(body=body))
+    client = developer(server)
+    first = client.models.generate_content(model=MODEL, contents="hi", config=NO_AFC)
+    assert first.candidates and first.candidates[0].content
+    turn = types.ModelContent(parts=first.candidates[0].content.parts or [])
+    server.enqueue(Script(body=g.chunk(g.text("done"), finish_reason="STOP")))
+    reply = answer("get_weather", "get_time", ids=("c1", "c2"))
+    client.models.generate_content(
+        model=MODEL, contents=[types.UserContent(parts=[types.Part(text="hi")]), turn, reply]
+    )
+    span = responses(captured)[-1]
+    assert findings(span) == []
+    assert span.attributes[A.ETF_LINKAGE_ANSWERED_IDS] == ("c1", "c2")  # type: ignore[index]
+    assert server.requests[-1].body["contents"][1]["role"] == "model"  # what the SDK sent
+
+
 # --- automatic function calling -------------------------------------------------------------------------
 
 RAN: list[str] = []

@@ -50,6 +50,8 @@ SELECT
     multiIf(
         SpanName = 'assemble_tool_call' OR startsWith(SpanName, 'assemble_tool_call '), 'call',
         SpanName = 'assemble_response', 'response',
+        -- Google ADK's summary of parallel runs (attributes.ADK_MERGED_TOOLS): structure, not an execution
+        SpanAttributes['gen_ai.tool.name'] = '(merged tools)', 'other',
         SpanName = 'execute_tool' OR startsWith(SpanName, 'execute_tool ')
             OR SpanAttributes['gen_ai.operation.name'] = 'execute_tool'
             -- other instrumentations' tool spans (etf_otel/audit/_foreign.py): OpenInference, OpenLLMetry
@@ -110,7 +112,7 @@ SELECT
              arrayFilter((a, n) -> n = 'etf.integrity.violation' AND a['etf.error.category'] != '',
                          Events.Attributes, Events.Name)) AS violations,
     -- etf.linkage.drift events: (kind, preserved call id) (etf_otel/audit/_request.py; request.DRIFT_KINDS)
-    arrayMap(a -> (if(a['etf.divergence.kind'] IN ('id_replaced', 'call_fabricated', 'refusal_answered'),
+    arrayMap(a -> (if(a['etf.divergence.kind'] IN ('id_replaced', 'call_fabricated', 'refusal_answered', 'id_invented'),
                       a['etf.divergence.kind'], ''),
                    a['gen_ai.tool.call.id']),
              arrayFilter((a, n) -> n = 'etf.linkage.drift', Events.Attributes, Events.Name)) AS drifts,

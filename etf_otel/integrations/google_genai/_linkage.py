@@ -87,14 +87,24 @@ class _Index(ConversationIndex):
         return GeminiConversation(self)
 
 
+def _with_role(content: Any) -> Any:
+    """``content`` with the role the SDK sends for it. ``ModelContent`` and ``UserContent`` (ADK builds its
+    streamed model turns as ``ModelContent``) have their role as a class default: the SDK sends it, but it is
+    not among the fields the object was given, where :func:`~etf_otel.protocols.field` looks."""
+    if type(content) is dict or field(content, "role") is not ABSENT:
+        return content
+    role = getattr(content, "role", None)
+    return {**plain(content), "role": role} if isinstance(role, str) else content
+
+
 def contents_of(contents: object) -> list[Any] | None:
     """``contents`` as the list of contents the SDK sends (``None``: a shape that is not linked)."""
     if isinstance(contents, str):
         return [{"parts": [{"text": contents}], "role": "user"}]
     if isinstance(contents, (list, tuple)):
-        return list(contents) if all(not isinstance(item, str) for item in contents) else None
+        return [_with_role(item) for item in contents] if all(not isinstance(item, str) for item in contents) else None
     if field(contents, "parts") is not ABSENT:  # one content (a dict or the SDK's object)
-        return [contents]
+        return [_with_role(contents)]
     return None
 
 
