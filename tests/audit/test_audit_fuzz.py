@@ -63,7 +63,8 @@ def assistant(draw: st.DrawFn, ids: list[str]) -> dict[str, Any]:
 def input_messages(draw: st.DrawFn) -> str:
     """``gen_ai.input.messages``: a stateless history of up to three rounds, each an assistant turn (with calls in
     one of the shapes, or text only) and its tool messages, then maybe a text turn and more tool messages after
-    it: only the tool messages after the last turn with calls are judged, in both engines (AGENT-STACKS 11.6)."""
+    it: the answered turn (the last carrying a proposed call, else the last with calls), its answers and the later
+    tool messages answering no later turn's call are judged, in both engines (AGENT-STACKS 11.6)."""
     messages: list[Any] = [{"role": "user", "content": "hi"}]
     for _ in range(draw(st.integers(0, 3))):
         ids = draw(st.lists(st.sampled_from(MESSAGE_IDS), max_size=3))
