@@ -58,6 +58,7 @@ class ResponseObserver:
     __slots__ = (
         "__weakref__",
         "_answered",
+        "answered_spans",
         "_assembler",
         "_at_eof",
         "_base",
@@ -103,6 +104,8 @@ class ResponseObserver:
         self._at_eof: Callable[[], None] | None = None
         self._reported: list[Callable[[AssemblyResult, Mapping[tuple[int, int], SpanContext]], None]] = []
         self.linkage_ambiguous = False
+        self.answered_spans: tuple[str, ...] = ()
+        """Set by an integration whose request answered id-less proposals: their ``assemble_tool_call`` span ids."""
         """Set by an integration whose request carried results it could link to no single response."""
         if conversation is not None:
             with internal_errors_swallowed("settling the previous response"):
@@ -198,6 +201,7 @@ class ResponseObserver:
             self.linkage_ambiguous,
             streamed,
             self._drift,
+            self.answered_spans,
         )
         open_calls.note(self.telemetry, result.calls, registered)  # what an MCP client matches call_tool to
         if self._positional:

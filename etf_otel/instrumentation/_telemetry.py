@@ -133,12 +133,12 @@ class Telemetry:
         ambiguous: bool = False,
         streamed: bool = True,
         drift: Sequence[Drift] = (),
+        answered_spans: Sequence[str] = (),
     ) -> tuple[dict[str, ProposalRecord], dict[tuple[int, int], SpanContext]]:
         """Emit the spans and metrics of one finalized response; returns its proposal records by id (its own, whatever
         another thread registers) and each call's span context by ``(choice, index)`` (an id-less call's link).
-        ``findings`` (counted) and ``answered`` settled the previous response (``etf.linkage.answered_ids``);
-        ``ambiguous``: not judged; ``protocol``: span and ``etf.streams``; ``streamed``: ``False`` for a body;
-        ``drift``: what that request recorded instead of judging (``etf.linkage.drift`` events, counted already)."""
+        ``findings`` (counted), ``answered`` and ``answered_spans`` (id-less, by span) settled the last response;
+        ``ambiguous``: not judged; ``streamed``: ``False`` for a body; ``drift``: its drift (counted already)."""
         ended_ns = time.time_ns()
         base = self._base if base is None else base
         registered: dict[str, ProposalRecord] = {}
@@ -148,7 +148,7 @@ class Telemetry:
             self.counters.add_response(result, state, provider, protocol, self.tool_name_label, incomplete)
         call_spans: dict[tuple[int, int], SpanContext] = {}
         attributes = response_attributes(result, state, base, protocol, error_type, streamed)
-        attributes.update(answered_attributes(answered, self.max_answered_ids, ambiguous))
+        attributes.update(answered_attributes(answered, self.max_answered_ids, ambiguous, answered_spans))
         stream_span = self.tracer.start_span(
             A.SPAN_ASSEMBLE_RESPONSE,
             context=parent,

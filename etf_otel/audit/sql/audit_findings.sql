@@ -96,6 +96,11 @@ SELECT
     if(role = 'response',
        arrayFilter(x -> x != '', JSONExtract(SpanAttributes['etf.linkage.answered_ids'], 'Array(String)')),
        []) AS answered_ids,
+    -- and the id-less proposals (identity by position) it answered, by their span ids
+    if(role = 'response',
+       arrayMap(x -> lower(x), arrayFilter(x -> x != '',
+                JSONExtract(SpanAttributes['etf.linkage.answered_spans'], 'Array(String)'))),
+       []) AS answered_spans,
     arrayFilter((t, s) -> t != '' AND s != '', Links.TraceId, Links.SpanId) AS link_traces,
     arrayFilter((s, t) -> t != '' AND s != '', Links.SpanId, Links.TraceId) AS link_spans,
     -- etf.integrity.violation events: (category, call id, orphan reason or divergence kind: model.DIVERGENCE_KINDS)
@@ -428,11 +433,20 @@ WITH
         )
         GROUP BY call_id
     ),
+    -- Id-less proposals a request answered (etf.linkage.answered_spans), by span id (checks.Evidence.settles).
+    settled_spans AS (
+        SELECT arrayJoin(answered_spans) AS settled_span, max(copies_end_ns) AS settled_ns
+        FROM etf_spans WHERE length(answered_spans) > 0 GROUP BY settled_span
+    ),
     -- Proposals settled: by a tool message of their trace, or by a settlement recorded after them.
     settled_calls AS (
         SELECT j.trace_id AS trace_id, j.span_id AS span_id
         FROM etf_judged AS j INNER JOIN settled AS s ON s.call_id = j.call_id
         WHERE j.call_id != '' AND s.settled_ns >= j.end_ns
+        UNION ALL
+        SELECT j.trace_id, j.span_id
+        FROM etf_judged AS j INNER JOIN settled_spans AS s ON s.settled_span = lower(j.span_id)
+        WHERE j.call_id = '' AND s.settled_ns >= j.end_ns
         UNION ALL
         SELECT j.trace_id, j.span_id
         FROM etf_judged AS j INNER JOIN answered AS a ON a.trace_id = j.trace_id AND a.call_id = j.call_id
