@@ -143,6 +143,10 @@ def exports(draw: st.DrawFn) -> str:
             if draw(st.booleans()):
                 drift["gen_ai.tool.call.id"] = draw(st.sampled_from(CALL_IDS[:3]))
             events.append(("etf.linkage.drift", drift))
+        if name == "assemble_response" and draw(st.integers(0, 3)) == 0:  # id-less proposals settled by span
+            settled = draw(st.lists(st.integers(1, 14), max_size=3))
+            spans_ids = [f"{k:016x}".upper() if draw(st.booleans()) else f"{k:016x}" for k in settled]
+            span["attributes"].append({"key": "etf.linkage.answered_spans", "value": value(spans_ids)})
         if name == "assemble_response" and draw(st.integers(0, 4)) == 0:
             recorded = draw(st.sampled_from(PAIRING))
             span["attributes"] += [{"key": k, "value": value(v)} for k, v in recorded.items()]
