@@ -138,15 +138,20 @@ def test_a_clean_two_tool_loop_audits_clean_with_both_calls_proposed(
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(("form", "kind"), [("stream", "sync"), ("body", "async")])
 def test_id_less_calls_of_an_older_server_are_proposed_answered_and_audit_clean(
-    server: LocalChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+    server: LocalChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], form: str, kind: str, engine: str
 ) -> None:
     """Calls without ids, answered by ``tool_name``: the settling request names them by their call spans
     (``etf.linkage.answered_spans``, no id to name them by), so the audit judges them answered, as the
     instrumentation did, instead of ``unjudged``."""
-    server.enqueue(Script(events=OLLAMA_QUIRK_STREAMS["several calls on index 0, no ids"]))
-    server.enqueue(Script(events=stream(chunk(content="ok"))))
-    stdout, code, report = zero_code(server, tmp_path, capsys, "stream", "sync", "", engine=engine)
+    if form == "stream":
+        server.enqueue(Script(events=OLLAMA_QUIRK_STREAMS["several calls on index 0, no ids"]))
+        server.enqueue(Script(events=stream(chunk(content="ok"))))
+    else:
+        server.enqueue(Script(body=body(call("get_a", {"a": 1}), call("get_b", {"b": 2}))))
+        server.enqueue(Script(body=body(content="ok")))
+    stdout, code, report = zero_code(server, tmp_path, capsys, form, kind, "", engine=engine)
     assert (code, kinds(report)) == (0, {}), report
     calls = span_attributes(stdout, "assemble_tool_call get_a") + span_attributes(stdout, "assemble_tool_call get_b")
     assert [(a["etf.tool_call.verdict"], a["etf.id.positional"]) for a in calls] == [
