@@ -201,7 +201,7 @@ class ResponseObserver:
             self.linkage_ambiguous,
             streamed,
             self._drift,
-            self.answered_spans,
+            answered_spans=self.answered_spans,
         )
         open_calls.note(self.telemetry, result.calls, registered)  # what an MCP client matches call_tool to
         if self._positional:
