@@ -43,6 +43,7 @@ __all__ = [
     "ETF_LINKAGE_AMBIGUOUS",
     "ETF_LINKAGE_ANSWERED_IDS",
     "ETF_LINKAGE_ANSWERED_IDS_DROPPED",
+    "ETF_LINKAGE_ANSWERED_SPANS",
     "ETF_LINKAGE_ORPHAN_REASON",
     "ETF_MCP_MATCH",
     "ETF_MCP_META_REJECTED",
@@ -195,6 +196,10 @@ ETF_LINKAGE_ANSWERED_IDS: Final = "etf.linkage.answered_ids"
 """On the ``assemble_response`` span of a request that settled the previous response of its
 conversation: the previous response's proposals that request answered (preserved, proposed ids only)."""
 ETF_LINKAGE_ANSWERED_IDS_DROPPED: Final = "etf.linkage.answered_ids_dropped"
+ETF_LINKAGE_ANSWERED_SPANS: Final = "etf.linkage.answered_spans"
+"""Beside ``etf.linkage.answered_ids``: the previous response's id-less proposals (identity by position, no id
+to name them) the request answered, by the span ids of their ``assemble_tool_call`` spans (16 lowercase hex
+digits, at most as many as ``etf.linkage.answered_ids`` keeps)."""
 """Answered proposals beyond the bound of ``etf.linkage.answered_ids`` (only when non-zero)."""
 ETF_LINKAGE_AMBIGUOUS: Final = "etf.linkage.ambiguous"
 """``true`` on the ``assemble_response`` span of a request that carried results but whose evidence

@@ -6,7 +6,8 @@ streams by, :class:`Evidence` collects, by call id and bounded by ``max_ids``:
 
 * the settlements (``etf.linkage.answered_ids`` on an ``assemble_response`` span, ``unanswered_call``
   events, and ``refusal_answered`` drift events naming a preserved id: a call the rules rejected or the
-  guard refused, answered with an error result, is answered): ``settled``;
+  guard refused, answered with an error result, is answered): ``settled``; and the id-less proposals
+  (identity by position) a request answered, by span id (``etf.linkage.answered_spans``): ``settled_spans``;
 * where each call id was proposed (``assemble_tool_call`` spans) and which traces ran an execution
   carrying it: ``proposals``, ``executed_in``. An execution whose call id its own trace did not propose
   is matched to the one proposal of the input with that id (ids are matched only when unique): the
@@ -50,6 +51,8 @@ class Evidence:
     """
 
     settled: dict[str, int] = field(default_factory=dict)
+    settled_spans: dict[str, int] = field(default_factory=dict)
+    """The span id of an id-less proposal a request answered, to the end of the latest span recording it."""
     max_ids: int = DEFAULT_MAX_EVIDENCE_IDS
     dropped: int = 0
     proposals: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -63,13 +66,14 @@ class Evidence:
     held: dict[str, AuditFinding] = field(default_factory=dict)
     """``unjudged`` findings of those proposals, by call id: dropped if a deferred execution ran them."""
 
-    def note(self, call_id: str, at_ns: int) -> None:
-        """A span ending at ``at_ns`` recorded a settlement of ``call_id``."""
-        seen = self.settled.get(call_id)
-        if seen is None and len(self.settled) >= self.max_ids:
+    def note(self, call_id: str, at_ns: int, settled: dict[str, int] | None = None) -> None:
+        """A span ending at ``at_ns`` recorded a settlement of ``call_id`` (of a span id, into ``settled_spans``)."""
+        settled = self.settled if settled is None else settled
+        seen = settled.get(call_id)
+        if seen is None and len(settled) >= self.max_ids:
             self.dropped += 1
         elif seen is None or at_ns > seen:
-            self.settled[call_id] = at_ns
+            settled[call_id] = at_ns
 
     def add(self, span: SpanData, record: SpanRecord) -> None:
         """Note what one span records (``record`` is its :func:`~etf_otel.audit._model.to_record`)."""
@@ -79,6 +83,11 @@ class Evidence:
                 for call_id in ids:
                     if isinstance(call_id, str) and call_id:
                         self.note(call_id, record.end_ns)
+            spans = span.attributes.get(A.ETF_LINKAGE_ANSWERED_SPANS)
+            if isinstance(spans, list):
+                for span_id in spans:
+                    if isinstance(span_id, str) and span_id:
+                        self.note(span_id.lower(), record.end_ns, self.settled_spans)
         elif record.call_id is not None:
             if record.role is Role.CALL:
                 self._propose(record.call_id, (record.trace_id, record.span_id))
@@ -110,8 +119,9 @@ class Evidence:
                 self.note(call_id, record.end_ns)
 
     def settles(self, call: SpanRecord) -> bool:
-        """Whether a settlement recorded after ``call``'s span ended names its call id."""
-        at_ns = self.settled.get(call.call_id) if call.call_id is not None else None
+        """Whether a settlement recorded after ``call``'s span ended names its call id, or, for an id-less
+        proposal, its span."""
+        at_ns = self.settled.get(call.call_id) if call.call_id is not None else self.settled_spans.get(call.span_id)
         return at_ns is not None and at_ns >= call.end_ns
 
     def proposers(self, call_id: str) -> int:

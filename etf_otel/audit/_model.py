@@ -18,7 +18,7 @@ from typing import Any, Final
 from etf_otel import attributes as A
 from etf_otel.audit._foreign import foreign_call_id, is_foreign_execution, is_llm_call
 from etf_otel.audit._kinds import FIXED_CATEGORY, FindingKind
-from etf_otel.audit._messages import ATTR_INPUT_MESSAGES, assistant_call_ids, input_messages, tool_message_ids
+from etf_otel.audit._messages import ATTR_INPUT_MESSAGES, Round, event_message_ids, input_messages, rounds
 from etf_otel.audit._request import Drift, Pairing, read_drifts, read_pairing
 from etf_otel.audit._sources.sql_values import positional
 from etf_otel.core._divergence import DivergenceKind
@@ -128,8 +128,11 @@ class SpanRecord:
     pairing: Pairing | None = None
     """What a request's span recorded about its pairing, when it was not consistent."""
     tool_messages: tuple[str, ...] = ()
-    assistant_ids: tuple[str, ...] = ()
-    """The call ids of the last assistant turn of a span with tool messages: which response they answer."""
+    """Every id a tool message of the span answers (its ``gen_ai.tool.message`` events, then every round)."""
+    told: tuple[str, ...] = ()
+    """The ids of its ``gen_ai.tool.message`` events: always judged."""
+    history: tuple[Round, ...] = ()
+    """The rounds of its recorded messages, when one has a tool message: the checks find the answered turn."""
     problems: tuple[str, ...] = ()
     match: str | None = None
     """``etf.mcp.match`` of a :attr:`Role.REMOTE_CALL` (one of ``MCP_MATCH_VALUES``), for the finding's detail."""
@@ -272,10 +275,10 @@ def to_record(span: SpanData) -> SpanRecord:
         record.violations = _read_violations(span, problems)
         record.drifts = read_drifts(span.events)
     if span.events or ATTR_INPUT_MESSAGES in attributes:
-        messages = input_messages(attributes)
-        record.tool_messages = tuple(tool_message_ids(span.events, messages))
-        if record.tool_messages:
-            record.assistant_ids = tuple(assistant_call_ids(messages))
+        record.told = tuple(event_message_ids(span.events))
+        record.history = rounds(input_messages(attributes))
+        answers = (answer for entry in record.history for answer in entry.answers)
+        record.tool_messages = (*record.told, *answers)
     if A.ETF_REQUEST_PAIRING in attributes:
         record.pairing = read_pairing(attributes)
     if role is Role.CALL:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from etf_otel import attributes as A
 from etf_otel.audit._evidence import Evidence
+from etf_otel.audit._messages import scope
 from etf_otel.audit._model import AuditFinding, FindingKind
 from etf_otel.core._linkage import concatenated
 
@@ -24,9 +25,10 @@ def tool_message_findings(index: TraceIndex, evidence: Evidence | None = None) -
 
     Which response a span's tool messages answer is decided by evidence, first match wins (the in-process
     linkage's order; the audit has no ``previous_response_id`` nor message fingerprints): the call ids of
-    the span's last assistant turn that spans of the input proposed, or else the calls of the span's own
-    trace. An assistant turn naming a call id several spans proposed points to no single response: its
-    tool messages are ``unjudged``, never a violation. An orphaned message says why (``orphan_reason``).
+    the span's answered turn (:func:`~etf_otel.audit._messages.scope`: the last assistant turn carrying a call
+    id some span proposed) that spans of the input proposed, or else the calls of the span's own trace. An
+    assistant turn naming a call id several spans proposed points to no single response: its tool messages
+    are ``unjudged``, never a violation. An orphaned message says why (``orphan_reason``).
     """
     valid = {call.call_id for call in index.calls if call.call_id is not None and index.judge(call)[0] is not False}
     trace_ids = frozenset(index.by_call_id)
@@ -36,9 +38,11 @@ def tool_message_findings(index: TraceIndex, evidence: Evidence | None = None) -
     for record in index.records:
         if not record.tool_messages:
             continue
-        named = [call_id for call_id in record.assistant_ids if _proposers(index, evidence, call_id)]
+        assistant_ids, read = scope(record.history, lambda call_id: _proposers(index, evidence, call_id) > 0)
+        messages = [*record.told, *read]
+        named = [call_id for call_id in assistant_ids if _proposers(index, evidence, call_id)]
         if any(_proposers(index, evidence, call_id) > 1 for call_id in named):
-            for message_id in record.tool_messages:
+            for message_id in messages:
                 unjudged.setdefault(
                     message_id,
                     AuditFinding.of(
@@ -53,10 +57,10 @@ def tool_message_findings(index: TraceIndex, evidence: Evidence | None = None) -
             )
         elif evidence is not None:  # no assistant turn (previous_response_id): a proposal of any trace answers,
             calls = trace_ids  # unless it is this trace's own call the rules rejected (judged here)
-            good = valid | {m for m in record.tool_messages if m in evidence.proposals and m not in trace_ids}
+            good = valid | {m for m in messages if m in evidence.proposals and m not in trace_ids}
         else:
             calls, good = trace_ids, valid
-        for message_id in record.tool_messages:
+        for message_id in messages:
             if message_id in good:
                 answered.add(message_id)
             elif message_id not in orphaned:

@@ -60,6 +60,7 @@ class ResponseObserver:
     __slots__ = (
         "__weakref__",
         "_answered",
+        "answered_spans",
         "_assembler",
         "_at_eof",
         "_base",
@@ -106,6 +107,8 @@ class ResponseObserver:
         self._at_eof: Callable[[], None] | None = None
         self._reported: list[Callable[[AssemblyResult, Mapping[tuple[int, int], SpanContext]], None]] = []
         self.linkage_ambiguous = False
+        self.answered_spans: tuple[str, ...] = ()
+        """Set by an integration whose request answered id-less proposals: their ``assemble_tool_call`` span ids."""
         """Set by an integration whose request carried results it could link to no single response."""
         self.pairing: PairingCheck | None = None
         """Set by an integration that checked its request's pairing (``etf.request.pairing``)."""
@@ -204,6 +207,7 @@ class ResponseObserver:
             streamed,
             self._drift,
             self.pairing,
+            answered_spans=self.answered_spans,
         )
         if self.pairing is not None:
             count_pairing(self.telemetry, self.pairing, self._base)

@@ -159,16 +159,22 @@ def drift_attributes(drift: Drift) -> dict[str, AttributeValue]:
     return attributes
 
 
-def answered_attributes(answered: Sequence[str], limit: int, ambiguous: bool = False) -> dict[str, AttributeValue]:
+def answered_attributes(
+    answered: Sequence[str], limit: int, ambiguous: bool = False, spans: Sequence[str] = ()
+) -> dict[str, AttributeValue]:
     """The settlement evidence of a new request, for its ``assemble_response`` span (docs/telemetry.md).
 
     ``answered`` are the previous response's proposals the request answered (preserved, proposed
     ids only: :meth:`~etf_otel.core._linkage.Conversation.settle`); at most ``limit`` are kept,
     the rest counted. Nothing when the request answered nothing. ``ambiguous``: the request was
-    not judged, its evidence pointing to no single response (``etf.linkage.ambiguous``)."""
-    if not answered:
-        return {A.ETF_LINKAGE_AMBIGUOUS: True} if ambiguous else {}
+    not judged, its evidence pointing to no single response (``etf.linkage.ambiguous``). ``spans``: the span ids
+    of the id-less proposals it answered (``etf.linkage.answered_spans``, at most ``limit``): no id names them,
+    and the audit matches their settlement by span."""
     attributes: dict[str, AttributeValue] = {}
+    if spans and limit > 0:
+        attributes[A.ETF_LINKAGE_ANSWERED_SPANS] = list(spans[:limit])
+    if not answered:
+        return {**attributes, A.ETF_LINKAGE_AMBIGUOUS: True} if ambiguous else attributes
     kept = [bounded(call_id) for call_id in answered[: max(limit, 0)]]
     if kept:
         attributes[A.ETF_LINKAGE_ANSWERED_IDS] = kept

@@ -137,10 +137,11 @@ class Telemetry:
         streamed: bool = True,
         drift: Sequence[Drift] = (),
         pairing: PairingCheck | None = None,
+        answered_spans: Sequence[str] = (),
     ) -> tuple[dict[str, ProposalRecord], dict[tuple[int, int], SpanContext]]:
         """Emit the spans and metrics of one finalized response; returns its proposal records by id (its own, whatever
         another thread registers) and each call's span context by ``(choice, index)`` (an id-less call's link).
-        ``findings`` (counted) and ``answered`` settled the previous response (``etf.linkage.answered_ids``);
+        ``findings`` (counted), ``answered`` and ``answered_spans`` (id-less, by span) settled the last response;
         ``ambiguous``: not judged; ``protocol``: span and ``etf.streams``; ``streamed``: ``False`` for a body;
         ``drift``, ``pairing``: that request's ``etf.linkage.drift`` events, its pairing check (counted already)."""
         ended_ns = time.time_ns()
@@ -152,7 +153,8 @@ class Telemetry:
             self.counters.add_response(result, state, provider, protocol, self.tool_name_label, incomplete)
         call_spans: dict[tuple[int, int], SpanContext] = {}
         attributes = response_attributes(result, state, base, protocol, error_type, streamed)
-        attributes.update(answered_attributes(answered, self.max_answered_ids, ambiguous) | pairing_attributes(pairing))
+        settled = answered_attributes(answered, self.max_answered_ids, ambiguous, answered_spans)
+        attributes.update(settled | pairing_attributes(pairing))
         stream_span = self.tracer.start_span(
             A.SPAN_ASSEMBLE_RESPONSE,
             context=parent,

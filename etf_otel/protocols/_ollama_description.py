@@ -32,7 +32,7 @@ from etf_otel.core._vocabulary import ErrorCategory
 from etf_otel.protocols._base import FollowUp, WireProtocol, field, last_position
 from etf_otel.protocols._ollama import OllamaAssembler
 
-__all__ = ["FINISH_REASONS", "OLLAMA", "body_events", "results"]
+__all__ = ["FINISH_REASONS", "OLLAMA", "body_events", "results", "settle_answers"]
 
 FINISH_REASONS: Final = frozenset({"stop", "length", "load", "unload"})
 """The ``done_reason`` values the Ollama server sends."""
@@ -144,6 +144,12 @@ def _link(result: AssemblyResult, followup: object) -> list[Finding] | None:
 
 def link_answers(proposals: Sequence[ToolCall], answers: Sequence[object]) -> list[Finding]:
     """Findings of the ``role: tool`` messages ``answers`` against ``proposals`` (the module's rules)."""
+    return settle_answers(proposals, answers)[0]
+
+
+def settle_answers(proposals: Sequence[ToolCall], answers: Sequence[object]) -> tuple[list[Finding], frozenset[int]]:
+    """:func:`link_answers`, and the positions of the proposals the answers settled: an id-less call (identity
+    by position) is named by no finding nor answered id, so its settlement is said by where it stands."""
     id_mode = any(proposal.id is not None for proposal in proposals)
     answered: set[int] = set()
     findings: list[Finding] = []
@@ -167,7 +173,7 @@ def link_answers(proposals: Sequence[ToolCall], answers: Sequence[object]) -> li
         for at, proposal in enumerate(proposals)
         if at not in answered
     )
-    return findings
+    return findings, frozenset(answered)
 
 
 def body_events(body: object) -> list[object] | None:

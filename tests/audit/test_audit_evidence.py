@@ -132,7 +132,8 @@ def test_an_answer_the_next_request_drops_is_unanswered(
     first, second = responses(proc.path)
     assert second.attributes[ANSWERED_IDS] == ["call-a"]
     code, report = audit(capsys, proc.path, engine)
-    assert (code, kinds(report)) == (1, {"unanswered_call": 1}), report  # once: not also a recorded_violation
+    # once: not also a recorded_violation; the request the provider would refuse is a finding of its own
+    assert (code, kinds(report)) == (1, {"unanswered_call": 1, "request_pairing": 1}), report
     (finding,) = findings(report, "unanswered_call")
     assert finding["call_id"] == "call-b" and finding["category"] == "unanswered_call"
     assert finding["span_id"] == second.span_id  # where the settlement recorded it
@@ -166,7 +167,8 @@ def test_an_orphaned_result_id_never_reaches_a_span(
     second = responses(proc.path)[1]
     assert second.attributes[ANSWERED_IDS] == ["call-a"]
     code, report = audit(capsys, proc.path, engine)
-    assert (code, kinds(report)) == (1, {"recorded_violation": 1}), report
+    # and the request its provider would refuse (a result answering no call) is a finding of its own
+    assert (code, kinds(report)) == (1, {"recorded_violation": 1, "request_pairing": 1}), report
     (finding,) = findings(report, "recorded_violation")
     assert finding["category"] == "orphaned_result" and "call_id" not in finding
 
@@ -261,7 +263,9 @@ print(f"{len(answered)} of {len(calls)} answered", file=sys.stderr)  # stdout ca
 """
 
 
-@pytest.mark.parametrize(("answers", "expected"), [(2, (0, {})), (1, (1, {"unanswered_call": 1}))])
+@pytest.mark.parametrize(
+    ("answers", "expected"), [(2, (0, {})), (1, (1, {"unanswered_call": 1, "request_pairing": 1}))]
+)
 def test_the_zero_code_export_command_feeds_the_audit(
     server: LocalChatServer,
     tmp_path: Path,

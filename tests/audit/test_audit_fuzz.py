@@ -63,7 +63,8 @@ def assistant(draw: st.DrawFn, ids: list[str]) -> dict[str, Any]:
 def input_messages(draw: st.DrawFn) -> str:
     """``gen_ai.input.messages``: a stateless history of up to three rounds, each an assistant turn (with calls in
     one of the shapes, or text only) and its tool messages, then maybe a text turn and more tool messages after
-    it: only the tool messages after the last turn with calls are judged, in both engines (AGENT-STACKS 11.6)."""
+    it: the answered turn (the last carrying a proposed call, else the last with calls), its answers and the later
+    tool messages answering no later turn's call are judged, in both engines (AGENT-STACKS 11.6)."""
     messages: list[Any] = [{"role": "user", "content": "hi"}]
     for _ in range(draw(st.integers(0, 3))):
         ids = draw(st.lists(st.sampled_from(MESSAGE_IDS), max_size=3))
@@ -142,6 +143,10 @@ def exports(draw: st.DrawFn) -> str:
             if draw(st.booleans()):
                 drift["gen_ai.tool.call.id"] = draw(st.sampled_from(CALL_IDS[:3]))
             events.append(("etf.linkage.drift", drift))
+        if name == "assemble_response" and draw(st.integers(0, 3)) == 0:  # id-less proposals settled by span
+            settled = draw(st.lists(st.integers(1, 14), max_size=3))
+            spans_ids = [f"{k:016x}".upper() if draw(st.booleans()) else f"{k:016x}" for k in settled]
+            span["attributes"].append({"key": "etf.linkage.answered_spans", "value": value(spans_ids)})
         if name == "assemble_response" and draw(st.integers(0, 4)) == 0:
             recorded = draw(st.sampled_from(PAIRING))
             span["attributes"] += [{"key": k, "value": value(v)} for k, v in recorded.items()]

@@ -179,8 +179,10 @@ def test_an_id_less_call_left_unanswered_is_still_reported(
     list(client.models.generate_content_stream(model=MODEL, contents=history, config=NO_AFC))
     gemini_process.close()
     # The event names the call by name only (no id): a recorded_violation. The settlement evidence the audit
-    # matches (etf.linkage.answered_ids) holds ids only, so both calls stay unjudged besides.
-    assert both([gemini_process.path], capsys) == (1, {"recorded_violation": 1, "unjudged": 2})
+    # matches (etf.linkage.answered_ids) holds ids only, so both calls stay unjudged besides. The request,
+    # whose call lacks its functionResponse, is one the provider refuses: request_pairing.
+    expected = {"recorded_violation": 1, "request_pairing": 1, "unjudged": 2}
+    assert both([gemini_process.path], capsys) == (1, expected)
 
 
 # --- replay --export -----------------------------------------------------------------------------------------

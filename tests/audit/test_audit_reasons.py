@@ -4,8 +4,9 @@
   text table, the HTML page), including ``rejected_incoming_id``, which only the process that refused the
   id can recognise (the audit never sees the id).
 * Tool messages recorded by another instrumentation (``gen_ai.input.messages``) answer the response their
-  span's last assistant turn names, in whatever trace it was proposed; a turn naming a call id several
-  spans proposed is ``unjudged``, never a violation; an orphaned message says why.
+  span's answered turn names (the last assistant turn carrying a proposed call), in whatever trace it was
+  proposed; a turn naming a call id several spans proposed is ``unjudged``, never a violation; an orphaned
+  message says why.
 
 Both engines (Python, chDB) must agree on each.
 """
@@ -200,8 +201,9 @@ def test_a_stateless_history_is_judged_on_its_last_round_with_calls_only(
     process: Callable[..., Process], capsys: pytest.CaptureFixture[str], engine: str, shape: str
 ) -> None:
     """A request repeating every earlier round (AGENT-STACKS 11.6): the tool messages judged are those after the
-    last assistant turn with calls, against that turn; the earlier rounds' results are not judged again (an
-    earlier one answering nothing included), and a text turn after the answers does not move the answered turn."""
+    last assistant turn carrying a proposed call, against that turn; the earlier rounds' results are not judged
+    again (an earlier one answering nothing included), and a text turn after the answers does not move the
+    answered turn (a tool message after it that answers no call is still judged)."""
     proc = process()
     propose(proc, "call-a")
     propose(proc, "call-b")

@@ -19,6 +19,7 @@ import pytest
 from etf_otel.cli._audit import run_audit
 from etf_otel.testing import OLLAMA_QUIRK_STREAMS, LocalChatServer, Script
 from etf_otel.testing.ollama import body, call, chunk, stream
+from tests.audit.test_audit_evidence import ENGINES
 
 pytest.importorskip("ollama")
 
@@ -60,7 +61,7 @@ CALLS = [call("get_weather", {"city": "Paris"}, id=W, index=0), call("get_time",
 
 
 def zero_code(
-    server: LocalChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str
+    server: LocalChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], *argv: str, engine: str = "python"
 ) -> tuple[str, int, dict[str, Any]]:
     from tests.test_examples import BIN, clean_env, run
 
@@ -79,7 +80,7 @@ def zero_code(
     done = run([str(launcher), sys.executable, str(app), *argv], env)
     spans = tmp_path / "spans.jsonl"
     spans.write_text(done.stdout)
-    code = run_audit([str(spans)], json_output=True, progress=False, engine="python")
+    code = run_audit([str(spans)], json_output=True, progress=False, engine=engine)
     out, err = capsys.readouterr()
     assert err == ""
     return done.stdout, code, json.loads(out)
@@ -99,6 +100,18 @@ def span_attributes(stdout: str, name: str) -> list[dict[str, Any]]:
                         attributes = {a["key"]: next(iter(a["value"].values())) for a in span.get("attributes", [])}
                         found.append(attributes)
     return found
+
+
+def span_id(stdout: str, name: str) -> str:
+    (found,) = [
+        span["spanId"]
+        for line in stdout.splitlines()
+        for resource in json.loads(line).get("resourceSpans", [])
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+        if span["name"] == name
+    ]
+    return str(found)
 
 
 SHAPES = [("stream", "sync"), ("body", "sync"), ("stream", "async"), ("body", "async")]
@@ -124,18 +137,47 @@ def test_a_clean_two_tool_loop_audits_clean_with_both_calls_proposed(
     assert [r["etf.protocol"] for r in span_attributes(stdout, "assemble_response")] == ["ollama", "ollama"]
 
 
-def test_id_less_calls_of_an_older_server_are_proposed_and_audit_without_findings(
-    server: LocalChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(("form", "kind"), [("stream", "sync"), ("body", "async")])
+def test_id_less_calls_of_an_older_server_are_proposed_answered_and_audit_clean(
+    server: LocalChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], form: str, kind: str, engine: str
 ) -> None:
-    server.enqueue(Script(events=OLLAMA_QUIRK_STREAMS["several calls on index 0, no ids"]))
-    server.enqueue(Script(events=stream(chunk(content="ok"))))
-    stdout, code, report = zero_code(server, tmp_path, capsys, "stream", "sync", "")
-    # No finding; the audit cannot tell from the export that id-less calls were answered (no answered ids).
-    assert (code, kinds(report)) == (0, {"unjudged": 2}), report
+    """Calls without ids, answered by ``tool_name``: the settling request names them by their call spans
+    (``etf.linkage.answered_spans``, no id to name them by), so the audit judges them answered, as the
+    instrumentation did, instead of ``unjudged``."""
+    if form == "stream":
+        server.enqueue(Script(events=OLLAMA_QUIRK_STREAMS["several calls on index 0, no ids"]))
+        server.enqueue(Script(events=stream(chunk(content="ok"))))
+    else:
+        server.enqueue(Script(body=body(call("get_a", {"a": 1}), call("get_b", {"b": 2}))))
+        server.enqueue(Script(body=body(content="ok")))
+    stdout, code, report = zero_code(server, tmp_path, capsys, form, kind, "", engine=engine)
+    assert (code, kinds(report)) == (0, {}), report
     calls = span_attributes(stdout, "assemble_tool_call get_a") + span_attributes(stdout, "assemble_tool_call get_b")
     assert [(a["etf.tool_call.verdict"], a["etf.id.positional"]) for a in calls] == [
         ("proposed", "1")
     ] * 2  # OTLP JSON ints are strings
+    first, settling = span_attributes(stdout, "assemble_response")
+    assert "etf.linkage.answered_spans" not in first
+    answered = [value["stringValue"] for value in settling["etf.linkage.answered_spans"]["values"]]
+    assert answered == [span_id(stdout, "assemble_tool_call get_a"), span_id(stdout, "assemble_tool_call get_b")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_id_less_call_left_unanswered_is_reported_not_settled(
+    server: LocalChatServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str
+) -> None:
+    """The app answers one call only (both results named ``get_a``): the other call's span is not among the
+    answered spans. The instrumentation's findings (the duplicate result, the unanswered call) are the audit's;
+    its ``unanswered_call`` names no id, so the call itself stays ``unjudged`` (informational), never settled."""
+    server.enqueue(Script(events=OLLAMA_QUIRK_STREAMS["several calls on index 0, no ids"]))
+    server.enqueue(Script(events=stream(chunk(content="ok"))))
+    stdout, code, report = zero_code(server, tmp_path, capsys, "stream", "sync", "get_a", engine=engine)
+    settling = span_attributes(stdout, "assemble_response")[1]
+    answered = [value["stringValue"] for value in settling["etf.linkage.answered_spans"]["values"]]
+    assert answered == [span_id(stdout, "assemble_tool_call get_a")]
+    # the follow-up leaves a call without its result: a request the pairing check finds broken, too
+    assert (code, kinds(report)) == (1, {"recorded_violation": 2, "request_pairing": 1, "unjudged": 1}), report
 
 
 def test_a_result_sent_under_the_wrong_name_is_reported(

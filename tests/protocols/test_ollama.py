@@ -19,7 +19,7 @@ from etf_otel import IdentityRules, protocols
 from etf_otel.core._vocabulary import ErrorCategory, StreamState, Transition, Verdict
 from etf_otel.protocols import OLLAMA
 from etf_otel.protocols._ollama import OllamaAssembler, assemble, tool_calls
-from etf_otel.protocols._ollama_description import body_events, link_answers, results
+from etf_otel.protocols._ollama_description import body_events, link_answers, results, settle_answers
 from etf_otel.testing import OLLAMA_QUIRK_STREAMS
 from etf_otel.testing.ollama import MISSING, body, call, chunk, done, error, stream
 
@@ -260,6 +260,16 @@ def test_linkage_by_id_by_name_and_by_order() -> None:
         ("orphaned_result", None, "nope"),
         ("duplicate_result", B, None),
     ]
+
+
+def test_the_positions_an_id_less_follow_up_settles() -> None:
+    """No id names an id-less call: the integration records which it settled by where it stands."""
+    proposals = assemble(stream(chunk(call("get_a", {}), call("get_b", {}), call("get_a", {})))).proposals
+    findings, positions = settle_answers(proposals, [_tool("get_a"), _tool("get_a")])
+    assert [(f.category.value, f.call_id, f.name) for f in findings] == [("unanswered_call", None, "get_b")]
+    assert positions == frozenset({0, 2})
+    assert settle_answers(proposals, [_tool("get_b"), _tool()])[1] == frozenset({0, 1})  # by name, then by order
+    assert settle_answers(proposals, [_tool("nope")])[1] == frozenset()
 
 
 def test_the_link_of_a_next_request() -> None:

@@ -32,7 +32,8 @@
 -- 1. One row per span of the traces in the window: its role and what the checks need (model.to_record).
 DROP TEMPORARY TABLE IF EXISTS etf_spans;
 CREATE TEMPORARY TABLE etf_spans ENGINE = Memory AS
-SELECT * EXCEPT (input_list, turn_calls)  -- the messages themselves are not kept: only the ids read from them
+SELECT * EXCEPT (input_list, message_calls, message_assistant, message_answers)  -- the messages are not kept:
+    -- only the ids read from them, by message, of a span with a tool message
 FROM (
 WITH window_traces AS (
     SELECT DISTINCT TraceId
@@ -97,6 +98,11 @@ SELECT
     if(role = 'response',
        arrayFilter(x -> x != '', JSONExtract(SpanAttributes['etf.linkage.answered_ids'], 'Array(String)')),
        []) AS answered_ids,
+    -- and the id-less proposals (identity by position) it answered, by their span ids
+    if(role = 'response',
+       arrayMap(x -> lower(x), arrayFilter(x -> x != '',
+                JSONExtract(SpanAttributes['etf.linkage.answered_spans'], 'Array(String)'))),
+       []) AS answered_spans,
     arrayFilter((t, s) -> t != '' AND s != '', Links.TraceId, Links.SpanId) AS link_traces,
     arrayFilter((s, t) -> t != '' AND s != '', Links.SpanId, Links.TraceId) AS link_spans,
     -- etf.integrity.violation events: (category, call id, orphan reason or divergence kind: model.DIVERGENCE_KINDS)
@@ -128,9 +134,9 @@ SELECT
         x -> x IN ('history_trimmed', 'id_rewritten', 'concatenated_ids', 'unknown'),
         JSONExtract(SpanAttributes['etf.request.pairing_reasons'], 'Array(String)')))) AS pairing_reasons,
     SpanAttributes['etf.request.pairing_refused'] = 'true' AS pairing_refused,
-    -- the messages sent to the model, and the call ids each assistant message carries (Chat tool_calls, semconv
-    -- parts, Anthropic content); the answered turn is the last one with calls (etf_otel/audit/_messages.py):
-    -- the turns before it belong to earlier responses, the tool messages after it are its answers
+    -- the messages sent to the model: the call ids each assistant message carries (Chat tool_calls, semconv
+    -- parts, Anthropic content), whether each is an assistant turn, the ids each tool message answers
+    -- (etf_otel/audit/_messages.py rounds); step 6b finds the answered turn once every proposal is known
     JSONExtractArrayRaw(SpanAttributes['gen_ai.input.messages']) AS input_list,
     arrayMap(m -> if(JSONExtractString(m, 'role') = 'assistant',
                      arrayFilter(x -> x != '', arrayConcat(
@@ -140,23 +146,26 @@ SELECT
                          arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_use', JSONExtractString(p, 'id'), ''),
                                   JSONExtractArrayRaw(m, 'content')))),
                      []),
-             input_list) AS turn_calls,
-    arrayLastIndex(x -> length(x) > 0, turn_calls) AS answered_turn,  -- 0: none, every message is read
-    -- ids answered by role: tool messages (gen_ai.tool.message events; gen_ai.input.messages after the answered turn)
-    arrayFilter(x -> x != '', arrayConcat(
-        arrayMap((n, a) -> if(n = 'gen_ai.tool.message',
-                              if(a['gen_ai.tool.call.id'] != '', a['gen_ai.tool.call.id'], a['id']), ''),
-                 Events.Name, Events.Attributes),
-        arrayFlatten(arrayMap(
-            (m, position) -> if(position > answered_turn AND JSONExtractString(m, 'role') = 'tool',
-                                arrayConcat([JSONExtractString(m, 'tool_call_id')],
-                                            arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call_response',
-                                                             JSONExtractString(p, 'id'), ''),
-                                                     JSONExtractArrayRaw(m, 'parts'))),
-                                []),
-            input_list, arrayEnumerate(input_list))))) AS tool_messages,
-    -- the call ids of the answered turn of a span with tool messages: which response they answer
-    if(length(tool_messages) > 0 AND answered_turn > 0, turn_calls[answered_turn], []) AS assistant_ids,
+             input_list) AS message_calls,
+    arrayMap(m -> JSONExtractString(m, 'role') = 'assistant', input_list) AS message_assistant,
+    arrayMap(m -> if(JSONExtractString(m, 'role') = 'tool',
+                     arrayFilter(x -> x != '', arrayConcat(
+                         [JSONExtractString(m, 'tool_call_id')],
+                         arrayMap(p -> if(JSONExtractString(p, 'type') = 'tool_call_response',
+                                          JSONExtractString(p, 'id'), ''),
+                                  JSONExtractArrayRaw(m, 'parts')))),
+                     []),
+             input_list) AS message_answers,
+    -- ids answered by gen_ai.tool.message events (always judged)
+    arrayFilter(x -> x != '',
+                arrayMap((n, a) -> if(n = 'gen_ai.tool.message',
+                                      if(a['gen_ai.tool.call.id'] != '', a['gen_ai.tool.call.id'], a['id']), ''),
+                         Events.Name, Events.Attributes)) AS told,
+    -- every id a tool message of the span answers
+    arrayConcat(told, arrayFlatten(message_answers)) AS tool_messages,
+    if(length(tool_messages) > 0, message_calls, []) AS turn_calls,
+    if(length(tool_messages) > 0, message_assistant, []) AS turn_assistant,
+    if(length(tool_messages) > 0, message_answers, []) AS turn_answers,
     -- contract attributes that are missing (docs/telemetry.md)
     arrayConcat(
         arrayMap(n -> 'etf.integrity.violation event without etf.error.category',
@@ -428,11 +437,20 @@ WITH
         )
         GROUP BY call_id
     ),
+    -- Id-less proposals a request answered (etf.linkage.answered_spans), by span id (checks.Evidence.settles).
+    settled_spans AS (
+        SELECT arrayJoin(answered_spans) AS settled_span, max(copies_end_ns) AS settled_ns
+        FROM etf_spans WHERE length(answered_spans) > 0 GROUP BY settled_span
+    ),
     -- Proposals settled: by a tool message of their trace, or by a settlement recorded after them.
     settled_calls AS (
         SELECT j.trace_id AS trace_id, j.span_id AS span_id
         FROM etf_judged AS j INNER JOIN settled AS s ON s.call_id = j.call_id
         WHERE j.call_id != '' AND s.settled_ns >= j.end_ns
+        UNION ALL
+        SELECT j.trace_id, j.span_id
+        FROM etf_judged AS j INNER JOIN settled_spans AS s ON s.settled_span = lower(j.span_id)
+        WHERE j.call_id = '' AND s.settled_ns >= j.end_ns
         UNION ALL
         SELECT j.trace_id, j.span_id
         FROM etf_judged AS j INNER JOIN answered AS a ON a.trace_id = j.trace_id AND a.call_id = j.call_id
@@ -565,8 +583,8 @@ WHERE valid = 1
 ;
 
 -- 6b. Tool messages, judged against the response their evidence names (etf_otel/audit/_tool_messages.py):
---     the call ids of the span's last assistant turn that spans of the input proposed, else the calls of its
---     trace. A turn naming a call id several spans proposed names no single response: unjudged. An orphaned
+--     the call ids of the span's answered turn (the last assistant turn carrying a call id some span proposed)
+--     that spans of the input proposed, else the calls of its trace. A turn naming a call id several spans proposed names no single response: unjudged. An orphaned
 --     message says why: concatenated_ids (two or more of those calls' ids run together), rejected_call, unknown.
 DROP TEMPORARY TABLE IF EXISTS etf_tool_findings;
 CREATE TEMPORARY TABLE etf_tool_findings ENGINE = Memory AS
@@ -579,17 +597,47 @@ WITH
         SELECT trace_id, groupUniqArray(call_id) AS ids, groupUniqArrayIf(call_id, valid != 0) AS valid_ids
         FROM etf_judged WHERE call_id != '' GROUP BY trace_id
     ),
+    -- the call ids of a span's history that some span proposed
+    span_proposed AS (
+        SELECT x.trace_id AS trace_id, x.span_id AS span_id, groupUniqArray(x.turn_id) AS proposed_ids
+        FROM (SELECT trace_id, span_id, arrayJoin(arrayFlatten(turn_calls)) AS turn_id
+              FROM etf_spans WHERE length(tool_messages) > 0) AS x
+        INNER JOIN proposers AS p ON p.call_id = x.turn_id
+        GROUP BY x.trace_id, x.span_id
+    ),
+    -- the answered turn (etf_otel/audit/_messages.py scope): the last assistant turn carrying a proposed call id,
+    -- else the last with calls (0: none, every tool message is read); its answers up to the next assistant
+    -- turn; after it, the tool messages that answer no call of a later turn (those belong to that later round)
+    scoped AS (
+        SELECT s.trace_id AS trace_id, s.span_id AS span_id, s.start_ns AS start_ns,
+               arrayLastIndex(x -> hasAny(x, sp.proposed_ids), s.turn_calls) AS by_proposal,
+               if(by_proposal > 0, by_proposal, arrayLastIndex(x -> length(x) > 0, s.turn_calls)) AS answered_turn,
+               if(answered_turn > 0, s.turn_calls[answered_turn], []) AS assistant_ids,
+               arrayFirstIndex((a, i) -> a AND i > answered_turn, s.turn_assistant,
+                               arrayEnumerate(s.turn_assistant)) AS next_turn,
+               arrayConcat(s.told, arrayFlatten(arrayMap(
+                   (ids, i) -> multiIf(
+                       answered_turn = 0, ids,
+                       i <= answered_turn, [],
+                       next_turn = 0 OR i < next_turn, ids,
+                       arrayFilter(x -> NOT has(arrayFlatten(arraySlice(s.turn_calls, answered_turn + 1,
+                                                                         i - answered_turn - 1)), x), ids)),
+                   s.turn_answers, arrayEnumerate(s.turn_answers)))) AS read_ids
+        FROM etf_spans AS s
+        LEFT JOIN span_proposed AS sp ON sp.trace_id = s.trace_id AND sp.span_id = s.span_id
+        WHERE length(s.tool_messages) > 0
+    ),
     named AS (
         SELECT x.trace_id AS trace_id, x.span_id AS span_id, groupUniqArray(x.named_id) AS named,
                max(p.spans) > 1 AS several
         FROM (SELECT trace_id, span_id, arrayJoin(assistant_ids) AS named_id
-              FROM etf_spans WHERE length(assistant_ids) > 0) AS x
+              FROM scoped WHERE length(assistant_ids) > 0) AS x
         INNER JOIN proposers AS p ON p.call_id = x.named_id
         GROUP BY x.trace_id, x.span_id
     ),
     messages AS (
-        SELECT trace_id, span_id, start_ns, arrayJoin(tool_messages) AS message
-        FROM etf_spans WHERE length(tool_messages) > 0
+        SELECT trace_id, span_id, start_ns, arrayJoin(read_ids) AS message
+        FROM scoped WHERE length(read_ids) > 0
     ),
     judged AS (
         SELECT m.trace_id AS trace_id, m.span_id AS span_id, m.start_ns AS start_ns, m.message AS message,

@@ -54,6 +54,7 @@ from etf_otel.integrations.ollama._linkage import OllamaConversation, OllamaConv
 from etf_otel.protocols import OLLAMA
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import SpanContext
     from typing_extensions import Unpack
 
 __all__ = ["PROVIDER", "OllamaInstrumentor", "instrument_ollama"]
@@ -258,9 +259,11 @@ def _observer(prepared: Prepared, instrumentation: Instrumentation) -> ResponseO
     observer.pairing = prepared.pairing
     conversation = prepared.conversation
     if isinstance(conversation, OllamaConversation):
+        observer.answered_spans, conversation.answered_spans = conversation.answered_spans, ()
 
-        def latest(result: AssemblyResult, call_spans: Any) -> None:
+        def latest(result: AssemblyResult, call_spans: Mapping[tuple[int, int], SpanContext]) -> None:
             conversation.latest = without_content(result)
+            conversation.latest_spans = {key: format(span.span_id, "016x") for key, span in call_spans.items()}
             # the client's ToolCall objects lost their ids: a host finds every call by name and order
             positional.note(instrumentation.telemetry, result, call_spans, ids_dropped=True)
 

@@ -25,7 +25,7 @@ from etf_otel.core._vocabulary import ErrorCategory
 from etf_otel.integrations._conversation import ConversationIndex, Linked, LinkedConversation, digests, fingerprint
 from etf_otel.integrations._fingerprints import plain
 from etf_otel.protocols import OLLAMA
-from etf_otel.protocols._ollama_description import link_answers, results
+from etf_otel.protocols._ollama_description import results, settle_answers
 
 __all__ = ["OllamaConversation", "OllamaConversations"]
 
@@ -33,7 +33,7 @@ __all__ = ["OllamaConversation", "OllamaConversations"]
 class OllamaConversation(LinkedConversation):
     """A conversation settled by the next request's ``role: tool`` messages (by id, name or order)."""
 
-    __slots__ = ("followup", "latest")
+    __slots__ = ("answered_spans", "followup", "latest", "latest_spans")
 
     def __init__(self, index: ConversationIndex | None) -> None:
         super().__init__(index)
@@ -41,6 +41,11 @@ class OllamaConversation(LinkedConversation):
         """The latest response of the conversation, once reported."""
         self.followup: list[Any] | None = None
         """The messages of the request that answers :attr:`latest`, until it settles it."""
+        self.latest_spans: dict[tuple[int, int], str] = {}
+        """The ``assemble_tool_call`` span id of each call of :attr:`latest`, by ``(choice, index)``."""
+        self.answered_spans: tuple[str, ...] = ()
+        """The span ids of the id-less proposals the last settlement answered (no id names them: the audit
+        matches their settlement by span), until the settling request's observer takes them."""
 
     def settle(self, tool_message_ids: Iterable[object] | None = None) -> tuple[list[Finding], tuple[str, ...]]:
         followup, self.followup = self.followup, None
@@ -48,7 +53,12 @@ class OllamaConversation(LinkedConversation):
         if followup is None or latest is None:
             return super().settle(tool_message_ids)
         super().settle(())  # clears the pending ids; the protocol's linkage judges instead
-        findings = link_answers(latest.proposals, results(followup, latest))
+        findings, positions = settle_answers(latest.proposals, results(followup, latest))
+        self.answered_spans = tuple(
+            self.latest_spans[(call.choice, call.index)]
+            for at, call in enumerate(latest.proposals)
+            if at in positions and call.id is None and (call.choice, call.index) in self.latest_spans
+        )
         unanswered = {finding.call_id for finding in findings if finding.category is ErrorCategory.UNANSWERED_CALL}
         answered = tuple(call.id for call in latest.proposals if call.id is not None and call.id not in unanswered)
         return findings, answered
