@@ -41,6 +41,20 @@ class Harness(Generic[InstrumentorT]):
         self.close()
 
 
+class Switch(Harness[InstrumentorT]):
+    """A harness a test switches on and off (``on(**options)``, ``off()``) with the SDK's ``instrument_*``
+    (:attr:`instrument_with`), for what changes between instrumenting twice (the guard, the providers)."""
+
+    instrument_with: Callable[..., InstrumentorT]
+
+    def on(self, **options: Any) -> InstrumentorT:
+        self.instrumentor = type(self).instrument_with(**self.providers(), **options)
+        return self.instrumentor
+
+    def off(self) -> None:
+        self.close()
+
+
 def wrappers(cls: type, name: str = "create") -> list[Any]:
     """The objects whose methods wrap ``cls.<name>`` (wrapt wrappers), outermost first."""
     found = []

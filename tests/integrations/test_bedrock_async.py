@@ -50,11 +50,8 @@ aiobotocore_config = pytest.importorskip("aiobotocore.config")
 
 @pytest.fixture
 def etf(captured: Captured) -> Iterator[Etf]:
-    harness = Etf(captured)
-    try:
+    with Etf(captured) as harness:
         yield harness
-    finally:
-        harness.off()
 
 
 @pytest.fixture

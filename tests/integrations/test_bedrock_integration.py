@@ -32,6 +32,7 @@ from etf_otel.testing.bedrock import (
     tool_use,
 )
 from tests.conftest import Captured
+from tests.integrations.support import Switch
 
 boto3 = pytest.importorskip("boto3")
 botocore_config = pytest.importorskip("botocore.config")
@@ -46,30 +47,16 @@ ANSWER = [message_start(), {"contentBlockDelta": {"contentBlockIndex": 0, "delta
 ANSWER += [{"contentBlockStop": {"contentBlockIndex": 0}}, {"messageStop": {"stopReason": "end_turn"}}]
 
 
-class Etf:
-    def __init__(self, captured: Captured) -> None:
-        self.captured = captured
-        self.instrumentor: BedrockInstrumentor | None = None
+class Etf(Switch[BedrockInstrumentor]):
+    """Switched on and off within a test by ``instrument_bedrock``."""
 
-    def on(self, **options: Any) -> BedrockInstrumentor:
-        self.instrumentor = instrument_bedrock(
-            tracer_provider=self.captured.tracer_provider, meter_provider=self.captured.meter_provider, **options
-        )
-        return self.instrumentor
-
-    def off(self) -> None:
-        if self.instrumentor is not None:
-            self.instrumentor.uninstrument()
-            self.instrumentor = None
+    instrument_with = staticmethod(instrument_bedrock)
 
 
 @pytest.fixture
 def etf(captured: Captured) -> Iterator[Etf]:
-    harness = Etf(captured)
-    try:
+    with Etf(captured) as harness:
         yield harness
-    finally:
-        harness.off()
 
 
 @pytest.fixture

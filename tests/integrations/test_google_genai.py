@@ -27,6 +27,7 @@ from etf_otel.integrations.google_genai._linkage import GeminiConversation
 from etf_otel.testing import LocalChatServer, Script
 from etf_otel.testing import gemini as g
 from tests.conftest import Captured
+from tests.integrations.support import Switch
 
 pytestmark = pytest.mark.filterwarnings("ignore:Inheritance class AiohttpClientSession:DeprecationWarning")
 
@@ -34,30 +35,16 @@ MODEL = "gemini-test"
 NO_AFC = types.GenerateContentConfig(automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
 
 
-class Etf:
-    def __init__(self, captured: Captured) -> None:
-        self.captured = captured
-        self.instrumentor: GoogleGenAIInstrumentor | None = None
+class Etf(Switch[GoogleGenAIInstrumentor]):
+    """Switched on and off within a test by ``instrument_google_genai``."""
 
-    def on(self, **options: Any) -> GoogleGenAIInstrumentor:
-        self.instrumentor = instrument_google_genai(
-            tracer_provider=self.captured.tracer_provider, meter_provider=self.captured.meter_provider, **options
-        )
-        return self.instrumentor
-
-    def off(self) -> None:
-        if self.instrumentor is not None:
-            self.instrumentor.uninstrument()
-            self.instrumentor = None
+    instrument_with = staticmethod(instrument_google_genai)
 
 
 @pytest.fixture
 def etf(captured: Captured) -> Iterator[Etf]:
-    harness = Etf(captured)
-    try:
+    with Etf(captured) as harness:
         yield harness
-    finally:
-        harness.off()
 
 
 def developer(server: LocalChatServer) -> genai.Client:

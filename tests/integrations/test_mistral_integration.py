@@ -25,6 +25,7 @@ from etf_otel.integrations.mistral import PROVIDER, MistralInstrumentor, instrum
 from etf_otel.testing import LocalChatServer, Script
 from etf_otel.testing.chat import chunk, finished, fragment
 from tests.conftest import Captured
+from tests.integrations.support import Switch
 
 mistral_client = pytest.importorskip("mistralai.client")
 
@@ -63,30 +64,16 @@ def body(*calls: tuple[str, str, str], content: str | None = None) -> dict[str, 
     }
 
 
-class Etf:
-    def __init__(self, captured: Captured) -> None:
-        self.captured = captured
-        self.instrumentor: MistralInstrumentor | None = None
+class Etf(Switch[MistralInstrumentor]):
+    """Switched on and off within a test by ``instrument_mistral``."""
 
-    def on(self, **options: Any) -> MistralInstrumentor:
-        self.instrumentor = instrument_mistral(
-            tracer_provider=self.captured.tracer_provider, meter_provider=self.captured.meter_provider, **options
-        )
-        return self.instrumentor
-
-    def off(self) -> None:
-        if self.instrumentor is not None:
-            self.instrumentor.uninstrument()
-            self.instrumentor = None
+    instrument_with = staticmethod(instrument_mistral)
 
 
 @pytest.fixture
 def etf(captured: Captured) -> Iterator[Etf]:
-    harness = Etf(captured)
-    try:
+    with Etf(captured) as harness:
         yield harness
-    finally:
-        harness.off()
 
 
 @pytest.fixture

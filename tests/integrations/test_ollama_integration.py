@@ -25,6 +25,7 @@ from etf_otel.integrations.ollama import PROVIDER, OllamaInstrumentor, instrumen
 from etf_otel.testing import OLLAMA_QUIRK_STREAMS, LocalChatServer, Script
 from etf_otel.testing.ollama import body, call, chunk, error, stream
 from tests.conftest import Captured
+from tests.integrations.support import Switch
 
 ollama = pytest.importorskip("ollama")
 
@@ -38,30 +39,16 @@ TWO_CALLS = stream(
 ANSWER = stream(chunk(content="Sunny, 12:00."))
 
 
-class Etf:
-    def __init__(self, captured: Captured) -> None:
-        self.captured = captured
-        self.instrumentor: OllamaInstrumentor | None = None
+class Etf(Switch[OllamaInstrumentor]):
+    """Switched on and off within a test by ``instrument_ollama``."""
 
-    def on(self, **options: Any) -> OllamaInstrumentor:
-        self.instrumentor = instrument_ollama(
-            tracer_provider=self.captured.tracer_provider, meter_provider=self.captured.meter_provider, **options
-        )
-        return self.instrumentor
-
-    def off(self) -> None:
-        if self.instrumentor is not None:
-            self.instrumentor.uninstrument()
-            self.instrumentor = None
+    instrument_with = staticmethod(instrument_ollama)
 
 
 @pytest.fixture
 def etf(captured: Captured) -> Iterator[Etf]:
-    harness = Etf(captured)
-    try:
+    with Etf(captured) as harness:
         yield harness
-    finally:
-        harness.off()
 
 
 @pytest.fixture
