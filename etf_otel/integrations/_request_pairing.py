@@ -42,6 +42,26 @@ def refused_by_provider(error: BaseException) -> bool:
     return isinstance(metadata, dict) and metadata.get("HTTPStatusCode") == _BAD_REQUEST
 
 
+def refuse_unsent(prepared: Prepared | None, instrumentation: Instrumentation | None, sdk: str) -> None:
+    """The request guard, for a hook that calls the SDK's transport itself: raise ``prepared``'s
+    ``RequestPairingError`` before anything is sent, its span recorded first; nothing when it has none."""
+    if prepared is None or instrumentation is None or prepared.refusal is None:
+        return
+    refusal = prepared.refusal
+    with internal_errors_swallowed(f"recording a {sdk} request the guard refused"):
+        prepared.refused(instrumentation, refusal, False)
+    raise refusal
+
+
+def record_provider_refusal(
+    prepared: Prepared | None, instrumentation: Instrumentation | None, error: Exception, sdk: str
+) -> None:
+    """A request the provider refused (:func:`refused_by_provider`) gets the span its response would have had."""
+    if prepared is not None and instrumentation is not None and refused_by_provider(error):
+        with internal_errors_swallowed(f"recording a {sdk} request the provider refused"):
+            prepared.refused(instrumentation, error, True)
+
+
 class TargetOf:
     """The target of a client (:func:`~etf_otel.core._targets.target_of` its base URL), remembered for the last
     base URL object seen (a client's ``base_url`` is one object for its life)."""

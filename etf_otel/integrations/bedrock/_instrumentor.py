@@ -54,7 +54,7 @@ from etf_otel.integrations._instrumentor_base import (
     remove_own_wrapper,
 )
 from etf_otel.integrations._prefix_conversations import PrefixConversations
-from etf_otel.integrations._request_pairing import checked, refused_by_provider
+from etf_otel.integrations._request_pairing import checked, record_provider_refusal, refuse_unsent
 from etf_otel.protocols import BEDROCK_CONVERSE
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ _METHOD: Final = "_make_api_call"
 _SERVICE: Final = "bedrock-runtime"
 _STREAMED: Final = "ConverseStream"
 _WHOLE: Final = "Converse"
+_SDK: Final = "Bedrock"
 
 
 class BedrockInstrumentor(ClientInstrumentor):
@@ -142,41 +143,24 @@ class BedrockInstrumentor(ClientInstrumentor):
     def _call(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         """``_make_api_call(operation_name, api_params)``: the call made as it would be, its answer observed."""
         prepared = self._before(instance, args, kwargs)
-        self._guard(prepared)
+        refuse_unsent(None if prepared is None else prepared[1], self._instrumentation, _SDK)
         try:
             result = wrapped(*args, **kwargs)
         except Exception as error:
-            self._refused(prepared, error)
+            record_provider_refusal(None if prepared is None else prepared[1], self._instrumentation, error, _SDK)
             raise
         return result if prepared is None else self._after(prepared, result)
 
     async def _acall(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         """aiobotocore's coroutine ``_make_api_call``: awaited as it would be, its answer observed the same way."""
         prepared = self._before(instance, args, kwargs)
-        self._guard(prepared)
+        refuse_unsent(None if prepared is None else prepared[1], self._instrumentation, _SDK)
         try:
             result = await wrapped(*args, **kwargs)
         except Exception as error:
-            self._refused(prepared, error)
+            record_provider_refusal(None if prepared is None else prepared[1], self._instrumentation, error, _SDK)
             raise
         return result if prepared is None else self._after(prepared, result)
-
-    def _guard(self, decided: tuple[object, Prepared] | None) -> None:
-        """The request guard: a request whose pairing is broken raises its ``RequestPairingError`` unsent."""
-        instrumentation = self._instrumentation
-        if decided is None or instrumentation is None or decided[1].refusal is None:
-            return
-        refusal = decided[1].refusal
-        with internal_errors_swallowed("recording a Bedrock request the guard refused"):
-            decided[1].refused(instrumentation, refusal, False)
-        raise refusal
-
-    def _refused(self, decided: tuple[object, Prepared] | None, error: Exception) -> None:
-        """A request the provider refused (``ValidationException``) gets the span its response would have had."""
-        instrumentation = self._instrumentation
-        if decided is not None and instrumentation is not None and refused_by_provider(error):
-            with internal_errors_swallowed("recording a Bedrock request the provider refused"):
-                decided[1].refused(instrumentation, error, True)
 
     def _before(self, instance: Any, args: Any, kwargs: Any) -> tuple[object, Prepared] | None:
         """The operation and what the request decided, before it is sent; ``None``: not observed."""

@@ -46,7 +46,7 @@ from etf_otel.integrations._instrumentor_base import (
     remove_own_wrapper,
 )
 from etf_otel.integrations._prefix_conversations import PrefixConversations
-from etf_otel.integrations._request_pairing import checked
+from etf_otel.integrations._request_pairing import checked, refuse_unsent
 from etf_otel.integrations.mistral._wire import tap_types
 from etf_otel.protocols import CHAT_COMPLETIONS
 
@@ -134,16 +134,6 @@ class MistralInstrumentor(ClientInstrumentor):
         target = target_of(str(getattr(request, "url", "")))  # api.mistral.ai: 9 characters of [a-zA-Z0-9]
         return checked(prepared, linked, body, self._instrumentation, target=target), operation
 
-    def _guard(self, decided: tuple[Prepared, str] | None) -> None:
-        """The request guard: a request whose pairing is broken raises its ``RequestPairingError`` unsent."""
-        instrumentation = self._instrumentation
-        if decided is None or instrumentation is None or decided[0].refusal is None:
-            return
-        refusal = decided[0].refusal
-        with internal_errors_swallowed("recording a Mistral request the guard refused"):
-            decided[0].refused(instrumentation, refusal, False)
-        raise refusal
-
     def _refused(self, decided: tuple[Prepared, str], response: Any) -> None:
         """A 4xx answer: the span its response would have had, with the error the SDK raises for it
         (``SDKError``, ``HTTPValidationError`` for a 422); the body (read already) says whether it is a pairing
@@ -183,7 +173,7 @@ class MistralInstrumentor(ClientInstrumentor):
         decided = None
         with internal_errors_swallowed("preparing a Mistral request"):
             decided = self._prepare(args, kwargs)
-        self._guard(decided)
+        refuse_unsent(None if decided is None else decided[0], self._instrumentation, "Mistral")
         response = wrapped(*args, **kwargs)
         if decided is not None and _refusal(response):
             with internal_errors_swallowed("reading a Mistral refusal"):
@@ -198,7 +188,7 @@ class MistralInstrumentor(ClientInstrumentor):
         decided = None
         with internal_errors_swallowed("preparing a Mistral request"):
             decided = self._prepare(args, kwargs)
-        self._guard(decided)
+        refuse_unsent(None if decided is None else decided[0], self._instrumentation, "Mistral")
         response = await wrapped(*args, **kwargs)
         if decided is not None and _refusal(response):
             with internal_errors_swallowed("reading a Mistral refusal"):

@@ -48,7 +48,7 @@ from etf_otel.integrations._instrumentor_base import (
     rejected_by,
     remove_own_wrapper,
 )
-from etf_otel.integrations._request_pairing import checked, refused_by_provider
+from etf_otel.integrations._request_pairing import checked, record_provider_refusal, refuse_unsent
 from etf_otel.integrations.google_genai._linkage import without_content
 from etf_otel.integrations.ollama._linkage import OllamaConversation, OllamaConversations
 from etf_otel.protocols import OLLAMA
@@ -183,15 +183,14 @@ class OllamaInstrumentor(ClientInstrumentor):
         if started is None:
             return wrapped(*args, **kwargs)
         prepared, instrumentation, reader, observer = started
-        _guard(prepared, instrumentation)
+        refuse_unsent(prepared, instrumentation, "Ollama")
         try:
             result = wrapped(reader, *args[1:], **kwargs)
         except BaseException as error:
             if observer is not None:
                 observer.finish(ERROR)
-            elif isinstance(error, Exception) and refused_by_provider(error):
-                with internal_errors_swallowed("recording an Ollama request the server refused"):
-                    prepared.refused(instrumentation, error, True)
+            elif isinstance(error, Exception):
+                record_provider_refusal(prepared, instrumentation, error, "Ollama")
             raise
         return _observed(prepared, instrumentation, reader, observer, result, ObservedStream)
 
@@ -203,27 +202,16 @@ class OllamaInstrumentor(ClientInstrumentor):
         if started is None:
             return await wrapped(*args, **kwargs)
         prepared, instrumentation, reader, observer = started
-        _guard(prepared, instrumentation)
+        refuse_unsent(prepared, instrumentation, "Ollama")
         try:
             result = await wrapped(reader, *args[1:], **kwargs)
         except BaseException as error:
             if observer is not None:
                 observer.finish(ERROR)
-            elif isinstance(error, Exception) and refused_by_provider(error):
-                with internal_errors_swallowed("recording an Ollama request the server refused"):
-                    prepared.refused(instrumentation, error, True)
+            elif isinstance(error, Exception):
+                record_provider_refusal(prepared, instrumentation, error, "Ollama")
             raise
         return _observed(prepared, instrumentation, reader, observer, result, ObservedAsyncStream)
-
-
-def _guard(prepared: Prepared, instrumentation: Instrumentation) -> None:
-    """The request guard: a request whose pairing is broken raises its ``RequestPairingError`` unsent."""
-    refusal = prepared.refusal
-    if refusal is None:
-        return
-    with internal_errors_swallowed("recording an Ollama request the guard refused"):
-        prepared.refused(instrumentation, refusal, False)
-    raise refusal
 
 
 def _observed(
