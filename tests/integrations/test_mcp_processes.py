@@ -153,7 +153,9 @@ def test_audit_finds_orphaned_and_unanswered_calls(tmp_path: Path, capsys: Any) 
     assert client_ids == [("unique", "call-a"), ("unmatched", None)]
     code, report = _audit(received, capsys)
     assert code == 1
-    assert _kinds(report) == {"orphaned_execution": 1, "unanswered_call": 1}, report["by_kind"]
+    # the follow-up answering call-a only is also a request its provider refuses (call-b without a result)
+    expected = {"orphaned_execution": 1, "unanswered_call": 1, "request_pairing": 1}
+    assert _kinds(report) == expected, report["by_kind"]
     findings = [finding for trace in report["traces_detail"] for finding in trace["findings"]]
     unanswered = [finding for finding in findings if finding["kind"] == "unanswered_call"]
     assert [finding["call_id"] for finding in unanswered] == ["call-b"]
