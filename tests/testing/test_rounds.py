@@ -165,10 +165,22 @@ def test_round_of_reads_only_its_own_ids() -> None:
     ]
 
 
-def test_a_gemini_request_is_left_to_the_server() -> None:
-    """Gemini's identity is positional: no id to read a round from, so the responder does not answer it."""
-    request = RecordedRequest("POST", "/v1beta/models/m:streamGenerateContent", {}, {"contents": []})
-    assert tool_rounds_responder(ROUNDS)(request) is None
+def test_a_gemini_round_is_read_from_the_model_turns_its_history_carries() -> None:
+    """Gemini's calls may have no id to read a round from: the round is the number of ``model`` turns with calls
+    the history carries; the calls carry no id unless ``gemini_ids``."""
+    respond = tool_rounds_responder(ROUNDS)
+    path = "/v1beta/models/m:streamGenerateContent"
+    first = respond(RecordedRequest("POST", path, {}, {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}))
+    assert first is not None
+    parts = [part for chunk in first.events for part in chunk["candidates"][0]["content"].get("parts", ())]
+    assert [part["functionCall"]["name"] for part in parts] == ["get_weather", "get_time"]
+    assert all("id" not in part["functionCall"] for part in parts)
+    model_turn = {"role": "model", "parts": parts}
+    answers = {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {}}}]}
+    second = respond(RecordedRequest("POST", path, {}, {"contents": [model_turn, answers]}))
+    assert second is not None
+    names = [p["functionCall"]["name"] for c in second.events for p in c["candidates"][0]["content"].get("parts", ())]
+    assert names == ["get_weather"]  # round two
 
 
 @pytest.mark.parametrize("chained", [False, True], ids=["stateless", "previous-response-id"])
