@@ -6,7 +6,6 @@ import warnings
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
-import httpx2
 import wrapt
 from opentelemetry.sdk.trace import ReadableSpan
 
@@ -174,15 +173,3 @@ def all_attribute_values(captured: Captured) -> list[Any]:
         for attributes, _ in points:
             values.extend(attributes.values())
     return values
-
-
-class LocalRedirect(httpx2.HTTPTransport):
-    """A real HTTP transport that sends every request to the local server, whatever its URL says."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__()
-        self._port = port
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        request.url = request.url.copy_with(scheme="http", host="127.0.0.1", port=self._port)
-        return super().handle_request(request)

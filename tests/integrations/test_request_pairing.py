@@ -35,7 +35,7 @@ from tests.integrations.conversation_load import (
     turn,
     turn_async,
 )
-from tests.integrations.support import LocalRedirect
+from tests.integrations.redirect import LocalRedirect
 from tests.integrations.test_linkage_evidence import instrumented
 
 
