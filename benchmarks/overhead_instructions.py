@@ -22,8 +22,9 @@ inside the client's loop runs colder than in a tight loop, so the wall-clock sha
 instructions is larger (about 1.5-3x here); the ratios below are a lower bound of the wall-clock
 ones, and an instruction saved is a change that is real whatever the noise.
 
-Cases (``--cases``, benchmarks/overhead_streams.py builds them): for each of the four protocols
-(``chat``, ``responses``, ``anthropic``, ``gemini``) a stream of 4 calls x 50 argument fragments
+Cases (``--cases``, benchmarks/overhead_streams.py builds them): for each of the five protocols
+(``chat``, ``responses``, ``anthropic``, ``gemini``, ``bedrock``: Bedrock Converse through a real
+``boto3`` client answered in memory by a botocore ``before-send`` handler) a stream of 4 calls x 50 argument fragments
 (``gemini:4:50``) and one of 2 calls x 5 (``gemini:2:5``), both through the client's streaming
 call; and a whole body with 2 calls read with the non-streaming call (``gemini:2:0``: 0 fragments
 means not streamed), where the floor emits its spans when the call returns and the tracker reads
@@ -50,7 +51,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from overhead_streams import ALL_PROTOCOLS  # type: ignore[import-not-found]  # noqa: E402
+from overhead_streams import PROJECT_PROTOCOLS  # type: ignore[import-not-found]  # noqa: E402
 
 CONFIGURATIONS = ("bare", "floor", "tracker", "etf_otel", "etf_otel_compiled")
 LABELS = {
@@ -61,8 +62,8 @@ LABELS = {
     "etf_otel_compiled": "etf-otel, compiled build",
 }
 ETF_OTEL = ("etf_otel", "etf_otel_compiled")
-STREAMED = tuple(f"{protocol}:{shape}" for protocol in ALL_PROTOCOLS for shape in ("4:50", "2:5"))
-BODIES = tuple(f"{protocol}:2:0" for protocol in ALL_PROTOCOLS)
+STREAMED = tuple(f"{protocol}:{shape}" for protocol in PROJECT_PROTOCOLS for shape in ("4:50", "2:5"))
+BODIES = tuple(f"{protocol}:2:0" for protocol in PROJECT_PROTOCOLS)
 """A whole body with 2 calls, read with the non-streaming call (overhead_streams.py: 0 fragments)."""
 CASES = STREAMED + BODIES
 RESPONSES = {"4x50": 10, "2x5": 30, "2x0": 30}

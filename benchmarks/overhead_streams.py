@@ -1,4 +1,4 @@
-"""The responses the overhead benchmark consumes: four wire protocols, real clients, in memory.
+"""The responses the overhead benchmark consumes: five wire protocols, real clients, in memory.
 
 A case is ``protocol:calls:fragments``. With ``fragments`` > 0 the response is streamed: it has
 ``calls`` tool calls whose arguments arrive in ``fragments`` pieces, as the providers stream
@@ -22,19 +22,29 @@ them, encoded as the SSE body the provider would send:
   ``functionCall: {}`` that closes the call, as recorded Vertex streams do
   (examples/recordings/gemini-vertex-partial-args.jsonl); last, a chunk with ``finishReason:
   STOP`` and the usage. No ids: Vertex sends none.
+* ``bedrock``: Amazon Bedrock ``converse_stream`` events, encoded as the
+  ``application/vnd.amazon.eventstream`` messages Bedrock answers with (each payload padded, as
+  Bedrock pads them): ``messageStart``, per call a ``toolUse`` block (``contentBlockStart`` with its
+  ``tooluse_...`` id and name, the ``fragments`` input pieces, ``contentBlockStop``), then
+  ``messageStop`` (``tool_use``) and ``metadata`` (usage). No text block, as in the Anthropic case.
 
 With ``fragments`` == 0 the response is not streamed: one JSON body with every call whole (a
 ``chat.completion``, a Responses ``response``, an Anthropic ``message``, a Gemini Developer API
-``GenerateContentResponse`` whose calls carry ids, as Gemini 3 models send them), read with the
-non-streaming call.
+``GenerateContentResponse`` whose calls carry ids, as Gemini 3 models send them, a ``converse``
+output), read with the non-streaming call.
 
 The real ``openai``, ``anthropic`` and ``google-genai`` clients read those bytes through
 ``httpx2.MockTransport`` (google-genai takes the ``httpx2.Client`` through
 ``HttpOptions(httpx_client=...)``): no network, no socket. Every request carries the same tools
 and a two-message conversation (a system instruction and a user message), as a tool-calling
-request does. Shared by benchmarks/overhead.py and its worker processes
-(benchmarks/overhead_worker.py), which may run in the peers' venvs: this module imports the
-clients only (no etf_otel, no tests).
+request does. A ``bedrock-runtime`` client of ``boto3`` reads its bytes through botocore's own
+event system: a ``before-send`` handler registered on that client answers each request with an
+``AWSResponse`` over the bytes (a urllib3 response over memory, read as botocore reads the wire), so
+the request is still built, serialized and signed and the answer parsed as ever, with no socket.
+Shared by benchmarks/overhead.py and its worker processes (benchmarks/overhead_worker.py), which may
+run in the peers' venvs: this module imports the clients only (no etf_otel, no tests). Bedrock is
+the exception, measured in the project's venv only (:data:`PROJECT_PROTOCOLS`): ``boto3`` and the
+event-stream encoder of ``etf_otel.testing.bedrock`` are imported when a Bedrock case is built.
 """
 
 from __future__ import annotations
@@ -54,11 +64,16 @@ from google.genai import types as genai_types
 PROTOCOLS = ("chat", "responses", "anthropic")
 """The protocols of the ``openai`` and ``anthropic`` clients (benchmarks/overhead_stages.py times these)."""
 ALL_PROTOCOLS = (*PROTOCOLS, "gemini")
+"""The protocols benchmarks/overhead.py measures end to end, beside the peers' instrumentations."""
+PROJECT_PROTOCOLS = (*ALL_PROTOCOLS, "bedrock")
+"""The protocols of the project venv's configurations (bare, floor, tracker, etf-otel): Bedrock Converse
+is counted by overhead_instructions.py only (no peer instrumentation of it is installed to compare)."""
 PROTOCOL_LABELS = {
     "chat": "openai Chat Completions",
     "responses": "openai Responses",
     "anthropic": "anthropic Messages",
     "gemini": "google-genai Gemini",
+    "bedrock": "boto3 Bedrock Converse",
 }
 
 TOOLS = (
@@ -302,6 +317,20 @@ def gemini_chunks(calls: int, fragments: int) -> list[dict[str, Any]]:
     return out
 
 
+# --- Amazon Bedrock Converse ------------------------------------------------------------------
+
+
+def bedrock_events(calls: int, fragments: int) -> list[dict[str, Any]]:
+    """One ``converse_stream`` response with ``calls`` ``toolUse`` blocks, in the dict form botocore yields."""
+    from etf_otel.testing import bedrock
+
+    blocks = []
+    for position in range(calls):
+        name, _, pieces = call_arguments(position, fragments)
+        blocks.append(bedrock.tool_call(position, f"tooluse_{position}", name, *pieces))
+    return bedrock.stream(*blocks, stop_reason="tool_use", text=None)
+
+
 # --- whole bodies (not streamed) --------------------------------------------------------------
 
 
@@ -368,7 +397,21 @@ def gemini_body(calls: int) -> dict[str, Any]:
     return {"candidates": [candidate], "usageMetadata": usage, **GEMINI_BASE, "responseId": "bench-@n@"}
 
 
-BODIES = {"chat": chat_body, "responses": responses_body, "anthropic": anthropic_body, "gemini": gemini_body}
+def bedrock_body(calls: int) -> dict[str, Any]:
+    """A ``converse`` output with ``calls`` ``toolUse`` blocks (what Bedrock sends; botocore adds its metadata)."""
+    from etf_otel.testing import bedrock
+
+    blocks = [bedrock.tool_use(f"tooluse_{n}", name, json.loads(arguments)) for n, (name, arguments) in _tools(calls)]
+    return bedrock.body(*blocks, stop_reason="tool_use", text=None)
+
+
+BODIES = {
+    "chat": chat_body,
+    "responses": responses_body,
+    "anthropic": anthropic_body,
+    "gemini": gemini_body,
+    "bedrock": bedrock_body,
+}
 
 
 # --- the SSE bodies and the clients -----------------------------------------------------------
@@ -402,6 +445,11 @@ def case_body(case: Case) -> tuple[bytes, int]:
     if case.protocol == "gemini":
         chunks = gemini_chunks(case.calls, case.fragments)
         return sse_body(chunks, done=False), len(chunks)
+    if case.protocol == "bedrock":
+        from etf_otel.testing import bedrock
+
+        events = bedrock_events(case.calls, case.fragments)
+        return bedrock.frames(events), len(events)
     raise ValueError(f"unknown protocol {case.protocol!r}")
 
 
@@ -451,11 +499,50 @@ def genai_client(body: bytes, streamed: bool = True) -> genai.Client:
     return genai.Client(vertexai=streamed, api_key="x", http_options=options)
 
 
+def bedrock_client(body: bytes, streamed: bool = True) -> Any:
+    """A real ``boto3`` ``bedrock-runtime`` client whose every request is answered with ``body`` in memory.
+
+    The answer comes from botocore's ``before-send`` event, the hook botocore gives for answering a
+    request without sending it: the handler returns an ``AWSResponse`` whose raw body is a urllib3
+    response over the bytes, which botocore reads as it reads one off a socket (``converse_stream``
+    decodes its event-stream messages from ``raw.stream()``). No retries, placeholder credentials.
+    """
+    import io
+
+    import boto3
+    import urllib3
+    from botocore.awsrequest import AWSResponse
+    from botocore.config import Config
+
+    content_type = "application/vnd.amazon.eventstream" if streamed else "application/json"
+    headers = {"content-type": content_type, "x-amzn-requestid": "bench-request"}
+
+    def answer(request: Any, **_: Any) -> AWSResponse:
+        raw = urllib3.HTTPResponse(io.BytesIO(body), headers=headers, status=200, preload_content=False)
+        return AWSResponse(request.url, 200, headers, raw)
+
+    client = boto3.session.Session().client(
+        "bedrock-runtime",
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+        config=Config(retries={"total_max_attempts": 1}),
+    )
+    client.meta.events.register("before-send.bedrock-runtime.*", answer)
+    return client
+
+
 MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
 CHAT_TOOLS = [{"type": "function", "function": {"name": name, "parameters": SCHEMA}} for name, _ in TOOLS]
 RESPONSES_TOOLS = [{"type": "function", "name": name, "parameters": SCHEMA, "strict": False} for name, _ in TOOLS]
 ANTHROPIC_TOOLS = [{"name": name, "input_schema": SCHEMA} for name, _ in TOOLS]
 GEMINI_CONTENTS = [{"role": "user", "parts": [{"text": QUESTION}]}]
+BEDROCK_REQUEST = {
+    "modelId": MODEL,
+    "system": [{"text": SYSTEM}],
+    "messages": [{"role": "user", "content": [{"text": QUESTION}]}],
+    "toolConfig": {"tools": [{"toolSpec": {"name": name, "inputSchema": {"json": SCHEMA}}} for name, _ in TOOLS]},
+}
 
 
 def gemini_config(streamed: bool) -> genai_types.GenerateContentConfig:
@@ -518,6 +605,8 @@ def consumer(case: Case) -> Callable[[], int]:
             return len(response.function_calls or ())
 
         return consume_gemini
+    if case.protocol == "bedrock":
+        return _consume_bedrock(bedrock_client(body, streamed), streamed)
     messages = anthropic_client(body, streamed).messages
     user = [{"role": "user", "content": QUESTION}]
 
@@ -535,6 +624,17 @@ def consumer(case: Case) -> Callable[[], int]:
         return len(response.content)
 
     return consume_anthropic
+
+
+def _consume_bedrock(client: Any, streamed: bool) -> Callable[[], int]:
+    """``converse_stream`` read to its end (the number of events), or ``converse`` (its content blocks)."""
+
+    def consume_bedrock() -> int:
+        if streamed:
+            return sum(1 for _ in client.converse_stream(**BEDROCK_REQUEST)["stream"])
+        return len(client.converse(**BEDROCK_REQUEST)["output"]["message"]["content"])
+
+    return consume_bedrock
 
 
 def parsed_chunks(calls: int, fragments: int) -> list[Any]:

@@ -38,7 +38,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind
-from overhead_streams import ALL_PROTOCOLS, Case, consumer  # type: ignore[import-not-found]
+from overhead_streams import ALL_PROTOCOLS, PROJECT_PROTOCOLS, Case, consumer  # type: ignore[import-not-found]
 
 # --- the configurations -----------------------------------------------------------------------
 
@@ -63,10 +63,12 @@ class Config:
 CONFIGS = {
     config.key: config
     for config in (
-        Config("bare", "bare client", "project", ALL_PROTOCOLS, peer=False),
-        Config("floor", "floor: etf-otel's spans, only", "project", ALL_PROTOCOLS, ("etf-otel",), peer=False),
-        Config("tracker", "floor + identity tracking per index", "project", ALL_PROTOCOLS, ("etf-otel",), peer=False),
-        Config("etf_otel", "etf-otel", "project", ALL_PROTOCOLS, ("etf-otel",), peer=False),
+        Config("bare", "bare client", "project", PROJECT_PROTOCOLS, peer=False),
+        Config("floor", "floor: etf-otel's spans, only", "project", PROJECT_PROTOCOLS, ("etf-otel",), peer=False),
+        Config(
+            "tracker", "floor + identity tracking per index", "project", PROJECT_PROTOCOLS, ("etf-otel",), peer=False
+        ),
+        Config("etf_otel", "etf-otel", "project", PROJECT_PROTOCOLS, ("etf-otel",), peer=False),
         Config(
             "otel_genai_openai",
             "OpenTelemetry genai-openai (its successor)",
@@ -164,14 +166,20 @@ class Providers:
 
 def _etf_otel_instrumentor(protocol: str) -> Any:
     from etf_otel.integrations.anthropic._instrumentor import AnthropicInstrumentor
+    from etf_otel.integrations.bedrock._instrumentor import BedrockInstrumentor
     from etf_otel.integrations.google_genai._instrumentor import GoogleGenAIInstrumentor
     from etf_otel.integrations.openai._instrumentor import OpenAIInstrumentor
 
-    return {"anthropic": AnthropicInstrumentor, "gemini": GoogleGenAIInstrumentor}.get(protocol, OpenAIInstrumentor)()
+    instrumentors = {
+        "anthropic": AnthropicInstrumentor,
+        "gemini": GoogleGenAIInstrumentor,
+        "bedrock": BedrockInstrumentor,
+    }
+    return instrumentors.get(protocol, OpenAIInstrumentor)()
 
 
 def instrument_etf_otel(providers: Providers, cases: Sequence[Case]) -> None:
-    for instrumentor in map(_etf_otel_instrumentor, ("chat", "anthropic", "gemini")):
+    for instrumentor in map(_etf_otel_instrumentor, ("chat", "anthropic", "gemini", "bedrock")):
         instrumentor.instrument(tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider)
 
 
@@ -219,8 +227,10 @@ class Floor:
     read, the very spans etf-otel emits for that response (names, attributes, parent), and do
     nothing else.
 
-    Wrapped: the three ``create`` methods (``stream=True`` or not) and google-genai's
-    ``Models.generate_content_stream`` and ``Models.generate_content``. A stream's spans are
+    Wrapped: the three ``create`` methods (``stream=True`` or not), google-genai's
+    ``Models.generate_content_stream`` and ``Models.generate_content``, and botocore's
+    ``BaseClient._make_api_call`` (where etf-otel hooks boto3) for ``ConverseStream``, whose
+    ``stream`` is replaced by a generator over it, and ``Converse``. A stream's spans are
     emitted when it ends, a body's when the call returns. The spans are captured once, at start,
     from etf-otel itself (through an in-memory exporter; etf-otel is then uninstrumented): what
     docs/telemetry.md asks for, with the attributes etf-otel sets, per protocol and shape. No
@@ -292,10 +302,28 @@ class Floor:
         self._emit(started)
         return body
 
+    def _converse(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        """botocore's ``_make_api_call(operation_name, api_params)``: Converse observed, anything else passed."""
+        operation = args[0] if args else kwargs.get("operation_name")
+        if operation == "Converse":
+            return self._body(wrapped, instance, args, kwargs)
+        if operation != "ConverseStream":
+            return wrapped(*args, **kwargs)
+        answered: list[Any] = []
+
+        def call() -> Any:  # the request, made inside _stream (after its start time): its stream, kept
+            answered.append(wrapped(*args, **kwargs))
+            return answered[0]["stream"]
+
+        observed = self._stream(lambda: call(), instance, (), {})
+        answered[0]["stream"] = observed
+        return answered[0]
+
     def _wrap(self) -> None:
         import wrapt
 
         for module, name, wrapper in (
+            ("botocore.client", "BaseClient._make_api_call", self._converse),
             ("openai.resources.chat.completions", "Completions.create", self._create),
             ("openai.resources.responses.responses", "Responses.create", self._create),
             ("anthropic.resources.messages.messages", "Messages.create", self._create),
@@ -406,11 +434,27 @@ def _track_gemini(chunk: Any, slots: dict[Any, list[Any]]) -> None:
                 calls[0] = None
 
 
+def _track_bedrock(event: Any, slots: dict[Any, list[Any]]) -> None:
+    """A ``converse_stream`` event (botocore's dict, one key): ``toolUse`` blocks keyed by ``contentBlockIndex``."""
+    delta = event.get("contentBlockDelta")
+    if delta is not None:
+        tool_use = delta["delta"].get("toolUse")
+        if tool_use is not None:
+            slots[delta["contentBlockIndex"]][1].append(tool_use.get("input", ""))
+        return
+    start = event.get("contentBlockStart")
+    if start is not None:
+        tool_use = start["start"].get("toolUse")
+        if tool_use is not None:
+            slots[start["contentBlockIndex"]] = [tool_use["toolUseId"], [], 0]
+
+
 _TRACKERS: dict[str, Callable[[Any, dict[Any, list[Any]]], None]] = {
     "Completions": _track_chat,
     "Responses": _track_responses,
     "Messages": _track_anthropic,
     "Models": _track_gemini,
+    "BedrockRuntime": _track_bedrock,
 }
 
 
@@ -440,11 +484,19 @@ def _read_gemini(response: Any) -> None:
                 _ = call.id, call.args
 
 
+def _read_bedrock(response: Any) -> None:
+    for block in response["output"]["message"]["content"]:
+        tool_use = block.get("toolUse")
+        if tool_use is not None:
+            _ = tool_use["toolUseId"], tool_use["input"]
+
+
 _BODY_READERS: dict[str, Callable[[Any], None]] = {
     "Completions": _read_chat,
     "Responses": _read_responses,
     "Messages": _read_anthropic,
     "Models": _read_gemini,
+    "BedrockRuntime": _read_bedrock,
 }
 
 

@@ -5,8 +5,8 @@ peers it holds must then be reported "not installed" while the benchmark still r
 test smoke-tests the peers themselves, only when ``ETF_BENCH_PEERS_VENV`` names an installed venv
 (it starts eleven worker processes: too slow to run by default on a shared machine). The last
 tests check what the benchmarks measure: every case's response is one etf-otel dispatches, a
-Gemini case streams each call's arguments in as many leaves as its shape says, and the tracker
-keys Gemini's calls by their position.
+Gemini case streams each call's arguments in as many leaves as its shape says, the tracker
+keys Gemini's calls by their position, and a Bedrock Converse case is what a real boto3 client reads.
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def test_every_measured_response_is_one_etf_otel_dispatches(benchmark_modules: A
     A case etf-otel rejected would measure the cost of a rejection, not of the identity rules.
     """
     streams, worker, instructions = benchmark_modules
-    assert {key.split(":")[0] for key in instructions.CASES} == set(PROTOCOLS)
+    assert {key.split(":")[0] for key in instructions.CASES} == {*PROTOCOLS, "bedrock"}
     for key in instructions.CASES:
         protocol, calls, fragments = key.split(":")
         spans = worker.Floor._capture(streams.Case(protocol, int(calls), int(fragments)))
@@ -251,3 +251,29 @@ def test_tracker_keys_gemini_calls_by_position_and_collects_their_pieces(benchma
     open_call, *calls = slots[0]
     assert open_call is None and len(calls) == 4
     assert all(len(pieces) == 1 + 50 for _, pieces, _ in calls)
+
+
+def test_bedrock_case_is_read_by_a_real_boto3_client_in_memory(benchmark_modules: Any) -> None:
+    """A Converse case through boto3 answered by the ``before-send`` handler: the events built, every call whole.
+
+    Streamed, the client decodes every event-stream message into the events the case was built from, and
+    the tracker's slots rebuild each call's id and arguments; not streamed, ``converse`` returns each call.
+    """
+    streams, worker, _ = benchmark_modules
+    body, events = streams.case_body(streams.Case("bedrock", 2, 5))
+    read = list(streams.bedrock_client(body).converse_stream(**streams.BEDROCK_REQUEST)["stream"])
+    assert read == streams.bedrock_events(2, 5) and len(read) == events == 1 + 2 * (5 + 2) + 2
+    slots: dict[Any, list[Any]] = {}
+    for event in read:
+        worker._track_bedrock(event, slots)
+    for position in range(2):
+        call_id, pieces, _ = slots.pop(position)
+        assert call_id == f"tooluse_{position}" and len(pieces) == 5
+        assert json.loads("".join(pieces)) == json.loads(streams.call_arguments(position, 5)[1])
+    assert not slots
+    whole, _ = streams.case_body(streams.Case("bedrock", 2, 0))
+    answer = streams.bedrock_client(whole, streamed=False).converse(**streams.BEDROCK_REQUEST)
+    calls = [block["toolUse"] for block in answer["output"]["message"]["content"]]
+    assert [(call["toolUseId"], call["input"]) for call in calls] == [
+        (f"tooluse_{n}", json.loads(arguments)) for n, (_, arguments) in enumerate(streams.TOOLS[:2])
+    ]
