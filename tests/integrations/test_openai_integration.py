@@ -38,9 +38,9 @@ from etf_otel.protocols._chat_completions import assemble
 from etf_otel.testing import DONE, LocalChatServer, Script
 from etf_otel.testing.chat import chunk
 from tests.conftest import Captured
+from tests.integrations.redirect import LocalRedirect
 from tests.integrations.support import (
     Harness,
-    LocalRedirect,
     all_attribute_values,
     by_id,
     drain,

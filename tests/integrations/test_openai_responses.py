@@ -34,9 +34,9 @@ from etf_otel.protocols import RESPONSES
 from etf_otel.testing import LocalChatServer, Script
 from etf_otel.testing import responses as R
 from tests.conftest import Captured
+from tests.integrations.redirect import LocalRedirect
 from tests.integrations.support import (
     Harness,
-    LocalRedirect,
     all_attribute_values,
     hook_points,
     hooked,
