@@ -200,8 +200,9 @@ class MistralInstrumentor(ClientInstrumentor):
 
 
 def _refusal(response: Any) -> bool:
-    status = getattr(response, "status_code", None)
-    return isinstance(status, int) and 400 <= status < 500
+    """A refusal of the request itself, as the other integrations take it (a ``400``), or Mistral's ``422`` for a
+    request its schema refuses; an auth error or a rate limit is not the request's fault and gets no span here."""
+    return getattr(response, "status_code", None) in (400, 422)
 
 
 class _ProviderRefusal(Exception):
